@@ -1,0 +1,23 @@
+//! `vx-proto` owns the event model of Veltrix (SPEC §2): what an event is, the rules that make
+//! it valid, its packed in-memory form, its canonical JSON output, the wire decoders that turn
+//! request bytes into packed events one at a time, and the error type for bad input.
+//! It knows nothing of sockets, threads or files.
+//!
+//! # Layout
+//! - [`event`]: kinds, numbers, [`EventView`] and the per-field rules.
+//! - [`packed`]: [`Batch`], one request's events with 32-byte headers and interned names.
+//! - [`decode`]: incremental NDJSON and JSON decoders feeding a [`Batch`].
+//! - [`canonical`]: the canonical JSON form used for replay.
+//! - [`shard`]: the stream → shard hash shared by routing and storage.
+//! - [`error`]: [`InputError`] and its classes.
+
+pub mod canonical;
+pub mod decode;
+pub mod error;
+pub mod event;
+pub mod packed;
+pub mod shard;
+
+pub use error::{ErrorClass, InputError};
+pub use event::{EventView, Kind, Num};
+pub use packed::{Batch, PackedHeader, Sym};

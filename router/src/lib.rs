@@ -1,0 +1,303 @@
+//! `vx-router` owns the way from a decoded request to the log writer: shard choice, the
+//! per-shard reservation counters with their high-water mark, the global queued-byte budget,
+//! the measured drain rate that `Retry-After` is derived from, and dispatch to the storage
+//! engine. It knows nothing of HTTP.
+//!
+//! # Admission (SPEC §4)
+//! A request reserves, at once and in shard order, its event count on every shard it touches,
+//! only if every one of them is below `high_water × queue_capacity` and the global queued-byte
+//! budget allows; otherwise nothing is reserved and the caller answers 429. A shard therefore
+//! never holds more than its mark plus one request. Reservations are released by the storage
+//! engine (it drops the [`Reservation`] guard) once the request is applied.
+//!
+//! The check-and-reserve step runs under one short mutex per request (not per event): taking
+//! every touched shard's counter in one critical section is what makes admission atomic
+//! without rollbacks, and releases stay lock-free.
+
+mod drain;
+
+use drain::DrainRate;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vx_proto::Batch;
+use vx_storage::{Durability, Store, WriteError, WriteOutcome, WriteRequest};
+
+/// Admission settings (the `ingest.*` keys of SPEC §1).
+#[derive(Clone, Debug)]
+pub struct AdmissionConfig {
+    pub shards: u32,
+    /// Events per shard (`ingest.queue_capacity`).
+    pub queue_capacity: u32,
+    /// Fraction of capacity at which a shard refuses new requests (`ingest.high_water`).
+    pub high_water: f64,
+    /// Fraction a shard must drain below before `Retry-After` expects room again
+    /// (`ingest.low_water`).
+    pub low_water: f64,
+    /// Bytes of admitted but unwritten events (`ingest.max_queued_bytes`).
+    pub max_queued_bytes: u64,
+}
+
+/// One request to route.
+pub struct Submit {
+    pub batch: Batch,
+    pub durability: Option<Durability>,
+    pub expected_last_seq: Option<u64>,
+}
+
+/// A stored request and the fill of the fullest shard it touched (`X-Vx-Queue-Fill`).
+#[derive(Debug)]
+pub struct Accepted {
+    pub outcome: WriteOutcome,
+    pub queue_fill: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// 429: a target shard is at its mark or the byte budget is spent; nothing was reserved.
+    #[error("{message}")]
+    Backpressure {
+        retry_after_ms: u64,
+        queue_fill: f64,
+        message: String,
+    },
+    /// The write itself failed after admission.
+    #[error("{error}")]
+    Write { error: WriteError, queue_fill: f64 },
+}
+
+struct Shared {
+    cfg: AdmissionConfig,
+    store: Store,
+    /// Reserved events per shard.
+    depth: Vec<AtomicU64>,
+    /// Sum of `depth`, for the drain-time estimate.
+    total: AtomicU64,
+    queued_bytes: AtomicU64,
+    /// High-water mark in events: a shard at or above it refuses new requests.
+    mark: u64,
+    low_mark: u64,
+    admit: Mutex<()>,
+    drain: DrainRate,
+}
+
+/// Routes requests to the storage engine with atomic admission. Cheap to clone.
+#[derive(Clone)]
+pub struct Router {
+    shared: Arc<Shared>,
+}
+
+/// An admitted request's reservation; dropping it releases the events and bytes.
+pub struct Reservation {
+    shared: Arc<Shared>,
+    shards: Vec<(u32, u64)>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        let mut events = 0;
+        for &(shard, n) in &self.shards {
+            if let Some(d) = s.depth.get(shard as usize) {
+                d.fetch_sub(n, Ordering::AcqRel);
+            }
+            events += n;
+        }
+        s.total.fetch_sub(events, Ordering::AcqRel);
+        s.queued_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        s.drain.record(events);
+    }
+}
+
+impl Router {
+    pub fn new(cfg: AdmissionConfig, store: Store) -> Router {
+        let cap = u64::from(cfg.queue_capacity.max(1));
+        let mark = ((cap as f64 * cfg.high_water).floor() as u64).clamp(1, cap);
+        let low_mark = ((cap as f64 * cfg.low_water).floor() as u64).min(mark.saturating_sub(1));
+        let shards = cfg.shards.max(1);
+        Router {
+            shared: Arc::new(Shared {
+                depth: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+                total: AtomicU64::new(0),
+                queued_bytes: AtomicU64::new(0),
+                mark,
+                low_mark,
+                admit: Mutex::new(()),
+                drain: DrainRate::new(),
+                cfg,
+                store,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    pub fn shard_of(&self, stream: &str) -> u32 {
+        vx_proto::shard::shard_of(stream, self.shared.cfg.shards)
+    }
+
+    /// Reserved (admitted, not yet applied) events on `shard`.
+    pub fn depth(&self, shard: u32) -> u64 {
+        self.shared
+            .depth
+            .get(shard as usize)
+            .map_or(0, |d| d.load(Ordering::Acquire))
+    }
+
+    pub fn capacity(&self) -> u64 {
+        u64::from(self.shared.cfg.queue_capacity)
+    }
+
+    pub fn high_water_events(&self) -> u64 {
+        self.shared.mark
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.shared.queued_bytes.load(Ordering::Acquire)
+    }
+
+    /// True while any shard is at its mark or the queued-byte budget is spent.
+    pub fn backpressured(&self) -> bool {
+        let s = &self.shared;
+        s.queued_bytes.load(Ordering::Acquire) >= s.cfg.max_queued_bytes
+            || s.depth.iter().any(|d| d.load(Ordering::Acquire) >= s.mark)
+    }
+
+    /// Measured drain rate of the writer, in events per second (0 before any measurement).
+    pub fn drain_rate(&self) -> f64 {
+        self.shared.drain.rate()
+    }
+
+    fn fill_of(&self, shards: &[(u32, u64)]) -> f64 {
+        let cap = self.capacity().max(1) as f64;
+        let max = shards.iter().map(|&(s, _)| self.depth(s)).max().unwrap_or(0);
+        (max as f64 / cap).clamp(0.0, 1.0)
+    }
+
+    /// Time until the writer has drained what is queued now down to the low-water mark, from
+    /// the measured drain rate; one second when nothing has been measured yet.
+    fn retry_after_ms(&self, worst_depth: u64) -> u64 {
+        let s = &self.shared;
+        let rate = s.drain.rate();
+        if rate <= 0.0 {
+            return 1000;
+        }
+        // The writer drains FIFO across shards, so the queue ahead of the full shard's oldest
+        // events is all that is queued; what must drain is everything above the low mark.
+        let total = s.total.load(Ordering::Acquire);
+        let excess = total.max(worst_depth).saturating_sub(s.low_mark).max(1);
+        let ms = (excess as f64 / rate * 1000.0).ceil() as u64;
+        ms.clamp(1, 60_000)
+    }
+
+    /// Reserve for a request, atomically across its shards, or refuse with nothing reserved.
+    pub fn try_admit(&self, shards: &[(u32, u64)], bytes: u64) -> Result<Reservation, SubmitError> {
+        let s = &self.shared;
+        let guard = s.admit.lock();
+        let mut worst: Option<(u32, u64)> = None;
+        for &(shard, _) in shards {
+            let d = self.depth(shard);
+            if d >= s.mark && worst.is_none_or(|(_, w)| d > w) {
+                worst = Some((shard, d));
+            }
+        }
+        let queued = s.queued_bytes.load(Ordering::Acquire);
+        // A request larger than the whole byte budget is still admitted into an empty queue,
+        // or it could never be stored at all.
+        let bytes_spent = queued > 0 && queued.saturating_add(bytes) > s.cfg.max_queued_bytes;
+        if worst.is_some() || bytes_spent {
+            drop(guard);
+            let queue_fill = self.fill_of(shards);
+            let message = match worst {
+                Some((shard, d)) => format!(
+                    "shard {shard} is at its high-water mark ({d} of {} events queued)",
+                    self.capacity()
+                ),
+                None => format!(
+                    "the queued-byte budget is spent ({queued} of {} bytes)",
+                    s.cfg.max_queued_bytes
+                ),
+            };
+            let worst_depth = worst.map_or(0, |(_, d)| d);
+            return Err(SubmitError::Backpressure {
+                retry_after_ms: self.retry_after_ms(worst_depth),
+                queue_fill,
+                message,
+            });
+        }
+        let mut events = 0;
+        for &(shard, n) in shards {
+            if let Some(d) = s.depth.get(shard as usize) {
+                d.fetch_add(n, Ordering::AcqRel);
+            }
+            events += n;
+        }
+        s.total.fetch_add(events, Ordering::AcqRel);
+        s.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        drop(guard);
+        Ok(Reservation {
+            shared: Arc::clone(&self.shared),
+            shards: shards.to_vec(),
+            bytes,
+        })
+    }
+
+    /// Events per shard of a batch, sorted by shard (the order admission reserves in).
+    pub fn shards_of(&self, batch: &Batch) -> Vec<(u32, u64)> {
+        let mut per: Vec<(u32, u64)> = batch
+            .streams()
+            .iter()
+            .map(|sc| (self.shard_of(batch.name(sc.stream)), u64::from(sc.events)))
+            .collect();
+        per.sort_unstable_by_key(|&(s, _)| s);
+        per.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1 += b.1;
+                true
+            } else {
+                false
+            }
+        });
+        per
+    }
+
+    /// Admit and write one request (SPEC §3–§4). An empty batch is a no-op success.
+    pub async fn submit(&self, req: Submit) -> Result<Accepted, SubmitError> {
+        let store = self.store();
+        if req.batch.is_empty() {
+            return Ok(Accepted {
+                outcome: WriteOutcome {
+                    accepted: 0,
+                    duplicates: 0,
+                    last_seq: Vec::new(),
+                    durability: req
+                        .durability
+                        .unwrap_or_else(|| store.fsync_mode().durability()),
+                },
+                queue_fill: 0.0,
+            });
+        }
+        let shards = self.shards_of(&req.batch);
+        let bytes = req.batch.mem_bytes() as u64;
+        let reservation = self.try_admit(&shards, bytes)?;
+        let queue_fill = self.fill_of(&shards);
+        let result = store
+            .write(WriteRequest {
+                batch: req.batch,
+                durability: req.durability,
+                expected_last_seq: req.expected_last_seq,
+                guard: Some(Box::new(reservation)),
+            })
+            .await;
+        match result {
+            Ok(outcome) => Ok(Accepted {
+                outcome,
+                queue_fill,
+            }),
+            Err(error) => Err(SubmitError::Write { error, queue_fill }),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Public types of the storage engine: configuration, requests, outcomes, errors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use vx_proto::Batch;
+
+/// `storage.fsync`: when the writer fsyncs, and so the default durability of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncMode {
+    /// Every group is fdatasync'ed before it is acknowledged (default durability `fsync`).
+    Always,
+    /// Acknowledge after the write; fsync at least every `fsync_interval` (durability `write`).
+    Interval,
+    /// Acknowledge after the write; leave syncing to the OS (durability `write`).
+    Never,
+}
+
+impl FsyncMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "always" => Some(Self::Always),
+            "interval" => Some(Self::Interval),
+            "never" => Some(Self::Never),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Interval => "interval",
+            Self::Never => "never",
+        }
+    }
+
+    /// The durability a request reaches by default, and the level at which records become
+    /// visible to readers.
+    pub fn durability(self) -> Durability {
+        match self {
+            Self::Always => Durability::Fsync,
+            Self::Interval | Self::Never => Durability::Write,
+        }
+    }
+}
+
+/// Durability levels of SPEC §3, weakest first (the derived order is meaningful).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Durability {
+    /// Acknowledged once `seq`s are assigned, before the write.
+    None,
+    /// Acknowledged after the write to the OS.
+    Write,
+    /// Acknowledged after an fdatasync that covers the record.
+    Fsync,
+}
+
+impl Durability {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(Self::None),
+            "write" => Some(Self::Write),
+            "fsync" => Some(Self::Fsync),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Write => "write",
+            Self::Fsync => "fsync",
+        }
+    }
+}
+
+/// Hooks through which the engine reports what it does, so the binary can keep metrics
+/// without the engine knowing about Prometheus. Called from the writer thread: keep them cheap.
+pub trait Observer: Send + Sync {
+    fn fsync(&self, _took: Duration) {}
+    /// A group was written: records, events stored, bytes written.
+    fn appended(&self, _records: u64, _events: u64, _bytes: u64) {}
+}
+
+/// Engine configuration (the `storage.*` and dedup keys of SPEC §1).
+#[derive(Clone)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    /// `None`: the count recorded in the data dir, or 128 for a new one.
+    pub shards: Option<u32>,
+    pub fsync: FsyncMode,
+    pub fsync_interval: Duration,
+    /// A segment is rolled once it reaches this size.
+    pub segment_bytes: u64,
+    pub dedup_window: Duration,
+    pub dedup_memory: u64,
+    pub max_streams: u64,
+    /// Capacity, in requests, of the channel to the writer thread.
+    pub channel_capacity: usize,
+    /// Truncate a bad record outside the active tail instead of refusing to start.
+    pub repair: bool,
+    pub observer: Option<Arc<dyn Observer>>,
+}
+
+impl StorageConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        StorageConfig {
+            data_dir: data_dir.into(),
+            shards: None,
+            fsync: FsyncMode::Always,
+            fsync_interval: Duration::from_millis(100),
+            segment_bytes: 128 << 20,
+            dedup_window: Duration::from_secs(600),
+            dedup_memory: 64 << 20,
+            max_streams: 1_000_000,
+            channel_capacity: 4096,
+            repair: false,
+            observer: None,
+        }
+    }
+}
+
+/// One request to append: all of its events are stored in one record, or none is.
+pub struct WriteRequest {
+    pub batch: Batch,
+    /// Requested level (`X-Vx-Durability`); `None` means the mode's default.
+    pub durability: Option<Durability>,
+    /// `X-Vx-Expected-Last-Seq`: only valid when the batch holds a single stream.
+    pub expected_last_seq: Option<u64>,
+    /// Dropped once the request is applied (or refused): releases the admission reservation.
+    pub guard: Option<Box<dyn Send>>,
+}
+
+/// Result of a stored request: SPEC §3's 200 body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub accepted: u64,
+    pub duplicates: u64,
+    /// Per stream, in first-appearance order: highest `seq` newly assigned, or the stored `seq`
+    /// of the duplicate when all of the stream's events were duplicates.
+    pub last_seq: Vec<(String, u64)>,
+    pub durability: Durability,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    #[error("expected last seq {expected} of stream {stream:?}, but it is {last_seq}")]
+    Conflict { stream: String, expected: u64, last_seq: u64 },
+    #[error("storage full: {0}")]
+    StorageFull(String),
+    #[error("storage refuses writes after a failed fsync; restart the process: {0}")]
+    Poisoned(String),
+    #[error("stream limit reached: storage.max_streams is {max}")]
+    TooManyStreams { max: u64 },
+    #[error("the storage engine is shutting down")]
+    ShuttingDown,
+}
+
+/// What start-up found and did.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub segments: u64,
+    pub records: u64,
+    pub events: u64,
+    pub streams: u64,
+    /// Bytes cut off the active segment's torn tail (warned about).
+    pub truncated_bytes: u64,
+    pub took: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("data dir {path} is locked by another process")]
+    Locked { path: PathBuf },
+    #[error("data dir {path} was created with {recorded} shards, but {requested} were requested")]
+    ShardMismatch { path: PathBuf, recorded: u32, requested: u32 },
+    #[error("corrupt record in {file} at offset {offset}: {reason} (start with --repair to truncate it, losing {loses})")]
+    Corrupt { file: PathBuf, offset: u64, reason: String, loses: String },
+    #[error("bad metadata in {path}: {reason}")]
+    Meta { path: PathBuf, reason: String },
+    #[error("{context}: {source}")]
+    Io { context: String, #[source] source: std::io::Error },
+}
+
+/// Per-stream metadata of SPEC §5 (`GET /v1/streams/{stream}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub stream: String,
+    pub shard: u32,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub events: u64,
+    pub bytes: u64,
+    pub first_ts: Option<i64>,
+    pub last_ts: Option<i64>,
+}
+
+/// A replay query (SPEC §5); the engine applies every filter.
+#[derive(Clone, Debug, Default)]
+pub struct ReadQuery {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub types: Option<Vec<String>>,
+    pub entity: Option<String>,
+    pub limit: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("reading {file} at offset {offset}: {reason}")]
+    Corrupt { file: PathBuf, offset: u64, reason: String },
+    #[error("reading the log: {0}")]
+    Io(#[from] std::io::Error),
+}
