@@ -301,3 +301,108 @@ impl Router {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use vx_proto::{EventView, Kind};
+    use vx_storage::StorageConfig;
+
+    fn router(dir: &std::path::Path, capacity: u32) -> Router {
+        let mut cfg = StorageConfig::new(dir);
+        cfg.shards = Some(4);
+        let (store, _) = Store::open(cfg).unwrap();
+        Router::new(
+            AdmissionConfig {
+                shards: 4,
+                queue_capacity: capacity,
+                high_water: 0.9,
+                low_water: 0.75,
+                max_queued_bytes: 1 << 20,
+            },
+            store,
+        )
+    }
+
+    #[test]
+    fn admission_is_atomic_and_bounded_by_the_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 10); // mark = 9 events
+        assert_eq!(r.high_water_events(), 9);
+        let a = r.try_admit(&[(0, 8), (1, 2)], 100).unwrap();
+        assert_eq!((r.depth(0), r.depth(1)), (8, 2));
+        // Shard 0 is below its mark (8 < 9): one more request fits, beyond the mark.
+        let b = r.try_admit(&[(0, 5)], 100).unwrap();
+        assert_eq!(r.depth(0), 13);
+        assert!(r.backpressured());
+        // Now shard 0 is at its mark: a request touching it reserves nothing anywhere.
+        match r.try_admit(&[(1, 1), (0, 1)], 100) {
+            Err(SubmitError::Backpressure {
+                retry_after_ms,
+                queue_fill,
+                ..
+            }) => {
+                assert!(retry_after_ms >= 1);
+                assert!((queue_fill - 1.0).abs() < 1e-9);
+            }
+            _ => panic!("expected backpressure"),
+        }
+        assert_eq!(r.depth(1), 2);
+        drop(a);
+        drop(b);
+        assert_eq!((r.depth(0), r.depth(1), r.queued_bytes()), (0, 0, 0));
+        assert!(!r.backpressured());
+    }
+
+    #[test]
+    fn byte_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 1000);
+        // Larger than the whole budget but the queue is empty: admitted.
+        let a = r.try_admit(&[(0, 1)], 2 << 20).unwrap();
+        assert!(r.try_admit(&[(1, 1)], 1).is_err());
+        drop(a);
+        assert!(r.try_admit(&[(1, 1)], 1).is_ok());
+    }
+
+    #[tokio::test]
+    async fn submit_stores_and_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 100);
+        let mut batch = Batch::new();
+        for s in ["a", "b", "c", "a"] {
+            batch.push(&EventView {
+                stream: s,
+                entity: None,
+                ty: "t",
+                ts: 1,
+                kind: Kind::Event,
+                value: None,
+                id: None,
+                data: None,
+            });
+        }
+        assert_eq!(r.shards_of(&batch).iter().map(|s| s.1).sum::<u64>(), 4);
+        let acc = r
+            .submit(Submit {
+                batch,
+                durability: None,
+                expected_last_seq: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(acc.outcome.accepted, 4);
+        assert!(acc.queue_fill > 0.0);
+        assert!((0..4).all(|s| r.depth(s) == 0));
+        let empty = r
+            .submit(Submit {
+                batch: Batch::new(),
+                durability: None,
+                expected_last_seq: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(empty.outcome.accepted, 0);
+    }
+}
