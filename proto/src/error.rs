@@ -22,10 +22,15 @@ impl ErrorClass {
     }
 }
 
-/// A rejected input, with the details the SPEC's error body carries.
+/// A rejected input, with the details the SPEC's error body carries. Boxed so that the
+/// `Result`s of the hot decoding path stay one word wide; fields read through `Deref`.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct InputError {
+#[error("{}", .0.message)]
+pub struct InputError(Box<Details>);
+
+/// The details of an [`InputError`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Details {
     pub class: ErrorClass,
     pub message: String,
     /// 0-based position of the event in the whole request.
@@ -41,9 +46,22 @@ pub struct InputError {
     pub max: Option<u64>,
 }
 
+impl std::ops::Deref for InputError {
+    type Target = Details;
+    fn deref(&self) -> &Details {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for InputError {
+    fn deref_mut(&mut self) -> &mut Details {
+        &mut self.0
+    }
+}
+
 impl InputError {
     fn new(class: ErrorClass, message: impl Into<String>) -> Self {
-        InputError {
+        InputError(Box::new(Details {
             class,
             message: message.into(),
             index: None,
@@ -53,7 +71,7 @@ impl InputError {
             field: None,
             limit: None,
             max: None,
-        }
+        }))
     }
 
     pub fn malformed(message: impl Into<String>) -> Self {
