@@ -90,8 +90,7 @@ pub fn no_control_chars(s: &str) -> bool {
 pub fn valid_type(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_TYPE_LEN
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 

@@ -186,11 +186,13 @@ impl Batch {
             fl |= flags::HAS_ID;
             // ids are ≤ 128 bytes (validated), so one length byte suffices.
             self.arena.push(id.len().min(255) as u8);
-            self.arena.extend_from_slice(&id.as_bytes()[..id.len().min(255)]);
+            self.arena
+                .extend_from_slice(&id.as_bytes()[..id.len().min(255)]);
         }
         if let Some(data) = ev.data {
             fl |= flags::HAS_DATA;
-            self.arena.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            self.arena
+                .extend_from_slice(&(data.len() as u32).to_le_bytes());
             self.arena.extend_from_slice(data.as_bytes());
         }
         self.headers.push(PackedHeader {
@@ -317,8 +319,14 @@ mod tests {
         assert_eq!(
             b.streams(),
             &[
-                StreamCount { stream: Sym(0), events: 2 },
-                StreamCount { stream: Sym(3), events: 1 },
+                StreamCount {
+                    stream: Sym(0),
+                    events: 2
+                },
+                StreamCount {
+                    stream: Sym(3),
+                    events: 1
+                },
             ]
         );
         assert_eq!(b.name(Sym(0)), "s1");

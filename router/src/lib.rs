@@ -173,7 +173,11 @@ impl Router {
 
     fn fill_of(&self, shards: &[(u32, u64)]) -> f64 {
         let cap = self.capacity().max(1) as f64;
-        let max = shards.iter().map(|&(s, _)| self.depth(s)).max().unwrap_or(0);
+        let max = shards
+            .iter()
+            .map(|&(s, _)| self.depth(s))
+            .max()
+            .unwrap_or(0);
         (max as f64 / cap).clamp(0.0, 1.0)
     }
 

@@ -145,7 +145,11 @@ pub struct WriteOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
     #[error("expected last seq {expected} of stream {stream:?}, but it is {last_seq}")]
-    Conflict { stream: String, expected: u64, last_seq: u64 },
+    Conflict {
+        stream: String,
+        expected: u64,
+        last_seq: u64,
+    },
     #[error("storage full: {0}")]
     StorageFull(String),
     #[error("storage refuses writes after a failed fsync; restart the process: {0}")]
@@ -173,13 +177,28 @@ pub enum OpenError {
     #[error("data dir {path} is locked by another process")]
     Locked { path: PathBuf },
     #[error("data dir {path} was created with {recorded} shards, but {requested} were requested")]
-    ShardMismatch { path: PathBuf, recorded: u32, requested: u32 },
-    #[error("corrupt record in {file} at offset {offset}: {reason} (start with --repair to truncate it, losing {loses})")]
-    Corrupt { file: PathBuf, offset: u64, reason: String, loses: String },
+    ShardMismatch {
+        path: PathBuf,
+        recorded: u32,
+        requested: u32,
+    },
+    #[error(
+        "corrupt record in {file} at offset {offset}: {reason} (start with --repair to truncate it, losing {loses})"
+    )]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+        loses: String,
+    },
     #[error("bad metadata in {path}: {reason}")]
     Meta { path: PathBuf, reason: String },
     #[error("{context}: {source}")]
-    Io { context: String, #[source] source: std::io::Error },
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Per-stream metadata of SPEC §5 (`GET /v1/streams/{stream}`).
@@ -210,7 +229,11 @@ pub struct ReadQuery {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("reading {file} at offset {offset}: {reason}")]
-    Corrupt { file: PathBuf, offset: u64, reason: String },
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     #[error("reading the log: {0}")]
     Io(#[from] std::io::Error),
 }

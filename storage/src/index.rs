@@ -107,7 +107,12 @@ impl Index {
 
     /// Names with `prefix`, after `after`, in bytewise order; at most `limit` plus whether more
     /// follow.
-    pub fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> (Vec<(Box<str>, u32)>, bool) {
+    pub fn names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<(Box<str>, u32)>, bool) {
         use std::ops::Bound;
         let g = self.names.read();
         let start: Bound<&str> = match after {
@@ -158,12 +163,26 @@ mod tests {
         ix.apply(1, "a", run(1, 1), 10);
         ix.apply(1, "c", run(1, 1), 10);
         let info = ix.info(0, "b").unwrap_or_else(|| panic!("missing"));
-        assert_eq!((info.first_seq, info.last_seq, info.events, info.bytes), (1, 5, 5, 50));
-        assert_eq!(ix.with(0, "b", |s| s.run_at(4).map(|r| r.first_seq)).flatten(), Some(4));
-        assert_eq!(ix.with(0, "b", |s| s.run_at(3).map(|r| r.first_seq)).flatten(), Some(1));
+        assert_eq!(
+            (info.first_seq, info.last_seq, info.events, info.bytes),
+            (1, 5, 5, 50)
+        );
+        assert_eq!(
+            ix.with(0, "b", |s| s.run_at(4).map(|r| r.first_seq))
+                .flatten(),
+            Some(4)
+        );
+        assert_eq!(
+            ix.with(0, "b", |s| s.run_at(3).map(|r| r.first_seq))
+                .flatten(),
+            Some(1)
+        );
         assert_eq!(ix.with(0, "b", |s| s.run_at(6)).flatten(), None);
         let (names, more) = ix.names("", None, 2);
-        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            names.iter().map(|n| &*n.0).collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
         assert!(more);
         let (names, more) = ix.names("", Some("b"), 2);
         assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), vec!["c"]);

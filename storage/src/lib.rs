@@ -59,7 +59,13 @@ impl Store {
             poison_reason: Mutex::new(String::new()),
             horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),
         });
-        let rec = recovery::recover(&dir, &cfg, &shared.index, &shared.segments, writer::now_ms())?;
+        let rec = recovery::recover(
+            &dir,
+            &cfg,
+            &shared.index,
+            &shared.segments,
+            writer::now_ms(),
+        )?;
         for (i, t) in rec.dedup.iter().enumerate() {
             if let (Some(h), Some(oldest)) = (shared.horizons.get(i), t.oldest_ms()) {
                 h.store(oldest, Ordering::Relaxed);
@@ -132,7 +138,9 @@ impl Store {
             return Err(WriteError::ShuttingDown);
         }
         if self.is_poisoned() {
-            return Err(WriteError::Poisoned(self.inner.shared.poison_reason.lock().clone()));
+            return Err(WriteError::Poisoned(
+                self.inner.shared.poison_reason.lock().clone(),
+            ));
         }
         let (tx, rx) = oneshot::channel();
         self.inner
@@ -178,7 +186,12 @@ impl Store {
     /// Open a replay cursor; `None` for an unknown stream. Blocking I/O happens in
     /// [`Cursor::next_event`]: call it from a blocking context.
     pub fn read(&self, stream: &str, q: ReadQuery) -> Option<Cursor> {
-        Cursor::open(Arc::clone(&self.inner.shared), self.shard_of(stream), stream, q)
+        Cursor::open(
+            Arc::clone(&self.inner.shared),
+            self.shard_of(stream),
+            stream,
+            q,
+        )
     }
 
     /// Requests waiting in the channel to the writer.
@@ -197,7 +210,12 @@ impl Store {
 
     /// Oldest append time the dedup table of `shard` still remembers, in ms since the epoch.
     pub fn dedup_horizon_ms(&self, shard: u32) -> Option<i64> {
-        let v = self.inner.shared.horizons.get(shard as usize)?.load(Ordering::Relaxed);
+        let v = self
+            .inner
+            .shared
+            .horizons
+            .get(shard as usize)?
+            .load(Ordering::Relaxed);
         (v != i64::MIN).then_some(v)
     }
 

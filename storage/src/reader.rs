@@ -44,7 +44,12 @@ struct RunState {
 }
 
 impl Cursor {
-    pub(crate) fn open(shared: Arc<crate::writer::Shared>, shard: u32, stream: &str, q: ReadQuery) -> Option<Cursor> {
+    pub(crate) fn open(
+        shared: Arc<crate::writer::Shared>,
+        shard: u32,
+        stream: &str,
+        q: ReadQuery,
+    ) -> Option<Cursor> {
         let (first_seq, last_seq) = shared
             .index
             .with(shard, stream, |s| (s.first_seq(), s.last_seq()))?;
@@ -84,7 +89,10 @@ impl Cursor {
     /// True when no filter other than the seq range and limit applies (then the range is
     /// contiguous and `X-Vx-Next-Seq` is meaningful).
     pub fn unfiltered(&self) -> bool {
-        self.q.since.is_none() && self.q.until.is_none() && self.q.types.is_none() && self.q.entity.is_none()
+        self.q.since.is_none()
+            && self.q.until.is_none()
+            && self.q.types.is_none()
+            && self.q.entity.is_none()
     }
 
     /// The seq to ask for next after an unfiltered read that runs to its end:
@@ -194,7 +202,10 @@ impl Cursor {
             // Decode twice (cheap, no allocation) so the borrow checker lets the loop go on
             // past filtered-out events.
             let matched = {
-                let run = self.run.as_ref().ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
+                let run = self
+                    .run
+                    .as_ref()
+                    .ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
                 let (ev, _) = decode_at(run, pos, &self.stream)?;
                 self.matches(&ev)
             };
@@ -202,14 +213,21 @@ impl Cursor {
                 continue;
             }
             self.remaining -= 1;
-            let run = self.run.as_ref().ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
+            let run = self
+                .run
+                .as_ref()
+                .ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
             let (ev, _) = decode_at(run, pos, &self.stream)?;
             return Ok(Some((seq, ev)));
         }
     }
 }
 
-fn decode_at<'a>(run: &'a RunState, pos: usize, stream: &'a str) -> Result<(EventView<'a>, usize), ReadError> {
+fn decode_at<'a>(
+    run: &'a RunState,
+    pos: usize,
+    stream: &'a str,
+) -> Result<(EventView<'a>, usize), ReadError> {
     let bytes = run.buf.get(pos..).unwrap_or(&[]);
     record::decode_event(bytes, stream).map_err(|e| run.corrupt(pos, e))
 }

@@ -71,7 +71,13 @@ impl RecordBuilder {
     }
 
     /// Start a run; returns the offset of its first event relative to the record start.
-    pub fn begin_run(&mut self, buf: &mut Vec<u8>, stream: &str, base_seq: u64, count: u32) -> usize {
+    pub fn begin_run(
+        &mut self,
+        buf: &mut Vec<u8>,
+        stream: &str,
+        base_seq: u64,
+        count: u32,
+    ) -> usize {
         buf.extend_from_slice(&(stream.len() as u16).to_le_bytes());
         buf.extend_from_slice(stream.as_bytes());
         buf.extend_from_slice(&base_seq.to_le_bytes());
@@ -165,7 +171,10 @@ struct Rd<'a> {
 
 impl<'a> Rd<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
-        let end = self.pos.checked_add(n).ok_or(Decode::Bad("length overflow"))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(Decode::Bad("length overflow"))?;
         let s = self.b.get(self.pos..end).ok_or(Decode::Incomplete(end))?;
         self.pos = end;
         Ok(s)
@@ -258,7 +267,7 @@ pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
     let lsn = u64::from_le_bytes(r.arr()?);
     let append_ms = i64::from_le_bytes(r.arr()?);
     let runs = u32::from_le_bytes(r.arr()?);
-    if len < HEADER_LEN || len > MAX_RECORD_LEN {
+    if !(HEADER_LEN..=MAX_RECORD_LEN).contains(&len) {
         return Err(Decode::Bad("record length out of range"));
     }
     if version != VERSION {
@@ -280,7 +289,10 @@ pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
 
 /// Checks a whole record's checksum (`rec` is exactly `len` bytes).
 pub fn crc_ok(h: &Header, rec: &[u8]) -> bool {
-    rec.len() == h.len && rec.get(8..).is_some_and(|body| crc32c::crc32c(body) == h.crc)
+    rec.len() == h.len
+        && rec
+            .get(8..)
+            .is_some_and(|body| crc32c::crc32c(body) == h.crc)
 }
 
 /// One run of a record, borrowed from the record bytes.
@@ -387,7 +399,10 @@ mod tests {
         let mut b = Vec::new();
         encode_event(&mut b, &ev("s", Some("x")));
         for cut in 0..b.len() {
-            assert!(matches!(decode_event(&b[..cut], "s"), Err(Decode::Incomplete(_))));
+            assert!(matches!(
+                decode_event(&b[..cut], "s"),
+                Err(Decode::Incomplete(_))
+            ));
         }
         assert!(decode_event(&b, "s").is_ok());
     }

@@ -38,7 +38,10 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> OpenError {
 enum Scan {
     Clean,
     /// The first bad record's offset and why.
-    Bad { offset: u64, reason: String },
+    Bad {
+        offset: u64,
+        reason: String,
+    },
 }
 
 pub(crate) fn recover(
@@ -88,7 +91,10 @@ pub(crate) fn recover(
             return Err(OpenError::Corrupt {
                 file: path,
                 offset: 0,
-                reason: format!("segment starts at LSN {first_lsn}, expected {}", st.next_lsn),
+                reason: format!(
+                    "segment starts at LSN {first_lsn}, expected {}",
+                    st.next_lsn
+                ),
                 loses: "this and every later segment".into(),
             });
         }
@@ -154,13 +160,10 @@ pub(crate) fn recover(
         active_len = valid_len;
         i += 1;
     }
-    let (active_first, active_path) = list
-        .last()
-        .cloned()
-        .ok_or_else(|| OpenError::Meta {
-            path: log_dir.clone(),
-            reason: "no log segment".into(),
-        })?;
+    let (active_first, active_path) = list.last().cloned().ok_or_else(|| OpenError::Meta {
+        path: log_dir.clone(),
+        reason: "no log segment".into(),
+    })?;
     let (active, _) = segments.get(active_first).ok_or_else(|| OpenError::Meta {
         path: active_path.clone(),
         reason: "segment vanished during recovery".into(),
@@ -221,11 +224,20 @@ impl State<'_> {
             };
             if h.lsn != self.next_lsn {
                 let why = format!("record LSN {} where {} was expected", h.lsn, self.next_lsn);
-                return Ok((offset, Scan::Bad { offset, reason: why }));
+                return Ok((
+                    offset,
+                    Scan::Bad {
+                        offset,
+                        reason: why,
+                    },
+                ));
             }
             // A length past the end of the file is a torn write (or garbage): never allocate it.
             if offset + h.len as u64 > file_len {
-                return Ok((offset, bad(offset, "record extends past the end of the file")));
+                return Ok((
+                    offset,
+                    bad(offset, "record extends past the end of the file"),
+                ));
             }
             rec.clear();
             rec.extend_from_slice(&header);
@@ -274,7 +286,10 @@ impl State<'_> {
                 min_ts = min_ts.min(ev.ts);
                 max_ts = max_ts.max(ev.ts);
                 if let Some(id) = ev.id {
-                    ids.push((dedup::key(self.dedup_key, run.stream, id), run.base_seq + u64::from(i)));
+                    ids.push((
+                        dedup::key(self.dedup_key, run.stream, id),
+                        run.base_seq + u64::from(i),
+                    ));
                 }
                 pos += n;
             }

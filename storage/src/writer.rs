@@ -28,6 +28,10 @@ use vx_proto::{EventView, shard::shard_of};
 
 pub(crate) type Reply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "Shutdown is sent once; boxing Write would allocate per request"
+)]
 pub(crate) enum Msg {
     Write(WriteRequest, Reply),
     /// Finish what is queued before this, fsync, and stop.
@@ -158,7 +162,9 @@ impl Writer {
 
     fn poisoned(&self) -> Option<WriteError> {
         if self.shared.poisoned.load(Ordering::Acquire) {
-            Some(WriteError::Poisoned(self.shared.poison_reason.lock().clone()))
+            Some(WriteError::Poisoned(
+                self.shared.poison_reason.lock().clone(),
+            ))
         } else {
             None
         }
@@ -271,14 +277,17 @@ impl Writer {
                 answer(p, Ok(()));
             }
         }
-        let need_sync = mode == FsyncMode::Always || planned.iter().any(|p| p.want == Durability::Fsync);
+        let need_sync =
+            mode == FsyncMode::Always || planned.iter().any(|p| p.want == Durability::Fsync);
         if need_sync && !self.sync(unsynced, last_sync) {
             // Never pretend: the unsynced group is cut off and refused.
             let _ = self.active.set_len(at);
             self.active_len = at;
             self.next_lsn = first_lsn;
             self.undo(undo);
-            let err = self.poisoned().unwrap_or(WriteError::Poisoned(String::new()));
+            let err = self
+                .poisoned()
+                .unwrap_or(WriteError::Poisoned(String::new()));
             for p in &mut planned {
                 answer(p, Err(err.clone()));
             }
@@ -340,7 +349,14 @@ impl Writer {
         buf: &mut Vec<u8>,
         undo: &mut Vec<(Box<str>, Option<u64>)>,
         pending_ids: &mut HashMap<u128, u64>,
-    ) -> Result<(WriteOutcome, Vec<(u32, Box<str>, RunLoc, u64)>, Vec<(u32, u128, u64)>), WriteError> {
+    ) -> Result<
+        (
+            WriteOutcome,
+            Vec<(u32, Box<str>, RunLoc, u64)>,
+            Vec<(u32, u128, u64)>,
+        ),
+        WriteError,
+    > {
         let batch = &req.batch;
         let streams = batch.streams();
         if let Some(expected) = req.expected_last_seq {
@@ -394,9 +410,10 @@ impl Writer {
             for (i, ev) in evs.iter().enumerate() {
                 if let Some(id) = ev.id {
                     let key = dedup::key(self.dedup_key, name, id);
-                    let seen = pending_ids.get(&key).copied().or_else(|| {
-                        self.dedup.get(shard as usize).and_then(|t| t.get(key, now))
-                    });
+                    let seen = pending_ids
+                        .get(&key)
+                        .copied()
+                        .or_else(|| self.dedup.get(shard as usize).and_then(|t| t.get(key, now)));
                     if let Some(seq) = seen {
                         outcome.duplicates += 1;
                         dup_seq = Some(seq);
@@ -411,7 +428,9 @@ impl Writer {
                 fresh.push((i, last));
             }
             if fresh.is_empty() {
-                outcome.last_seq.push((name.to_string(), dup_seq.unwrap_or(last)));
+                outcome
+                    .last_seq
+                    .push((name.to_string(), dup_seq.unwrap_or(last)));
                 continue;
             }
             if !undo.iter().any(|(s, _)| &**s == name) {

@@ -60,7 +60,9 @@ fn full_disk_refuses_then_recovers() {
     std::fs::write(&filler, vec![0u8; 256 << 10]).unwrap();
     let mut cfg = StorageConfig::new(mnt.join("data"));
     cfg.shards = Some(2);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let (store, _) = Store::open(cfg.clone()).unwrap();
     let mut acked = 0u64;
     let mut full = None;
@@ -85,6 +87,9 @@ fn full_disk_refuses_then_recovers() {
     store.shutdown();
     drop(store);
     let (store, report) = Store::open(cfg).unwrap();
-    assert_eq!(report.truncated_bytes, 0, "a refused write left bytes behind");
+    assert_eq!(
+        report.truncated_bytes, 0,
+        "a refused write left bytes behind"
+    );
     assert_eq!(store.stream("s").unwrap().last_seq, acked + 20);
 }

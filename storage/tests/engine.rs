@@ -109,14 +109,21 @@ fn write_read_restart_dedup() {
 fn second_open_is_locked_and_shards_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = Store::open(cfg(dir.path())).unwrap();
-    assert!(matches!(Store::open(cfg(dir.path())), Err(OpenError::Locked { .. })));
+    assert!(matches!(
+        Store::open(cfg(dir.path())),
+        Err(OpenError::Locked { .. })
+    ));
     store.shutdown();
     drop(store);
     let mut c = cfg(dir.path());
     c.shards = Some(5);
     assert!(matches!(
         Store::open(c),
-        Err(OpenError::ShardMismatch { recorded: 4, requested: 5, .. })
+        Err(OpenError::ShardMismatch {
+            recorded: 4,
+            requested: 5,
+            ..
+        })
     ));
     let mut c = cfg(dir.path());
     c.shards = None;
@@ -161,7 +168,11 @@ fn filters_ranges_and_many_runs() {
     }
     let got = read_all(&store, "s", all(100_000));
     assert_eq!(got.len(), 500);
-    assert!(got.iter().enumerate().all(|(i, (seq, _, ts))| *seq == i as u64 + 1 && *ts == i as i64));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, (seq, _, ts))| *seq == i as u64 + 1 && *ts == i as i64)
+    );
     let q = ReadQuery {
         from: Some(100),
         to: Some(300),
@@ -171,7 +182,10 @@ fn filters_ranges_and_many_runs() {
         ..Default::default()
     };
     let got = read_all(&store, "s", q);
-    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![151, 152, 153, 154, 155]);
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        vec![151, 152, 153, 154, 155]
+    );
     let mut cur = store.read("s", all(10)).unwrap();
     assert_eq!(cur.next_seq_after_full_read(), 11);
     assert!(cur.next_event().unwrap().is_some());

@@ -1,0 +1,56 @@
+//! `vx-ingest` turns an HTTP request body into a validated [`Batch`]: it picks the decoder from
+//! the `Content-Type`, enforces the body size limit as bytes arrive, and holds the global
+//! in-flight byte budget while a body is being decoded (SPEC §3, §4). It knows nothing of
+//! HTTP types beyond a stream of byte chunks, nor of how shards store data.
+//!
+//! # Layout
+//! - [`media`]: `Content-Type` → [`Format`], and the list of supported types for 415 answers.
+//! - [`budget`]: [`InflightBudget`], the `ingest.max_inflight_bytes` semaphore, and the
+//!   [`InflightPermit`] a decoded batch carries until it is admitted or refused.
+//! - [`body`]: [`decode_body`], which reads a body chunk by chunk and decodes it incrementally.
+
+pub mod body;
+pub mod budget;
+pub mod media;
+
+use vx_proto::InputError;
+
+pub use body::decode_body;
+pub use budget::{InflightBudget, InflightPermit};
+pub use media::{SUPPORTED_TYPES, UnsupportedMediaType, format_for};
+pub use vx_proto::Batch;
+pub use vx_proto::decode::Format;
+
+/// Name of the limit reported when a body is over `ingest.max_body_bytes`.
+pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+
+/// Per-request limits (SPEC §1 `ingest.*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// `ingest.max_body_bytes`: the largest body, counted as it arrives.
+    pub max_body_bytes: u64,
+    /// `ingest.max_event_bytes`: the largest single event; also bounds what a decoder buffers.
+    pub max_event_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 64 << 20,
+            max_event_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Why a body could not be turned into a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The body is bad: malformed, an invalid event, or over a limit (400 / 422 / 413 by
+    /// [`InputError::class`]).
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Reading the body failed (the client went away, or a transport limit cut it off). No
+    /// event of the request is stored; whether anyone is left to answer is the caller's call.
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+}

@@ -1,0 +1,450 @@
+//! The serde side of one event: the field names, and a visitor per field that reads its value
+//! straight from serde_json (borrowing strings where it can) and checks it against its rule
+//! of SPEC §2 as it is read, so that an error names the field.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, Unexpected, Visitor};
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::InputError;
+use crate::event::{
+    Kind, MAX_ENTITY_LEN, MAX_ID_LEN, MAX_STREAM_LEN, MAX_TS, MAX_TYPE_LEN, Num, no_control_chars,
+};
+
+/// The top-level fields of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Field {
+    Stream,
+    Type,
+    Entity,
+    Ts,
+    Kind,
+    Value,
+    Id,
+    Data,
+}
+
+const FIELD_LIST: &str = "stream, type, entity, ts, kind, value, id, data";
+
+impl Field {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Field::Stream => "stream",
+            Field::Type => "type",
+            Field::Entity => "entity",
+            Field::Ts => "ts",
+            Field::Kind => "kind",
+            Field::Value => "value",
+            Field::Id => "id",
+            Field::Data => "data",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Field> {
+        Some(match s {
+            "stream" => Field::Stream,
+            "type" => Field::Type,
+            "entity" => Field::Entity,
+            "ts" => Field::Ts,
+            "kind" => Field::Kind,
+            "value" => Field::Value,
+            "id" => Field::Id,
+            "data" => Field::Data,
+            _ => return None,
+        })
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A string field's text: borrowed from the input, or — when it had escapes — unescaped into
+/// the parser's buffer for that field.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Text<'de> {
+    Borrowed(&'de str),
+    Copied,
+}
+
+impl<'de> Text<'de> {
+    pub(super) fn get<'a>(self, copied: &'a str) -> &'a str
+    where
+        'de: 'a,
+    {
+        match self {
+            Text::Borrowed(s) => s,
+            Text::Copied => copied,
+        }
+    }
+}
+
+/// What the visitor read. `None` is an absent field (or, for optional ones, `null`).
+#[derive(Default)]
+pub(super) struct Fields<'de> {
+    pub(super) stream: Option<Text<'de>>,
+    pub(super) ty: Option<Text<'de>>,
+    pub(super) entity: Option<Text<'de>>,
+    pub(super) id: Option<Text<'de>>,
+    pub(super) ts: Option<i64>,
+    pub(super) kind: Option<Kind>,
+    pub(super) value: Option<Num>,
+    pub(super) data: Option<&'de RawValue>,
+}
+
+/// Buffers for strings that had escapes, one per string field, reused from event to event.
+#[derive(Debug, Default)]
+pub(super) struct Unescaped {
+    pub(super) stream: String,
+    pub(super) ty: String,
+    pub(super) entity: String,
+    pub(super) id: String,
+}
+
+/// What the visitors tell the caller beyond serde_json's error: the field whose value was
+/// being read (to name it in type errors) and errors that serde_json cannot express.
+#[derive(Default)]
+pub(super) struct Ctx {
+    pub(super) field: Option<Field>,
+    pub(super) error: Option<InputError>,
+}
+
+/// `s` for an error message, cut to a readable length.
+fn short(s: &str) -> &str {
+    const MAX: usize = 64;
+    if s.len() <= MAX {
+        return s;
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+pub(super) struct EventVisitor<'p> {
+    pub(super) unescaped: &'p mut Unescaped,
+    pub(super) ctx: &'p mut Ctx,
+}
+
+impl<'de> Visitor<'de> for EventVisitor<'_> {
+    type Value = Fields<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+        let EventVisitor { unescaped, ctx } = self;
+        let mut f = Fields::default();
+        let mut seen = 0u8;
+        while let Some(key) = map.next_key_seed(KeySeed { ctx: &mut *ctx })? {
+            if seen & key.bit() != 0 {
+                ctx.error = Some(InputError::invalid(
+                    key.name(),
+                    format!("duplicate field \"{}\"", key.name()),
+                ));
+                return Err(de::Error::custom("duplicate field"));
+            }
+            seen |= key.bit();
+            ctx.field = Some(key);
+            match key {
+                Field::Stream => {
+                    f.stream = map.next_value_seed(TextSeed {
+                        buf: &mut unescaped.stream,
+                        rule: Rule::Stream,
+                    })?;
+                }
+                Field::Type => {
+                    f.ty = map.next_value_seed(TextSeed {
+                        buf: &mut unescaped.ty,
+                        rule: Rule::Type,
+                    })?;
+                }
+                Field::Entity => {
+                    f.entity = map.next_value_seed(TextSeed {
+                        buf: &mut unescaped.entity,
+                        rule: Rule::Entity,
+                    })?;
+                }
+                Field::Id => {
+                    f.id = map.next_value_seed(TextSeed {
+                        buf: &mut unescaped.id,
+                        rule: Rule::Id,
+                    })?;
+                }
+                Field::Ts => f.ts = map.next_value_seed(TsSeed)?,
+                Field::Kind => f.kind = map.next_value_seed(KindSeed)?,
+                Field::Value => f.value = map.next_value_seed(ValueSeed)?,
+                Field::Data => f.data = Some(map.next_value::<&'de RawValue>()?),
+            }
+            ctx.field = None;
+        }
+        Ok(f)
+    }
+}
+
+/// A field name; an unknown one is recorded in the context (serde_json's error could not
+/// carry the name as a separate detail).
+struct KeySeed<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Field;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Field, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeySeed<'_> {
+    type Value = Field;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+        match Field::from_name(v) {
+            Some(f) => Ok(f),
+            None => {
+                let name = short(v);
+                self.ctx.error = Some(InputError::invalid(
+                    name,
+                    format!("unknown field {name:?}; expected one of {FIELD_LIST}"),
+                ));
+                Err(E::custom("unknown field"))
+            }
+        }
+    }
+}
+
+/// Which string rule of SPEC §2 a string field follows.
+#[derive(Clone, Copy)]
+enum Rule {
+    Stream,
+    Type,
+    Entity,
+    Id,
+}
+
+impl Rule {
+    fn check(self, s: &str) -> Result<(), String> {
+        let (max, may_be_empty) = match self {
+            Rule::Stream => (MAX_STREAM_LEN, false),
+            Rule::Type => (MAX_TYPE_LEN, false),
+            Rule::Entity => (MAX_ENTITY_LEN, true),
+            Rule::Id => (MAX_ID_LEN, false),
+        };
+        if s.is_empty() && !may_be_empty {
+            return Err("must not be empty".into());
+        }
+        if s.len() > max {
+            return Err(format!("must be at most {max} bytes, got {}", s.len()));
+        }
+        match self {
+            Rule::Type => {
+                let ok = s
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+                if !ok {
+                    return Err(format!(
+                        "may only contain the characters A-Z a-z 0-9 _ . : -, got {:?}",
+                        short(s)
+                    ));
+                }
+            }
+            _ => {
+                // Printable ASCII, the common case, is checked a word at a time.
+                let printable_ascii = s.bytes().all(|b| (0x20..0x7f).contains(&b));
+                if !printable_ascii && !no_control_chars(s) {
+                    return Err("must not contain control characters".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn nullable(self) -> bool {
+        matches!(self, Rule::Entity | Rule::Id)
+    }
+}
+
+struct TextSeed<'b> {
+    buf: &'b mut String,
+    rule: Rule,
+}
+
+impl<'de> DeserializeSeed<'de> for TextSeed<'_> {
+    type Value = Option<Text<'de>>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextSeed<'_> {
+    type Value = Option<Text<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        self.rule.check(v).map_err(E::custom)?;
+        Ok(Some(Text::Borrowed(v)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        self.rule.check(v).map_err(E::custom)?;
+        self.buf.clear();
+        self.buf.push_str(v);
+        Ok(Some(Text::Copied))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        if self.rule.nullable() {
+            Ok(None)
+        } else {
+            Err(E::invalid_type(Unexpected::Unit, &self))
+        }
+    }
+}
+
+struct TsSeed;
+
+impl<'de> DeserializeSeed<'de> for TsSeed {
+    type Value = Option<i64>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for TsSeed {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("integer milliseconds since the Unix epoch or an RFC 3339 string")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        if v < MAX_TS as u64 {
+            Ok(Some(v as i64))
+        } else {
+            Err(E::custom(format!(
+                "must be below 2^53 milliseconds, got {v}"
+            )))
+        }
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        if v < 0 {
+            Err(E::custom(format!("must not be negative, got {v}")))
+        } else {
+            self.visit_u64(v as u64)
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Err(E::custom(format!(
+            "must be whole milliseconds (an integer) or an RFC 3339 string, got {v}"
+        )))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        let t = OffsetDateTime::parse(v, &Rfc3339).map_err(|e| {
+            E::custom(format!(
+                "must be integer milliseconds or an RFC 3339 timestamp; {:?} is neither ({e})",
+                short(v)
+            ))
+        })?;
+        // Truncation to the millisecond: floor, which equals truncation for ts ≥ 0.
+        let ms = t.unix_timestamp_nanos().div_euclid(1_000_000);
+        if (0..i128::from(MAX_TS)).contains(&ms) {
+            Ok(Some(ms as i64))
+        } else {
+            Err(E::custom(format!(
+                "{:?} is outside 1970-01-01T00:00:00Z up to 2^53 ms",
+                short(v)
+            )))
+        }
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+struct KindSeed;
+
+impl<'de> DeserializeSeed<'de> for KindSeed {
+    type Value = Option<Kind>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for KindSeed {
+    type Value = Option<Kind>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("one of \"event\", \"counter\", \"gauge\"")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        match Kind::parse(v) {
+            Some(k) => Ok(Some(k)),
+            None => Err(E::custom(format!(
+                "must be one of \"event\", \"counter\", \"gauge\", got {:?}",
+                short(v)
+            ))),
+        }
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+struct ValueSeed;
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Option<Num>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for ValueSeed {
+    type Value = Option<Num>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a number")
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(Num::Int(v)))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(match i64::try_from(v) {
+            Ok(i) => Num::Int(i),
+            Err(_) => Num::Float(v as f64),
+        }))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(Num::Float(v)))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
