@@ -1,0 +1,413 @@
+//! Loading the configuration in layers (defaults < file < env < CLI) and validating it.
+
+use super::keys::{self, FILE_ONLY, KEYS};
+use super::{Config, FsyncSetting, LogFormat};
+use serde::Deserializer;
+use serde::de::{self, Visitor};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Values given as `veltrix serve` flags: the top layer. `None` means "not given", so a lower
+/// layer's value stands (in particular `--shards`: only an explicit count can conflict with
+/// the one recorded in the data dir).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub uds: Option<PathBuf>,
+    pub frames_listen: Option<String>,
+    pub frames_uds: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub shards: Option<u32>,
+    pub fsync: Option<FsyncSetting>,
+    pub log_format: Option<LogFormat>,
+    pub repair: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {}, line {line}: unknown key `{key}` (expected one of: {expected})", path.display())]
+    UnknownKey {
+        path: PathBuf,
+        line: u64,
+        key: String,
+        expected: String,
+    },
+    #[error("config file {}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("env {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Env vars that belong to the process rather than to a key.
+const NON_KEY_ENV: &[&str] = &["VX_CONFIG", "VX_LOG"];
+
+/// The `VX_*` variables of this process, lossily decoded (a non-UTF-8 value then fails to
+/// parse with a clear message instead of panicking in `std::env::vars`).
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.to_string_lossy().into_owned();
+            k.starts_with("VX_")
+                .then(|| (k, v.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
+/// Build the configuration from its layers. Returns it with warnings to log once logging is up
+/// (logging itself depends on `log.format`).
+pub fn load(
+    file: Option<&Path>,
+    env: &[(String, String)],
+    cli: &Overrides,
+) -> Result<(Config, Vec<String>), ConfigError> {
+    let mut warnings = Vec::new();
+    let mut cfg = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            parse_file(path, &text)?
+        }
+        None => Config::default(),
+    };
+
+    let mut env: Vec<&(String, String)> =
+        env.iter().filter(|(k, _)| k.starts_with("VX_")).collect();
+    env.sort();
+    for (var, value) in env {
+        if NON_KEY_ENV.contains(&var.as_str()) {
+            continue;
+        }
+        match KEYS.iter().find(|k| k.env() == *var) {
+            Some(k) => keys::set(&mut cfg, k.name, value).map_err(|message| ConfigError::Env {
+                var: var.clone(),
+                message,
+            })?,
+            None => match FILE_ONLY.iter().find(|(name, _)| {
+                format!("VX_{}", name.replace('.', "_").to_ascii_uppercase()) == *var
+            }) {
+                Some((name, _)) => warnings.push(format!(
+                    "ignoring env {var}: {name} is a list and can only be set in the config file"
+                )),
+                None => warnings.push(format!("ignoring unknown env var {var}")),
+            },
+        }
+    }
+
+    apply_cli(&mut cfg, cli);
+    validate(&cfg)?;
+    warnings.extend(not_yet_warnings(&cfg));
+    Ok((cfg, warnings))
+}
+
+fn apply_cli(cfg: &mut Config, cli: &Overrides) {
+    let s = &mut cfg.server;
+    if let Some(v) = &cli.listen {
+        s.listen = v.clone();
+    }
+    if let Some(v) = &cli.uds {
+        s.uds = Some(v.clone());
+    }
+    if let Some(v) = &cli.frames_listen {
+        s.frames_listen = Some(v.clone());
+    }
+    if let Some(v) = &cli.frames_uds {
+        s.frames_uds = Some(v.clone());
+    }
+    if let Some(v) = &cli.data_dir {
+        cfg.storage.data_dir = v.clone();
+    }
+    if let Some(v) = cli.shards {
+        cfg.storage.shards = Some(v);
+    }
+    if let Some(v) = cli.fsync {
+        cfg.storage.fsync = v;
+    }
+    if let Some(v) = cli.log_format {
+        cfg.log.format = v;
+    }
+    cfg.repair = cli.repair;
+}
+
+/// Parse the YAML text of the config file at `path`.
+pub fn parse_file(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    serde_saphyr::from_str::<Config>(text).map_err(|e| match e.without_snippet() {
+        serde_saphyr::Error::SerdeUnknownField {
+            field,
+            expected,
+            location,
+        } => {
+            let known_line = Some(location.line()).filter(|l| *l > 0);
+            let line = known_line
+                .or_else(|| find_key_line(text, field))
+                .unwrap_or(0);
+            let key = match line_parents(text, line) {
+                parents if parents.is_empty() => field.clone(),
+                parents => format!("{}.{field}", parents.join(".")),
+            };
+            ConfigError::UnknownKey {
+                path: path.to_path_buf(),
+                line,
+                key,
+                expected: expected.join(", "),
+            }
+        }
+        other => {
+            // Without the snippet, which names the input `<input>`: the path says more.
+            let message = other.to_string();
+            let first = message.lines().next().unwrap_or_default();
+            ConfigError::File {
+                path: path.to_path_buf(),
+                message: first.strip_prefix("error: ").unwrap_or(first).to_string(),
+            }
+        }
+    })
+}
+
+/// Fallback when the parser gives no location: the first line whose key is `key`.
+fn find_key_line(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .position(|l| line_key(l).is_some_and(|(_, k)| k == key))
+        .and_then(|i| u64::try_from(i + 1).ok())
+}
+
+/// `(indent, key)` of a block-mapping line such as `  queue_capacity: 3` or `- name: x`.
+fn line_key(line: &str) -> Option<(usize, &str)> {
+    let indent = line.len() - line.trim_start().len();
+    let mut rest = line.trim_start();
+    let mut indent = indent;
+    while let Some(r) = rest.strip_prefix("- ") {
+        indent += rest.len() - r.trim_start().len();
+        rest = r.trim_start();
+    }
+    if rest.starts_with('#') {
+        return None;
+    }
+    let (key, _) = rest.split_once(':')?;
+    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+    (!key.is_empty() && !key.contains(' ')).then_some((indent, key))
+}
+
+/// The keys of the enclosing block mappings of the 1-based `line`, outermost first
+/// (`["ingest"]` for a key under `ingest:`). Best effort: block style only.
+fn line_parents(text: &str, line: u64) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(idx) = usize::try_from(line).ok().and_then(|l| l.checked_sub(1)) else {
+        return Vec::new();
+    };
+    let Some(mut indent) = lines
+        .get(idx)
+        .map(|l| line_key(l).map_or(l.len() - l.trim_start().len(), |(i, _)| i))
+    else {
+        return Vec::new();
+    };
+    let mut parents = Vec::new();
+    for l in lines.iter().take(idx).rev() {
+        if indent == 0 {
+            break;
+        }
+        let Some((i, k)) = line_key(l) else { continue };
+        let own = l.len() - l.trim_start().len();
+        // A `- key:` item line at the same depth as our key belongs to the same list item.
+        if i < indent && own < indent {
+            parents.push(k.to_string());
+            indent = own;
+        }
+    }
+    parents.reverse();
+    parents
+}
+
+/// Parse an octal permission string such as `"0660"` or `"660"`.
+pub fn parse_octal_mode(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let t = t.strip_prefix("0o").unwrap_or(t);
+    match u32::from_str_radix(t, 8) {
+        Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
+        _ => Err(format!("{s:?} is not an octal file mode such as \"0660\"")),
+    }
+}
+
+/// `deserialize_with` for `server.uds_mode`: a quoted octal string only.
+pub fn octal_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    struct ModeVisitor;
+    impl Visitor<'_> for ModeVisitor {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a quoted octal mode such as \"0660\"")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u32, E> {
+            parse_octal_mode(v).map_err(E::custom)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
+            Err(E::custom(format!(
+                "write the mode as a quoted octal string such as \"0{v}\" (YAML reads an \
+                 unquoted number as decimal)"
+            )))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
+            Err(E::custom(format!(
+                "write the mode as a quoted octal string, not {v}"
+            )))
+        }
+    }
+    d.deserialize_any(ModeVisitor)
+}
+
+const MAX_SHARDS: u32 = 65_536;
+
+/// Range checks that no single key can express.
+pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
+    let bad = |m: String| Err(ConfigError::Invalid(m));
+    let i = &cfg.ingest;
+    if cfg.server.listen.trim().is_empty() {
+        return bad("server.listen must not be empty".into());
+    }
+    if !(i.low_water > 0.0 && i.low_water < i.high_water && i.high_water <= 1.0) {
+        return bad(format!(
+            "need 0 < ingest.low_water < ingest.high_water <= 1, got low_water {} and high_water {}",
+            i.low_water, i.high_water
+        ));
+    }
+    if i.queue_capacity == 0 {
+        return bad("ingest.queue_capacity must be at least 1".into());
+    }
+    if let Some(n) = cfg.storage.shards
+        && !(1..=MAX_SHARDS).contains(&n)
+    {
+        return bad(format!(
+            "storage.shards must be between 1 and {MAX_SHARDS}, got {n}"
+        ));
+    }
+    for (name, v) in [
+        ("ingest.max_queued_bytes", i.max_queued_bytes),
+        ("ingest.max_inflight_bytes", i.max_inflight_bytes),
+        ("ingest.max_body_bytes", i.max_body_bytes),
+        ("ingest.max_event_bytes", i.max_event_bytes),
+        ("ingest.dedup_memory", i.dedup_memory),
+        ("storage.max_streams", cfg.storage.max_streams),
+    ] {
+        if v == 0 {
+            return bad(format!("{name} must be at least 1"));
+        }
+    }
+    if i.max_event_bytes > i.max_body_bytes {
+        return bad(format!(
+            "ingest.max_event_bytes ({}) must not exceed ingest.max_body_bytes ({})",
+            i.max_event_bytes, i.max_body_bytes
+        ));
+    }
+    if i.max_inflight_bytes < i.max_body_bytes {
+        // A body of the maximum size could never get its decoding budget.
+        return bad(format!(
+            "ingest.max_inflight_bytes ({}) must be at least ingest.max_body_bytes ({})",
+            i.max_inflight_bytes, i.max_body_bytes
+        ));
+    }
+    if cfg.storage.segment_bytes < 64 << 10 {
+        return bad(format!(
+            "storage.segment_bytes must be at least 64KiB, got {}",
+            cfg.storage.segment_bytes
+        ));
+    }
+    if cfg.storage.fsync == FsyncSetting::Interval && cfg.storage.fsync_interval_ms == 0 {
+        return bad("storage.fsync_interval_ms must be at least 1 with fsync: interval".into());
+    }
+    if cfg.server.uds_mode > 0o777 {
+        return bad(format!(
+            "server.uds_mode {:o} has bits beyond 0777",
+            cfg.server.uds_mode
+        ));
+    }
+    validate_features(cfg)?;
+    validate_tokens(cfg)
+}
+
+fn validate_features(cfg: &Config) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::new();
+    for f in &cfg.features {
+        let bad = |m: String| Err(ConfigError::Invalid(format!("feature {:?}: {m}", f.name)));
+        if !vx_proto::event::valid_type(&f.name) {
+            return bad("name must be 1-128 bytes of [A-Za-z0-9_.:-]".into());
+        }
+        if vx_proto::event::reserved_feature_name(&f.name) {
+            return bad("the name clashes with a built-in feature (events, last_ts)".into());
+        }
+        if !seen.insert(f.name.as_str()) {
+            return bad("declared twice".into());
+        }
+        if !vx_proto::event::valid_type(&f.from) {
+            return bad(format!("from {:?} is not a valid event type", f.from));
+        }
+        if let Some(w) = f.window
+            && !(Duration::from_secs(1)..=Duration::from_secs(30 * 86_400)).contains(&w)
+        {
+            return bad("window must be between 1s and 30d".into());
+        }
+        if f.ttl.is_some_and(|t| t.is_zero()) {
+            return bad("ttl must be positive".into());
+        }
+    }
+    Ok(())
+}
+
+fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashSet::new();
+    for (n, t) in cfg.auth.tokens.iter().enumerate() {
+        if t.token.trim().is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "auth.tokens[{n}]: empty token"
+            )));
+        }
+        if t.scopes.is_empty() {
+            return Err(ConfigError::Invalid(format!("auth.tokens[{n}]: no scopes")));
+        }
+        if !seen.insert(t.token.as_str()) {
+            return Err(ConfigError::Invalid(format!(
+                "auth.tokens[{n}]: duplicate token"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Keys that are accepted now but act in a later release: say so rather than ignore them.
+fn not_yet_warnings(cfg: &Config) -> Vec<String> {
+    let mut w = Vec::new();
+    let later = |key: &str| format!("{key} is set, but it takes effect in a later release");
+    if cfg.server.frames_listen.is_some() {
+        w.push(format!(
+            "{} (binary frames arrive in a later release; not listening)",
+            later("server.frames_listen")
+        ));
+    }
+    if cfg.server.frames_uds.is_some() {
+        w.push(format!(
+            "{} (binary frames arrive in a later release; not listening)",
+            later("server.frames_uds")
+        ));
+    }
+    if cfg.retention.max_age.is_some() {
+        w.push(later("retention.max_age"));
+    }
+    if cfg.retention.max_bytes.is_some() {
+        w.push(later("retention.max_bytes"));
+    }
+    if !cfg.features.is_empty() {
+        w.push(later("features"));
+    }
+    if cfg.telemetry.otlp_endpoint.is_some() {
+        w.push(later("telemetry.otlp_endpoint"));
+    }
+    w
+}

@@ -1,0 +1,446 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::keys::{self, KEYS};
+use super::load::{parse_file, validate};
+use super::units::{format_duration, format_size, parse_duration, parse_size};
+use super::*;
+use std::io::Write;
+use std::path::Path;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn defaults_are_the_spec_ones() {
+    let (c, warnings) = load(None, &[], &Overrides::default()).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.server.listen, "127.0.0.1:7100");
+    assert_eq!(c.server.uds_mode, 0o660);
+    assert_eq!(c.server.shutdown_timeout, Duration::from_secs(30));
+    assert_eq!(c.storage.data_dir, Path::new("./veltrix-data"));
+    assert_eq!(
+        c.storage.shards, None,
+        "None lets the data dir's recorded count apply"
+    );
+    assert_eq!(c.storage.fsync, FsyncSetting::Always);
+    assert_eq!(c.storage.fsync_interval_ms, 100);
+    assert_eq!(c.storage.segment_bytes, 128 << 20);
+    assert_eq!(c.ingest.queue_capacity, 8192);
+    assert_eq!(c.ingest.high_water, 0.9);
+    assert_eq!(c.ingest.low_water, 0.75);
+    assert_eq!(c.ingest.max_queued_bytes, 512 << 20);
+    assert_eq!(c.ingest.max_inflight_bytes, 512 << 20);
+    assert_eq!(c.ingest.max_body_bytes, 64 << 20);
+    assert_eq!(c.ingest.max_event_bytes, 1 << 20);
+    assert_eq!(c.ingest.dedup_window, Duration::from_secs(600));
+    assert_eq!(c.ingest.dedup_memory, 64 << 20);
+    assert_eq!(c.log.format, LogFormat::Pretty);
+    assert!(c.features.is_empty() && c.auth.tokens.is_empty());
+    let s = c.storage_config();
+    assert_eq!(s.shards, None);
+    assert_eq!(s.fsync, vx_storage::FsyncMode::Always);
+}
+
+#[test]
+fn layers_file_then_env_then_flags() {
+    let f = file(
+        "server:\n  listen: 0.0.0.0:1\n  shutdown_timeout: 5s\n\
+         ingest:\n  queue_capacity: 10\n  max_body_bytes: 2MiB\n\
+         storage:\n  fsync: never\n  shards: 4\n",
+    );
+    let e = env(&[
+        ("VX_INGEST_QUEUE_CAPACITY", "20"),
+        ("VX_SERVER_LISTEN", "127.0.0.1:2"),
+        ("VX_STORAGE_FSYNC", "interval"),
+    ]);
+    let cli = Overrides {
+        listen: Some("127.0.0.1:3".into()),
+        ..Overrides::default()
+    };
+    let (c, _) = load(Some(f.path()), &e, &cli).unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:3", "flag beats env");
+    assert_eq!(c.ingest.queue_capacity, 20, "env beats file");
+    assert_eq!(c.storage.fsync, FsyncSetting::Interval, "env beats file");
+    assert_eq!(c.storage.shards, Some(4), "file beats default");
+    assert_eq!(c.server.shutdown_timeout, Duration::from_secs(5));
+    assert_eq!(c.ingest.max_body_bytes, 2 << 20);
+    assert_eq!(
+        c.ingest.high_water, 0.9,
+        "untouched keys keep their default"
+    );
+
+    let cli = Overrides {
+        shards: Some(8),
+        fsync: Some(FsyncSetting::Always),
+        log_format: Some(LogFormat::Json),
+        repair: true,
+        ..Overrides::default()
+    };
+    let (c, _) = load(Some(f.path()), &e, &cli).unwrap();
+    assert_eq!(c.storage.shards, Some(8));
+    assert_eq!(c.storage.fsync, FsyncSetting::Always);
+    assert_eq!(c.log.format, LogFormat::Json);
+    assert!(c.repair && c.storage_config().repair);
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let f =
+        file("server:\n  listen: 127.0.0.1:1\ningest:\n  high_water: 0.8\n  queue_capacit: 3\n");
+    let err = load(Some(f.path()), &[], &Overrides::default()).unwrap_err();
+    match &err {
+        ConfigError::UnknownKey {
+            path, line, key, ..
+        } => {
+            assert_eq!(path, f.path());
+            assert_eq!(*line, 5);
+            assert_eq!(key, "ingest.queue_capacit");
+        }
+        other => panic!("wrong error {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains(&f.path().display().to_string()), "{msg}");
+    assert!(
+        msg.contains("line 5") && msg.contains("ingest.queue_capacit"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("queue_capacity"),
+        "lists the expected keys: {msg}"
+    );
+}
+
+#[test]
+fn unknown_top_level_and_nested_list_keys() {
+    let p = Path::new("c.yaml");
+    match parse_file(p, "# comment\nbogus: 1\n").unwrap_err() {
+        ConfigError::UnknownKey { line, key, .. } => assert_eq!((line, key.as_str()), (2, "bogus")),
+        other => panic!("{other:?}"),
+    }
+    let text = "features:\n  - name: dmg\n    from: damage\n    agg: sum\n    windw: 5m\n";
+    match parse_file(p, text).unwrap_err() {
+        ConfigError::UnknownKey { line, key, .. } => {
+            assert_eq!((line, key.as_str()), (5, "features.windw"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = "auth:\n  tokens:\n    - token: abc\n      scopes: [read]\n      scope: x\n";
+    match parse_file(p, text).unwrap_err() {
+        ConfigError::UnknownKey { line, key, .. } => {
+            assert_eq!((line, key.as_str()), (5, "auth.tokens.scope"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn type_errors_name_the_file_and_line() {
+    let msg = parse_file(Path::new("x.yaml"), "ingest:\n  queue_capacity: lots\n")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("x.yaml") && msg.contains("line 2"), "{msg}");
+    let msg = parse_file(Path::new("x.yaml"), "ingest:\n  dedup_window: 10\n")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("needs a unit"), "{msg}");
+}
+
+#[test]
+fn empty_file_and_empty_sections_are_defaults() {
+    let p = Path::new("c.yaml");
+    assert_eq!(parse_file(p, "").unwrap(), Config::default());
+    assert_eq!(parse_file(p, "# nothing\n").unwrap(), Config::default());
+    assert_eq!(
+        parse_file(p, "server:\ningest:\n").unwrap(),
+        Config::default()
+    );
+}
+
+#[test]
+fn full_file_parses() {
+    let text = r#"
+server:
+  listen: "127.0.0.1:0"
+  uds: /tmp/vx.sock
+  uds_mode: "0600"
+  shutdown_timeout: 500ms
+storage:
+  data_dir: /var/lib/veltrix
+  fsync: interval
+  fsync_interval_ms: 50
+  segment_bytes: 64MiB
+  max_streams: 1000
+  max_feature_bytes: 1GiB
+ingest:
+  max_queued_bytes: 1048576
+  dedup_window: 1h
+  dedup_memory: 8 MiB
+retention:
+  max_age: 30d
+  max_bytes: 10GiB
+features:
+  - {name: damage_5m, from: damage, agg: sum, window: 5m}
+  - name: seen
+    from: login
+    agg: distinct
+    ttl: 1d
+auth:
+  tokens:
+    - {token: s3cret, scopes: [ingest, read]}
+telemetry:
+  otlp_endpoint: http://localhost:4317
+log:
+  format: json
+"#;
+    let c = parse_file(Path::new("c.yaml"), text).unwrap();
+    validate(&c).unwrap();
+    assert_eq!(c.server.uds_mode, 0o600);
+    assert_eq!(c.server.shutdown_timeout, Duration::from_millis(500));
+    assert_eq!(c.storage.fsync_interval_ms, 50);
+    assert_eq!(c.storage.segment_bytes, 64 << 20);
+    assert_eq!(c.storage.max_feature_bytes, 1 << 30);
+    assert_eq!(c.ingest.max_queued_bytes, 1 << 20);
+    assert_eq!(c.ingest.dedup_window, Duration::from_secs(3600));
+    assert_eq!(c.ingest.dedup_memory, 8 << 20);
+    assert_eq!(c.retention.max_age, Some(Duration::from_secs(30 * 86_400)));
+    assert_eq!(c.retention.max_bytes, Some(10 << 30));
+    assert_eq!(c.features.len(), 2);
+    assert_eq!(c.features[0].agg, Agg::Sum);
+    assert_eq!(c.features[0].window, Some(Duration::from_secs(300)));
+    assert_eq!(c.features[1].ttl, Some(Duration::from_secs(86_400)));
+    assert_eq!(c.auth.tokens[0].scopes, vec![Scope::Ingest, Scope::Read]);
+    assert!(!format!("{:?}", c.auth.tokens[0]).contains("s3cret"));
+    assert_eq!(c.log.format, LogFormat::Json);
+}
+
+#[test]
+fn uds_mode_must_be_a_quoted_octal_string() {
+    let p = Path::new("c.yaml");
+    let msg = parse_file(p, "server:\n  uds_mode: 0660\n")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("quoted octal"), "{msg}");
+    assert!(parse_file(p, "server:\n  uds_mode: \"0999\"\n").is_err());
+    let mut c = Config::default();
+    keys::set(&mut c, "server.uds_mode", "0640").unwrap();
+    assert_eq!(c.server.uds_mode, 0o640);
+}
+
+#[test]
+fn durations_and_sizes() {
+    assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+    assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+    assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+    assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+    assert_eq!(
+        parse_duration("30d").unwrap(),
+        Duration::from_secs(30 * 86_400)
+    );
+    assert_eq!(parse_duration(" 0 ").unwrap(), Duration::ZERO);
+    for bad in ["10", "s", "1.5s", "10y", "-1s", ""] {
+        assert!(parse_duration(bad).is_err(), "{bad}");
+    }
+    assert_eq!(parse_size("123").unwrap(), 123);
+    assert_eq!(parse_size("4KiB").unwrap(), 4096);
+    assert_eq!(parse_size("64 MiB").unwrap(), 64 << 20);
+    assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+    assert_eq!(parse_size("1TiB").unwrap(), 1 << 40);
+    assert!(parse_size("10MB").unwrap_err().contains("KiB, MiB"));
+    assert!(parse_size("99999999999TiB").is_err());
+    assert!(parse_size("x").is_err());
+    assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    assert_eq!(format_size(64 << 20), "64MiB");
+    assert_eq!(format_size(1000), "1000");
+}
+
+#[test]
+fn env_warnings_and_errors() {
+    let e = env(&[
+        ("VX_CONFIG", "/nonexistent-is-read-by-the-cli-not-here"),
+        ("VX_LOG", "debug"),
+        ("VX_INGEST_QUEUE_CAPACITYY", "1"),
+        ("VX_AUTH_TOKENS", "x"),
+        ("PATH", "/bin"),
+    ]);
+    let (_, warnings) = load(None, &e, &Overrides::default()).unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("VX_INGEST_QUEUE_CAPACITYY"))
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("VX_AUTH_TOKENS") && w.contains("file"))
+    );
+
+    let err = load(
+        None,
+        &env(&[("VX_INGEST_HIGH_WATER", "lots")]),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("VX_INGEST_HIGH_WATER"), "{err}");
+
+    // An empty value unsets an optional key.
+    let (c, _) = load(
+        None,
+        &env(&[("VX_STORAGE_SHARDS", ""), ("VX_RETENTION_MAX_AGE", "7d")]),
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(c.storage.shards, None);
+    assert_eq!(c.retention.max_age, Some(Duration::from_secs(7 * 86_400)));
+}
+
+#[test]
+fn later_release_keys_warn() {
+    let cli = Overrides {
+        frames_listen: Some("127.0.0.1:7101".into()),
+        ..Overrides::default()
+    };
+    let (_, warnings) = load(None, &[], &cli).unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("server.frames_listen") && w.contains("later release")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn validation_catches_bad_ranges() {
+    let bad = |edit: &dyn Fn(&mut Config), needle: &str| {
+        let mut c = Config::default();
+        edit(&mut c);
+        let msg = validate(&c).unwrap_err().to_string();
+        assert!(msg.contains(needle), "{msg} lacks {needle}");
+    };
+    bad(&|c| c.ingest.low_water = 0.95, "low_water");
+    bad(&|c| c.ingest.low_water = 0.0, "low_water");
+    bad(&|c| c.ingest.high_water = 1.5, "high_water");
+    bad(&|c| c.storage.shards = Some(0), "storage.shards");
+    bad(&|c| c.ingest.queue_capacity = 0, "queue_capacity");
+    bad(&|c| c.ingest.max_event_bytes = 128 << 20, "max_event_bytes");
+    bad(
+        &|c| c.ingest.max_inflight_bytes = 1 << 20,
+        "max_inflight_bytes",
+    );
+    bad(
+        &|c| {
+            c.storage.fsync = FsyncSetting::Interval;
+            c.storage.fsync_interval_ms = 0;
+        },
+        "fsync_interval_ms",
+    );
+    bad(
+        &|c| {
+            c.features.push(FeatureDecl {
+                name: "events".into(),
+                from: "x".into(),
+                agg: Agg::Count,
+                window: None,
+                ttl: None,
+            });
+        },
+        "built-in",
+    );
+    bad(
+        &|c| {
+            c.features.push(FeatureDecl {
+                name: "f".into(),
+                from: "x".into(),
+                agg: Agg::Count,
+                window: Some(Duration::from_millis(10)),
+                ttl: None,
+            });
+        },
+        "window",
+    );
+    bad(
+        &|c| {
+            c.auth.tokens.push(TokenDecl {
+                token: "t".into(),
+                scopes: vec![],
+            });
+        },
+        "no scopes",
+    );
+}
+
+#[test]
+fn every_key_round_trips_and_is_documented() {
+    let defaults = Config::default();
+    let docs = include_str!("../../docs/CONFIG.md");
+    let help = keys::help_table();
+    let mut envs = std::collections::HashSet::new();
+    for k in KEYS {
+        let v = keys::get(&defaults, k.name).unwrap_or_else(|| panic!("no getter for {}", k.name));
+        let mut c = Config::default();
+        keys::set(&mut c, k.name, &v).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        assert_eq!(c, defaults, "{} does not round-trip through {v:?}", k.name);
+        assert!(envs.insert(k.env()), "duplicate env {}", k.env());
+        assert!(
+            docs.contains(&format!("`{}`", k.name)),
+            "CONFIG.md lacks {}",
+            k.name
+        );
+        assert!(docs.contains(&k.env()), "CONFIG.md lacks {}", k.env());
+        assert!(
+            help.contains(k.name) && help.contains(&k.env()),
+            "--help lacks {}",
+            k.name
+        );
+    }
+    for (name, _) in keys::FILE_ONLY {
+        assert!(docs.contains(&format!("`{name}`")) && help.contains(name));
+    }
+    assert!(keys::set(&mut Config::default(), "nope.key", "1").is_err());
+}
+
+#[test]
+fn serve_help_lists_the_keys_with_defaults() {
+    let mut cmd = crate::cli::command();
+    let serve = cmd.find_subcommand_mut("serve").unwrap();
+    let help = serve.render_long_help().to_string();
+    for needle in [
+        "--listen",
+        "--uds",
+        "--frames-listen",
+        "--frames-uds",
+        "--data-dir",
+        "--shards",
+        "--fsync",
+        "--log-format",
+        "--config",
+        "--repair",
+        "ingest.queue_capacity",
+        "8192",
+        "VX_INGEST_QUEUE_CAPACITY",
+        "127.0.0.1:7100",
+    ] {
+        assert!(help.contains(needle), "serve --help lacks {needle}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn sizes_and_durations_round_trip(n in 0u64..(1 << 50), ms in 0u64..(1 << 40)) {
+        proptest::prop_assert_eq!(parse_size(&format_size(n)).unwrap(), n);
+        let d = Duration::from_millis(ms);
+        proptest::prop_assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
+    }
+}

@@ -1,0 +1,228 @@
+//! Ingest (SPEC §3): `POST /v1/events`. Headers are checked first (content type, encoding,
+//! durability, conditional write), then the body is decoded incrementally by `vx_ingest` under
+//! the in-flight byte budget, then the batch goes through the router's atomic admission to
+//! the log. Every answer, success or error, carries `X-Vx-Queue-Fill`.
+
+use super::AppError;
+use super::guard::QUEUE_FILL;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use vx_router::{Submit, SubmitError};
+use vx_storage::{Durability, WriteOutcome};
+
+const DURABILITY: &str = "x-vx-durability";
+const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";
+
+/// `last_seq` as a JSON object in first-appearance order.
+struct LastSeq<'a>(&'a [(String, u64)]);
+
+impl Serialize for LastSeq<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (stream, seq) in self.0 {
+            map.serialize_entry(stream, seq)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Stored<'a> {
+    accepted: u64,
+    duplicates: u64,
+    last_seq: LastSeq<'a>,
+    durability: &'static str,
+}
+
+fn queue_fill(fill: f64) -> HeaderValue {
+    let fill = if fill.is_finite() {
+        fill.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    HeaderValue::from_str(&format!("{fill:.2}")).unwrap_or(HeaderValue::from_static("0.00"))
+}
+
+fn with_fill(mut resp: Response, fill: f64) -> Response {
+    resp.headers_mut().insert(QUEUE_FILL, queue_fill(fill));
+    resp
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The metrics label of a decoder format.
+fn format_label(format: vx_ingest::Format) -> &'static str {
+    format.as_str()
+}
+
+/// What the headers ask for, checked before a byte of the body is read.
+struct Request {
+    format: vx_ingest::Format,
+    durability: Option<Durability>,
+    expected_last_seq: Option<u64>,
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, AppError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map(str::trim)
+                .map_err(|_| AppError::bad_request(format!("header {name} is not ASCII")))
+        })
+        .transpose()
+}
+
+fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
+    // A Content-Type that is not even ASCII is unsupported, like any other unknown type.
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not ASCII)"));
+    let format = vx_ingest::format_for(content_type)
+        .map_err(|e| AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_TYPES))?;
+    if let Some(enc) = header_str(headers, CONTENT_ENCODING.as_str())?
+        && !enc.eq_ignore_ascii_case("identity")
+    {
+        return Err(AppError::unsupported_media_type(
+            format!(
+                "unsupported Content-Encoding {enc:?} (compressed bodies arrive in a later release)"
+            ),
+            &["identity"],
+        ));
+    }
+    let durability = match header_str(headers, DURABILITY)? {
+        None => None,
+        Some(v) => Some(Durability::parse(&v.to_ascii_lowercase()).ok_or_else(|| {
+            AppError::bad_request(format!(
+                "X-Vx-Durability {v:?} is not one of none, write, fsync"
+            ))
+        })?),
+    };
+    let expected_last_seq = header_str(headers, EXPECTED_LAST_SEQ)?
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                AppError::bad_request(format!(
+                    "X-Vx-Expected-Last-Seq {v:?} is not a non-negative integer"
+                ))
+            })
+        })
+        .transpose()?;
+    Ok(Request {
+        format,
+        durability,
+        expected_last_seq,
+    })
+}
+
+fn stored(outcome: &WriteOutcome) -> Response {
+    let body = Stored {
+        accepted: outcome.accepted,
+        duplicates: outcome.duplicates,
+        last_seq: LastSeq(&outcome.last_seq),
+        durability: outcome.durability.as_str(),
+    };
+    match serde_json::to_vec(&body) {
+        Ok(json) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            json,
+        )
+            .into_response(),
+        Err(e) => AppError::internal(format!("encoding the answer failed: {e}")).into_response(),
+    }
+}
+
+/// `POST /v1/events`.
+pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let metrics = state.metrics();
+    let req = match check_headers(&headers) {
+        Ok(r) => r,
+        Err(e) => {
+            metrics.rejected(e.code, "unknown", None);
+            return with_fill(e.into_response(), 0.0);
+        }
+    };
+    let label = format_label(req.format);
+    let reject = |e: AppError, events: Option<u64>, fill: f64| {
+        metrics.rejected(e.code, label, events);
+        with_fill(e.into_response(), fill)
+    };
+    let Some(router) = state.engine() else {
+        return reject(AppError::starting(), None, 0.0);
+    };
+
+    let decoded = vx_ingest::decode_body(
+        body.into_data_stream(),
+        req.format,
+        state.limits(),
+        state.budget(),
+        now_ms(),
+    )
+    .await;
+    // The permit holds the body's share of the in-flight budget until the batch is handed to
+    // the router, whose queued-byte budget accounts for it from admission on (admission runs
+    // at the first poll of `submit`, with no await in between).
+    let (batch, permit) = match decoded {
+        Ok(ok) => ok,
+        Err(vx_ingest::IngestError::Input(e)) => return reject(AppError::from(e), None, 0.0),
+        Err(vx_ingest::IngestError::Body(msg)) => {
+            return reject(
+                AppError::malformed(format!("reading the request body failed: {msg}")),
+                None,
+                0.0,
+            );
+        }
+    };
+    let events = batch.len() as u64;
+    if req.expected_last_seq.is_some() && batch.streams().len() > 1 {
+        return reject(
+            AppError::bad_request(
+                "X-Vx-Expected-Last-Seq needs all events of the request in one stream",
+            ),
+            Some(events),
+            0.0,
+        );
+    }
+
+    drop(permit);
+    let submitted = router
+        .submit(Submit {
+            batch,
+            durability: req.durability,
+            expected_last_seq: req.expected_last_seq,
+        })
+        .await;
+    match submitted {
+        Ok(accepted) => {
+            let handles = metrics.format(label);
+            handles.ingested.inc_by(accepted.outcome.accepted);
+            handles.duplicates.inc_by(accepted.outcome.duplicates);
+            with_fill(stored(&accepted.outcome), accepted.queue_fill)
+        }
+        Err(SubmitError::Backpressure {
+            retry_after_ms,
+            queue_fill,
+            message,
+        }) => reject(
+            AppError::backpressure(retry_after_ms, message),
+            Some(events),
+            queue_fill,
+        ),
+        Err(SubmitError::Write { error, queue_fill }) => {
+            if !matches!(error, vx_storage::WriteError::Conflict { .. }) {
+                tracing::warn!(error = %error, "write failed");
+            }
+            reject(AppError::from(error), Some(events), queue_fill)
+        }
+    }
+}

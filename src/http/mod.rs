@@ -1,0 +1,56 @@
+//! The HTTP API (SPEC §3, §5, §7): [`app`] builds the axum router over an [`AppState`]; tests
+//! drive it with `tower::ServiceExt::oneshot`, the server serves it on TCP and a Unix socket.
+//!
+//! - [`error`]: `AppError`, the single error shape.
+//! - [`ingest`]: `POST /v1/events`.
+//! - [`streams`]: `GET /v1/streams`, `GET /v1/streams/{stream}`.
+//! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`guard`]: the middleware every request passes: readiness, auth, latency.
+//! - [`params`]: query-string parsing with SPEC-shaped errors.
+
+pub mod error;
+pub mod guard;
+pub mod ingest;
+pub mod ops;
+pub mod params;
+pub mod replay;
+pub mod streams;
+
+#[cfg(test)]
+mod tests;
+
+use crate::state::AppState;
+use axum::Router;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::{get, post};
+pub use error::AppError;
+
+/// The whole HTTP application.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/events", post(ingest::ingest))
+        .route("/v1/streams", get(streams::list))
+        .route("/v1/streams/{stream}", get(streams::one))
+        .route("/v1/streams/{stream}/events", get(replay::events))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        // Route layers run after matching, so they see the route template; the later one
+        // wraps the earlier, so latency includes auth.
+        .route_layer(from_fn_with_state(state.clone(), guard::auth))
+        .route_layer(from_fn_with_state(state.clone(), guard::latency))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(state.clone(), guard::readiness))
+        .layer(from_fn(guard::trace))
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> AppError {
+    AppError::not_found(format!("no route for {}", uri.path()))
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> AppError {
+    AppError::method_not_allowed(format!("{method} is not allowed on {}", uri.path()))
+}

@@ -1,0 +1,293 @@
+//! Replay (SPEC §5): `GET /v1/streams/{stream}/events`, streamed in chunks with bounded memory.
+//!
+//! The storage cursor does blocking reads, so each ~64 KiB chunk is filled on the blocking pool
+//! (`spawn_blocking` per chunk: a slow client never pins a blocking thread) by a producer task
+//! that hands chunks over a channel of `CHANNEL_CHUNKS` (2). Memory per response is therefore
+//! at most a few chunks plus the cursor's read window, whatever the range.
+//!
+//! The first chunk is read before the response head is sent, so that an error at the start
+//! is a proper error response; a failure later ends the body without its final chunk.
+//!
+//! `X-Vx-Next-Seq` is sent only for queries without `since`/`until`/`types`/`entity`. Such a
+//! query reads the contiguous range `[start, min(to, last_seq, start + limit - 1)]` of a
+//! gapless stream, so `start + events returned` is known before the first byte: it is that
+//! range's end + 1 (or `start` when the range is empty).
+
+use super::AppError;
+use super::params::Params;
+use super::streams::{SHARD, engine, with_shard};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use vx_storage::{Cursor, ReadError, ReadQuery};
+
+const LIMIT_DEFAULT: u64 = 1000;
+const LIMIT_MAX: u64 = 100_000;
+/// A chunk is sent once it holds at least this many bytes.
+const CHUNK_BYTES: usize = 64 << 10;
+/// Chunks buffered between the producer and the connection.
+const CHANNEL_CHUNKS: usize = 2;
+
+const NDJSON: &str = "application/x-ndjson";
+const JSON: &str = "application/json";
+const SUPPORTED: [&str; 2] = [NDJSON, JSON];
+
+const LAST_SEQ: HeaderName = HeaderName::from_static("x-vx-last-seq");
+const FIRST_SEQ: HeaderName = HeaderName::from_static("x-vx-first-seq");
+const NEXT_SEQ: HeaderName = HeaderName::from_static("x-vx-next-seq");
+
+/// The body format chosen by `Accept`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Ndjson,
+    JsonArray,
+}
+
+impl Output {
+    fn content_type(self) -> &'static str {
+        match self {
+            Output::Ndjson => NDJSON,
+            Output::JsonArray => JSON,
+        }
+    }
+}
+
+/// Pick the output by `Accept` (media ranges by descending `q`, first match wins): NDJSON
+/// for none, `*/*`, `application/*` and `application/x-ndjson` (or `application/jsonl`), a
+/// JSON array for `application/json`; anything else is 406.
+pub fn negotiate(headers: &HeaderMap) -> Result<Output, AppError> {
+    let mut ranges: Vec<(f32, String)> = Vec::new();
+    for value in headers.get_all(ACCEPT) {
+        let value = value
+            .to_str()
+            .map_err(|_| AppError::bad_request("the Accept header is not ASCII"))?;
+        for range in value.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            if media.is_empty() {
+                continue;
+            }
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            if q > 0.0 {
+                ranges.push((q, media));
+            }
+        }
+    }
+    if ranges.is_empty() && headers.get(ACCEPT).is_none() {
+        return Ok(Output::Ndjson);
+    }
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, media) in &ranges {
+        match media.as_str() {
+            "application/x-ndjson" | "application/jsonl" | "application/*" | "*/*" => {
+                return Ok(Output::Ndjson);
+            }
+            "application/json" => return Ok(Output::JsonArray),
+            _ => {}
+        }
+    }
+    Err(AppError::not_acceptable(
+        "replay answers in application/x-ndjson or application/json",
+        &SUPPORTED,
+    ))
+}
+
+/// A cursor with its output encoding: what each blocking step advances.
+struct Replay {
+    cursor: Cursor,
+    output: Output,
+    /// Events written so far (a JSON array needs commas between them).
+    events: u64,
+    opened: bool,
+    done: bool,
+}
+
+impl Replay {
+    /// Fill the next chunk; `None` once the body is complete. Blocking.
+    fn next_chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut buf = Vec::with_capacity(CHUNK_BYTES + (CHUNK_BYTES >> 2));
+        if !self.opened {
+            self.opened = true;
+            if self.output == Output::JsonArray {
+                buf.push(b'[');
+            }
+        }
+        while buf.len() < CHUNK_BYTES {
+            match self.cursor.next_event()? {
+                Some((seq, ev)) => {
+                    if self.output == Output::JsonArray && self.events > 0 {
+                        buf.push(b',');
+                    }
+                    vx_proto::canonical::write_event(&mut buf, &ev, seq);
+                    if self.output == Output::Ndjson {
+                        buf.push(b'\n');
+                    }
+                    self.events += 1;
+                }
+                None => {
+                    if self.output == Output::JsonArray {
+                        buf.push(b']');
+                    }
+                    self.done = true;
+                    break;
+                }
+            }
+        }
+        Ok(Some(Bytes::from(buf)))
+    }
+}
+
+/// One blocking step, moving the replay to the blocking pool and back.
+async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), String> {
+    let (replay, res) = tokio::task::spawn_blocking(move || {
+        let res = replay.next_chunk();
+        (replay, res)
+    })
+    .await
+    .map_err(|e| format!("replay task failed: {e}"))?;
+    match res {
+        Ok(chunk) => Ok((replay, chunk)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `GET /v1/streams/{stream}/events`.
+pub async fn events(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    let params = Params::parse(
+        &uri,
+        &["from", "to", "since", "until", "types", "entity", "limit"],
+    )?;
+    let output = negotiate(&headers)?;
+    let limit = params.limit(LIMIT_DEFAULT, LIMIT_MAX)?;
+    let types = match params.get("types") {
+        None => None,
+        Some(list) => {
+            let types: Vec<String> = list.split(',').map(|t| t.trim().to_string()).collect();
+            if let Some(bad) = types.iter().find(|t| !vx_proto::event::valid_type(t)) {
+                return Err(AppError::bad_request(format!(
+                    "types: {bad:?} is not a valid event type"
+                )));
+            }
+            Some(types)
+        }
+    };
+    let query = ReadQuery {
+        from: params.u64("from")?,
+        to: params.u64("to")?,
+        since: params.ts("since")?,
+        until: params.ts("until")?,
+        types,
+        entity: params.get("entity").map(str::to_string),
+        limit,
+    };
+    let filtered = query.since.is_some()
+        || query.until.is_some()
+        || query.types.is_some()
+        || query.entity.is_some();
+    let to = query.to;
+
+    let router = engine(&state)?;
+    let Some(cursor) = router.store().read(&stream, query) else {
+        return Ok(with_shard(
+            AppError::not_found(format!("unknown stream {stream:?}")).into_response(),
+            router.shard_of(&stream),
+        ));
+    };
+    let (first_seq, last_seq, shard, start) = (
+        cursor.first_seq(),
+        cursor.last_seq(),
+        cursor.shard(),
+        cursor.start_seq(),
+    );
+    let next_seq = (!filtered).then(|| {
+        let end = to
+            .unwrap_or(u64::MAX)
+            .min(last_seq)
+            .min(start.saturating_add(limit - 1));
+        if end >= start { end + 1 } else { start }
+    });
+
+    let replay = Replay {
+        cursor,
+        output,
+        events: 0,
+        opened: false,
+        done: false,
+    };
+    let (replay, first) = step(replay).await.map_err(|e| {
+        tracing::error!(stream = %stream, error = %e, "replay failed");
+        AppError::internal(format!("reading the log failed: {e}"))
+    })?;
+    let first = first.unwrap_or_default();
+
+    let body = if replay.done {
+        Body::from(first)
+    } else {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_CHUNKS);
+        tokio::spawn(produce(replay, first, tx, stream));
+        Body::from_stream(ReceiverStream::new(rx))
+    };
+
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(output.content_type()),
+    );
+    h.insert(LAST_SEQ, HeaderValue::from(last_seq));
+    h.insert(FIRST_SEQ, HeaderValue::from(first_seq));
+    h.insert(SHARD, HeaderValue::from(shard));
+    if let Some(n) = next_seq {
+        h.insert(NEXT_SEQ, HeaderValue::from(n));
+    }
+    Ok(resp)
+}
+
+/// Send `first`, then keep filling chunks until the cursor ends, the client goes away (the
+/// channel closes), or a read fails (the body then ends with an error, so no final chunk).
+async fn produce(
+    mut replay: Replay,
+    first: Bytes,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    stream: String,
+) {
+    if tx.send(Ok(first)).await.is_err() {
+        return;
+    }
+    loop {
+        match step(replay).await {
+            Ok((_, None)) => return,
+            Ok((next, Some(chunk))) => {
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+                replay = next;
+            }
+            Err(e) => {
+                tracing::error!(stream = %stream, error = %e, "replay failed mid-stream");
+                // The receiver may be gone already; either way the body ends here.
+                let _ = tx.send(Err(std::io::Error::other(e))).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Stream metadata (SPEC §5): `GET /v1/streams` (a page of streams, sorted bytewise) and
+//! `GET /v1/streams/{stream}`.
+
+use super::AppError;
+use super::params::Params;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, HeaderValue, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use vx_storage::StreamInfo;
+
+pub const SHARD: HeaderName = HeaderName::from_static("x-vx-shard");
+
+const LIST_DEFAULT: u64 = 100;
+const LIST_MAX: u64 = 10_000;
+
+/// The JSON form of one stream.
+#[derive(Serialize)]
+pub struct StreamJson<'a> {
+    stream: &'a str,
+    first_seq: u64,
+    last_seq: u64,
+    events: u64,
+    bytes: u64,
+    first_ts: Option<i64>,
+    last_ts: Option<i64>,
+}
+
+impl<'a> From<&'a StreamInfo> for StreamJson<'a> {
+    fn from(s: &'a StreamInfo) -> Self {
+        StreamJson {
+            stream: &s.stream,
+            first_seq: s.first_seq,
+            last_seq: s.last_seq,
+            events: s.events,
+            bytes: s.bytes,
+            first_ts: s.first_ts,
+            last_ts: s.last_ts,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Page<'a> {
+    streams: Vec<StreamJson<'a>>,
+    next: Option<String>,
+}
+
+pub fn engine(state: &AppState) -> Result<&vx_router::Router, AppError> {
+    state.engine().ok_or_else(AppError::starting)
+}
+
+pub fn with_shard(mut resp: Response, shard: u32) -> Response {
+    resp.headers_mut().insert(SHARD, HeaderValue::from(shard));
+    resp
+}
+
+/// `GET /v1/streams?prefix=&limit=&after=`.
+pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
+    let params = Params::parse(&uri, &["prefix", "limit", "after"])?;
+    let limit = params.limit(LIST_DEFAULT, LIST_MAX)?;
+    let router = engine(&state)?;
+    let prefix = params.get("prefix").unwrap_or("");
+    // `limit` ≤ LIST_MAX, so it fits any usize.
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let (streams, next) = router
+        .store()
+        .list_streams(prefix, params.get("after"), limit);
+    Ok(Json(Page {
+        streams: streams.iter().map(StreamJson::from).collect(),
+        next,
+    })
+    .into_response())
+}
+
+/// `GET /v1/streams/{stream}`; `{stream}` arrives percent-decoded (`%2F` is a `/` in the name).
+pub async fn one(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+) -> Result<Response, AppError> {
+    let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    Params::parse(&uri, &[])?;
+    let router = engine(&state)?;
+    let shard = router.shard_of(&stream);
+    match router.store().stream(&stream) {
+        Some(info) => Ok(with_shard(
+            Json(StreamJson::from(&info)).into_response(),
+            info.shard,
+        )),
+        None => Ok(with_shard(
+            AppError::not_found(format!("unknown stream {stream:?}")).into_response(),
+            shard,
+        )),
+    }
+}

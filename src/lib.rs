@@ -1,0 +1,24 @@
+//! `veltrix`: the service binary's library — CLI, configuration, the HTTP API, metrics,
+//! start-up and graceful shutdown — over the `vx-*` crates. `main.rs` only parses the command
+//! line and calls [`server::run`]; tests call [`server::Server::bind`] and `run` in-process.
+//!
+//! # Layout
+//! - [`cli`]: `veltrix serve` and its flags.
+//! - [`config`]: the key tree, its defaults and the file < env < flag layers.
+//! - [`logging`]: the tracing subscriber (pretty or JSON).
+//! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
+//! - [`listen`]: the Unix socket listener.
+//! - [`signals`]: SIGTERM/SIGINT handling.
+//! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
+//! - [`http`]: the axum app: routes, error shape, middleware.
+//! - [`metrics`]: the Prometheus registry.
+
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod listen;
+pub mod logging;
+pub mod metrics;
+pub mod server;
+pub mod signals;
+pub mod state;

@@ -1,0 +1,61 @@
+//! `veltrix serve`: parse the command line, load the configuration, set up logging, and run
+//! the server until SIGTERM/SIGINT.
+
+use anyhow::Context;
+use std::process::ExitCode;
+use veltrix::cli::{self, Command};
+use veltrix::config;
+use veltrix::server::Server;
+use veltrix::signals::Signals;
+
+fn main() -> ExitCode {
+    match serve() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the cause chain: start-up errors are read by operators, and a
+            // backtrace (which anyhow's Debug adds under RUST_BACKTRACE) says nothing to them.
+            // Once logging is up, keep the error in the log's format (JSON lines stay JSON).
+            let message = causes(&e);
+            if tracing::dispatcher::has_been_set() {
+                tracing::error!("{message}");
+            } else {
+                eprintln!("error: {message}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the message before it
+/// already includes (our error types print their source; `anyhow` context does not).
+fn causes(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+fn serve() -> anyhow::Result<()> {
+    let cli = cli::parse();
+    let Command::Serve(args) = cli.command;
+    let env = config::load::process_env();
+    let (config, warnings) = config::load(args.config.as_deref(), &env, &args.overrides())?;
+    veltrix::logging::init(config.log.format).map_err(anyhow::Error::msg)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let signals = Signals::install().context("cannot install signal handlers")?;
+        let server = Server::bind(config).await?;
+        server.run(signals.shutdown()).await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,429 @@
+//! Prometheus metrics (SPEC §7): one registry, registered once at start-up. Hot-path handles
+//! (per format, per route) are resolved when the registry is built, so a request never looks a
+//! label set up; per-shard gauges are read from the router and store at scrape time by a
+//! [`Collector`] instead of being updated per request.
+//!
+//! Names, all prefixed `vx_`:
+//! - `vx_events_ingested_total{format}`: events newly stored by `POST /v1/events`.
+//! - `vx_events_duplicate_total{format}`: events acknowledged as duplicates.
+//! - `vx_ingest_requests_rejected_total{reason,format}`: refused ingest requests; `reason` is
+//!   the error code of the answer.
+//! - `vx_events_rejected_total{reason,format}`: events of decoded requests refused after
+//!   decoding (backpressure, conflict, storage_full, not_ready). A request refused while
+//!   decoding is counted only in the request counter: its event count is unknown.
+//! - `vx_http_request_duration_seconds{route}`: latency by route template.
+//! - `vx_queue_depth{shard}`, `vx_queue_capacity{shard}`, `vx_queue_high_water{shard}`:
+//!   admission reservations in events.
+//! - `vx_backpressure`: 1 while any shard is at its mark or the byte budget is spent.
+//! - `vx_queued_bytes`, `vx_writer_queue_requests`, `vx_storage_poisoned`.
+//! - `vx_fsync_duration_seconds`, `vx_stored_events_total`, `vx_stored_bytes_total`,
+//!   `vx_stored_records_total`: from the storage engine's [`Observer`].
+//! - `vx_dedup_horizon_seconds{shard}`: how far back dedup reaches (0 when nothing is
+//!   remembered).
+//! - `vx_bootstrap_duration_seconds`: time from start to ready; `vx_ready`: 1 when ready.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use vx_storage::Observer;
+
+/// The ingest formats, as metric labels. `unknown`: refused before the format was known.
+pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
+
+/// Route templates whose latency is recorded (the matched route, never the raw path).
+pub const ROUTES: [&str; 7] = [
+    "/v1/events",
+    "/v1/streams",
+    "/v1/streams/{stream}",
+    "/v1/streams/{stream}/events",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FormatLabels {
+    format: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectLabels {
+    reason: &'static str,
+    format: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+}
+
+/// Pre-resolved counters of one ingest format.
+#[derive(Clone, Debug)]
+pub struct FormatHandles {
+    pub label: &'static str,
+    pub ingested: Counter,
+    pub duplicates: Counter,
+}
+
+/// Storage engine hooks, called from the writer thread: atomics only.
+#[derive(Debug)]
+pub struct StorageObserver {
+    fsync: Histogram,
+    events: Counter,
+    bytes: Counter,
+    records: Counter,
+}
+
+impl Observer for StorageObserver {
+    fn fsync(&self, took: Duration) {
+        self.fsync.observe(took.as_secs_f64());
+    }
+
+    fn appended(&self, records: u64, events: u64, bytes: u64) {
+        self.records.inc_by(records);
+        self.events.inc_by(events);
+        self.bytes.inc_by(bytes);
+    }
+}
+
+/// All metrics of the process.
+pub struct Metrics {
+    registry: Registry,
+    formats: Vec<FormatHandles>,
+    /// Handles of labels not in [`FORMATS`].
+    unknown_format: FormatHandles,
+    rejected_requests: Family<RejectLabels, Counter>,
+    rejected_events: Family<RejectLabels, Counter>,
+    routes: Vec<(&'static str, Histogram)>,
+    bootstrap: Gauge<f64, AtomicU64>,
+    ready: Gauge,
+    observer: Arc<StorageObserver>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Build and register everything. `engine` is filled in once the store is open; until
+    /// then the per-shard collectors report nothing.
+    pub fn new(engine: Arc<OnceLock<vx_router::Router>>) -> Metrics {
+        let mut registry = Registry::default();
+
+        let ingested = Family::<FormatLabels, Counter>::default();
+        let duplicates = Family::<FormatLabels, Counter>::default();
+        registry.register(
+            "vx_events_ingested",
+            "Events newly stored by POST /v1/events",
+            ingested.clone(),
+        );
+        registry.register(
+            "vx_events_duplicate",
+            "Events acknowledged as duplicates of stored ones",
+            duplicates.clone(),
+        );
+        let handles = |label: &'static str| {
+            let l = FormatLabels { format: label };
+            FormatHandles {
+                label,
+                ingested: ingested.get_or_create_owned(&l),
+                duplicates: duplicates.get_or_create_owned(&l),
+            }
+        };
+        let formats = FORMATS.iter().map(|&label| handles(label)).collect();
+        let unknown_format = handles("unknown");
+
+        let rejected_requests = Family::<RejectLabels, Counter>::default();
+        let rejected_events = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "vx_ingest_requests_rejected",
+            "Ingest requests refused, by reason (error code) and format",
+            rejected_requests.clone(),
+        );
+        registry.register(
+            "vx_events_rejected",
+            "Events of decoded ingest requests refused after decoding, by reason and format",
+            rejected_events.clone(),
+        );
+
+        let route_family = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        });
+        registry.register(
+            "vx_http_request_duration_seconds",
+            "HTTP request latency by route template (until the response head)",
+            route_family.clone(),
+        );
+        let routes = ROUTES
+            .iter()
+            .map(|&route| {
+                (
+                    route,
+                    route_family.get_or_create_owned(&RouteLabels { route }),
+                )
+            })
+            .collect();
+
+        let observer = Arc::new(StorageObserver {
+            fsync: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            events: Counter::default(),
+            bytes: Counter::default(),
+            records: Counter::default(),
+        });
+        registry.register(
+            "vx_fsync_duration_seconds",
+            "Latency of the log writer's fdatasync calls",
+            observer.fsync.clone(),
+        );
+        registry.register(
+            "vx_stored_events",
+            "Events written to the log",
+            observer.events.clone(),
+        );
+        registry.register(
+            "vx_stored_bytes",
+            "Bytes written to the log",
+            observer.bytes.clone(),
+        );
+        registry.register(
+            "vx_stored_records",
+            "Records (requests) written to the log",
+            observer.records.clone(),
+        );
+
+        let bootstrap = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "vx_bootstrap_duration_seconds",
+            "Time from process start to ready (recovery of the log included)",
+            bootstrap.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "vx_ready",
+            "1 when the service is bootstrapped and not draining",
+            ready.clone(),
+        );
+
+        registry.register_collector(Box::new(EngineCollector { engine }));
+
+        Metrics {
+            registry,
+            formats,
+            unknown_format,
+            rejected_requests,
+            rejected_events,
+            routes,
+            bootstrap,
+            ready,
+            observer,
+        }
+    }
+
+    /// Handles of the format labelled `label` (`unknown` for labels not in [`FORMATS`]).
+    pub fn format(&self, label: &str) -> &FormatHandles {
+        self.formats
+            .iter()
+            .find(|f| f.label == label)
+            .unwrap_or(&self.unknown_format)
+    }
+
+    /// A refused ingest request (per request, not per event: a label lookup is fine here).
+    pub fn rejected(&self, reason: &'static str, format: &'static str, events: Option<u64>) {
+        let labels = RejectLabels { reason, format };
+        self.rejected_requests.get_or_create(&labels).inc();
+        if let Some(n) = events {
+            self.rejected_events.get_or_create(&labels).inc_by(n);
+        }
+    }
+
+    /// The latency histogram of a route template, if it is one of [`ROUTES`].
+    pub fn route(&self, template: &str) -> Option<&Histogram> {
+        self.routes
+            .iter()
+            .find(|(r, _)| *r == template)
+            .map(|(_, h)| h)
+    }
+
+    pub fn set_bootstrap(&self, took: Duration) {
+        self.bootstrap.set(took.as_secs_f64());
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    pub fn observer(&self) -> Arc<StorageObserver> {
+        Arc::clone(&self.observer)
+    }
+
+    /// The OpenMetrics text exposition (`application/openmetrics-text; version=1.0.0`).
+    pub fn encode_openmetrics(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::with_capacity(16 << 10);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// The Prometheus text exposition (`text/plain; version=0.0.4`), for scrapers and tools
+    /// that do not ask for OpenMetrics (`promtool check metrics` among them).
+    pub fn encode_prometheus(&self) -> Result<String, std::fmt::Error> {
+        self.encode_openmetrics()
+            .map(|om| openmetrics_to_prometheus(&om))
+    }
+}
+
+/// OpenMetrics names a counter family `x` and its sample `x_total`; the Prometheus text
+/// format wants `# HELP`/`# TYPE` on the sample name, and has no `# EOF`. Everything else
+/// prometheus-client writes (no exemplars, no `_created`, no units) is the same in both.
+fn openmetrics_to_prometheus(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len() + 64);
+    for line in om.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let header = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        if let Some((prefix, rest)) = header {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(tail);
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Per-shard and queue gauges, read from the router and store at scrape time.
+struct EngineCollector {
+    engine: Arc<OnceLock<vx_router::Router>>,
+}
+
+impl std::fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+fn gauge_family(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    shards: u32,
+    value: impl Fn(u32) -> f64,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for shard in 0..shards {
+        let labels = [("shard", shard)];
+        let sample = metric.encode_family(&labels)?;
+        ConstGauge::new(value(shard)).encode(sample)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+    g.encode(metric)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(router) = self.engine.get() else {
+            return Ok(());
+        };
+        let store = router.store();
+        let shards = store.shards();
+        let cap = router.capacity() as f64;
+        let mark = router.high_water_events() as f64;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_depth",
+            "Events admitted on the shard and not yet applied",
+            shards,
+            |s| router.depth(s) as f64,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_capacity",
+            "Reservation capacity of the shard, in events (ingest.queue_capacity)",
+            shards,
+            |_| cap,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_high_water",
+            "Depth at which the shard refuses new requests (429), in events",
+            shards,
+            |_| mark,
+        )?;
+        let now = now_ms();
+        gauge_family(
+            &mut encoder,
+            "vx_dedup_horizon_seconds",
+            "How far back the shard's dedup table reaches",
+            shards,
+            |s| {
+                store
+                    .dedup_horizon_ms(s)
+                    .map_or(0.0, |h| (now.saturating_sub(h)).max(0) as f64 / 1000.0)
+            },
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_backpressure",
+            "1 while any shard is at its high-water mark or the byte budget is spent",
+            if router.backpressured() { 1.0 } else { 0.0 },
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_queued_bytes",
+            "Bytes of admitted, not yet written events",
+            router.queued_bytes() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_writer_queue_requests",
+            "Requests waiting in the channel to the log writer",
+            store.queue_len() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_storage_poisoned",
+            "1 after a failed fsync: the store refuses writes until restart",
+            if store.is_poisoned() { 1.0 } else { 0.0 },
+        )
+    }
+}

@@ -1,0 +1,468 @@
+//! Start-up and shutdown (SPEC §1): bind the listeners, serve at once (answering 503
+//! `not_ready` while the store recovers), open the store on the blocking pool, then serve
+//! until the shutdown future resolves; then drain in layers: `/readyz` turns 503 and the
+//! listeners close at once; requests arriving on open connections get 503 `not_ready` with
+//! `Connection: close` for up to `DRAIN_GRACE` (1 s; less once every connection has closed);
+//! then idle connections are closed and requests in flight finish within
+//! `server.shutdown_timeout`; finally the store drains its queue and fsyncs, and `run` returns.
+//!
+//! Tests start the real server in-process with [`Server::bind`] on `127.0.0.1:0`, read
+//! [`Server::local_addr`], and run it with any future as the shutdown signal.
+
+use crate::config::Config;
+use crate::http;
+use crate::listen::{self, Connections, Gated, UnixSocket};
+use crate::state::AppState;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Uds(#[from] listen::UdsError),
+    #[error("cannot open the data dir: {0}")]
+    Open(#[from] vx_storage::OpenError),
+    #[error("{0}")]
+    Task(String),
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    config: Config,
+    started: Instant,
+    tcp: TcpListener,
+    addr: SocketAddr,
+    uds: Option<UnixSocket>,
+}
+
+/// Bind and run until `shutdown` resolves: what `veltrix serve` does.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    Server::bind(config).await?.run(shutdown).await
+}
+
+impl Server {
+    /// Bind the TCP listener (and the Unix socket, if configured). Nothing is served yet.
+    pub async fn bind(config: Config) -> Result<Server, StartError> {
+        let started = Instant::now();
+        let listen = config.server.listen.clone();
+        let bind_err = |source| StartError::Bind {
+            addr: listen.clone(),
+            source,
+        };
+        let tcp = TcpListener::bind(&listen).await.map_err(bind_err)?;
+        let addr = tcp.local_addr().map_err(bind_err)?;
+        let uds = match &config.server.uds {
+            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
+            None => None,
+        };
+        Ok(Server {
+            config,
+            started,
+            tcp,
+            addr,
+            uds,
+        })
+    }
+
+    /// The bound TCP address (the real port when `server.listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serve until `shutdown` resolves, then drain and stop. Returns an error if the store
+    /// cannot be opened (the listeners are closed first).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartError> {
+        let Server {
+            config,
+            started,
+            tcp,
+            addr,
+            uds,
+        } = self;
+        let state = AppState::new(&config);
+        let app = http::app(state.clone());
+        // `stop`: the shutdown signal; listeners close on it. `close`: axum's graceful
+        // shutdown, which ends idle connections, fired once the drain grace is over.
+        let stop = CancellationToken::new();
+        let close = CancellationToken::new();
+        let connections = Connections::default();
+        // The serving tasks; dropping the set aborts whatever still runs at the deadline.
+        let mut listeners = JoinSet::new();
+
+        if !addr.ip().is_loopback() && config.auth.tokens.is_empty() {
+            tracing::warn!(
+                "listening on a non-loopback address without auth.tokens: anyone who can reach \
+                 {addr} can write and read events"
+            );
+        }
+        let gated = Gated::new(tcp, stop.clone(), connections.clone());
+        listeners.spawn(serve(gated, app.clone(), close.clone(), stop.clone()));
+        tracing::info!("listening on {addr}");
+        let uds_path = uds.as_ref().map(|u| u.path().to_path_buf());
+        if let Some(uds) = uds {
+            tracing::info!("listening on unix:{}", uds.path().display());
+            let gated = Gated::new(uds.into_listener(), stop.clone(), connections.clone());
+            listeners.spawn(serve(gated, app, close.clone(), stop.clone()));
+        }
+
+        {
+            let (state, stop) = (state.clone(), stop.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = shutdown => {
+                        tracing::info!("shutdown requested: draining");
+                        state.begin_drain();
+                        stop.cancel();
+                    }
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
+
+        // Recovery reads the whole log tail: keep it off the async workers.
+        let mut storage = config.storage_config();
+        storage.observer = Some(state.metrics().observer());
+        let opened = tokio::task::spawn_blocking(move || vx_storage::Store::open(storage)).await;
+        let opened = match opened {
+            Ok(Ok(opened)) => Ok(opened),
+            Ok(Err(e)) => Err(StartError::Open(e)),
+            Err(e) => Err(StartError::Task(format!("opening the store failed: {e}"))),
+        };
+        let store = match opened {
+            Ok((store, report)) => {
+                tracing::info!(
+                    segments = report.segments,
+                    records = report.records,
+                    events = report.events,
+                    streams = report.streams,
+                    truncated_bytes = report.truncated_bytes,
+                    recovery_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
+                    shards = store.shards(),
+                    fsync = store.fsync_mode().as_str(),
+                    "storage opened"
+                );
+                store
+            }
+            Err(e) => {
+                stop.cancel();
+                close.cancel();
+                while listeners.join_next().await.is_some() {}
+                remove_socket(uds_path.as_deref());
+                return Err(e);
+            }
+        };
+        let router = vx_router::Router::new(config.admission_config(store.shards()), store.clone());
+        state.set_ready(router);
+        let took = started.elapsed();
+        state.metrics().set_bootstrap(took);
+        if !stop.is_cancelled() {
+            tracing::info!(
+                bootstrap_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                "ready"
+            );
+        }
+
+        stop.cancelled().await;
+        state.begin_drain();
+        let drain_started = Instant::now();
+        let deadline = config.server.shutdown_timeout;
+        // Listeners are closed now. Requests still arriving on open connections get 503
+        // `not_ready` with `Connection: close` for a short grace, after which idle
+        // connections are closed; requests in flight run on until the deadline.
+        let grace = DRAIN_GRACE.min(deadline);
+        while connections.open() > 0 && drain_started.elapsed() < grace {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        close.cancel();
+        let left = deadline.saturating_sub(drain_started.elapsed());
+        let drained = async { while listeners.join_next().await.is_some() {} };
+        if tokio::time::timeout(left, drained).await.is_err() {
+            tracing::warn!(
+                timeout = %crate::config::units::format_duration(deadline),
+                connections = connections.open(),
+                "requests still open at server.shutdown_timeout; closing their connections"
+            );
+            listeners.abort_all();
+        }
+        // Whatever is still queued for the writer is written and fsynced before this returns.
+        let closing = store.clone();
+        tokio::task::spawn_blocking(move || closing.shutdown())
+            .await
+            .map_err(|e| StartError::Task(format!("stopping the store failed: {e}")))?;
+        remove_socket(uds_path.as_deref());
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// How long, at most, open connections may keep sending requests (answered 503 with
+/// `Connection: close`) after the listeners closed and before idle ones are closed.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+fn remove_socket(path: Option<&std::path::Path>) {
+    if let Some(path) = path
+        && let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot remove the unix socket");
+    }
+}
+
+async fn serve<L>(
+    listener: Gated<L>,
+    app: axum::Router,
+    close: CancellationToken,
+    stop: CancellationToken,
+) where
+    L: axum::serve::Listener,
+    // axum's serve future requires it (it logs peer addresses).
+    L::Addr: std::fmt::Debug,
+{
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(close.cancelled_owned())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "a listener failed; shutting down");
+        stop.cancel();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::config::FsyncSetting;
+    use std::time::Duration;
+
+    fn config(dir: &std::path::Path) -> Config {
+        let mut cfg = Config::default();
+        cfg.server.listen = "127.0.0.1:0".into();
+        cfg.server.uds = Some(dir.join("http.sock"));
+        cfg.storage.data_dir = dir.join("data");
+        cfg.storage.shards = Some(2);
+        cfg.storage.fsync = FsyncSetting::Always;
+        cfg
+    }
+
+    async fn wait_ready(client: &reqwest::Client, addr: SocketAddr) {
+        for _ in 0..500 {
+            let ready = client
+                .get(format!("http://{addr}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("not ready after 5 s");
+    }
+
+    #[tokio::test]
+    async fn serves_tcp_and_uds_then_drains_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::bind(config(dir.path())).await.unwrap();
+        let addr = server.local_addr();
+        assert_ne!(addr.port(), 0);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        let client = reqwest::Client::new();
+        wait_ready(&client, addr).await;
+
+        let resp = client
+            .post(format!("http://{addr}/v1/events"))
+            .header("content-type", "application/json")
+            .body(r#"{"stream":"s","type":"t","ts":1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["x-vx-queue-fill"].to_str().unwrap().len(), 4);
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(v["durability"], "fsync");
+
+        let uds = reqwest::Client::builder()
+            .unix_socket(dir.path().join("http.sock"))
+            .build()
+            .unwrap();
+        let resp = uds.get("http://veltrix/v1/streams/s").send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+
+        tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!dir.path().join("http.sock").exists(), "socket removed");
+
+        // The lock is released and the event survived.
+        let server = Server::bind(config(dir.path())).await.unwrap();
+        let addr = server.local_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        wait_ready(&client, addr).await;
+        let body = client
+            .get(format!("http://{addr}/v1/streams/s/events"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(
+            body,
+            "{\"stream\":\"s\",\"type\":\"t\",\"ts\":1,\"kind\":\"event\",\"seq\":1}\n"
+        );
+
+        let metrics = client
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(metrics.contains("vx_bootstrap_duration_seconds"));
+        check_with_promtool(&metrics);
+
+        tx.send(()).unwrap();
+        running.await.unwrap().unwrap();
+    }
+
+    async fn exchange(conn: &mut tokio::net::TcpStream, request: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn draining_answers_open_connections_with_503_and_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        cfg.server.uds = None;
+        let server = Server::bind(cfg).await.unwrap();
+        let addr = server.local_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        wait_ready(&reqwest::Client::new(), addr).await;
+
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let get = "GET /v1/streams HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(exchange(&mut idle, get).await.starts_with("HTTP/1.1 200"));
+
+        // A request in flight when the drain begins: its body is still on the way.
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let body = r#"{"stream":"s","type":"t"}"#;
+        let head = format!(
+            "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{}",
+            body.len(),
+            &body[..5]
+        );
+        {
+            use tokio::io::AsyncWriteExt;
+            slow.write_all(head.as_bytes()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = exchange(&mut idle, get).await.to_ascii_lowercase();
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        assert!(answer.contains("connection: close") && answer.contains("not_ready"));
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "listener closed"
+        );
+
+        let answer = exchange(&mut slow, &body[5..]).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "in-flight request completes: {answer}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+
+    /// `promtool check metrics` when it is installed (SPEC §7); skipped otherwise.
+    fn check_with_promtool(metrics: &str) {
+        use std::io::Write;
+        let Ok(mut child) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("promtool not installed; skipping the exposition check");
+            return;
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(metrics.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_locked_data_dir_fails_start_up_and_closes_listeners() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = config(dir.path());
+        first.server.uds = None;
+        let server = Server::bind(first.clone()).await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let addr = server.local_addr();
+        let running = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        wait_ready(&reqwest::Client::new(), addr).await;
+
+        let second = Server::bind(first).await.unwrap();
+        let err = second.run(std::future::pending()).await.unwrap_err();
+        assert!(matches!(err, StartError::Open(_)), "{err}");
+        assert!(err.to_string().contains("locked"), "{err}");
+
+        tx.send(()).unwrap();
+        running.await.unwrap().unwrap();
+    }
+}

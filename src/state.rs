@@ -1,0 +1,133 @@
+//! The state shared by every request: the life-cycle phase (starting → ready → draining), the
+//! engine once the store is open, ingest limits and budgets, auth and metrics.
+
+use crate::config::{Config, Scope};
+use crate::metrics::Metrics;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Where the service is in its life: requests other than health and metrics are answered only
+/// while `Ready`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Listening, but the store is still being opened (recovery).
+    Starting = 0,
+    Ready = 1,
+    /// A shutdown signal arrived: new requests get 503 with `Connection: close`.
+    Draining = 2,
+}
+
+/// One configured bearer token.
+#[derive(Clone)]
+pub struct Token {
+    pub token: Vec<u8>,
+    pub scopes: Vec<Scope>,
+}
+
+/// Cheap to clone: everything is behind one `Arc`.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    phase: AtomicU8,
+    engine: Arc<OnceLock<vx_router::Router>>,
+    metrics: Arc<Metrics>,
+    limits: vx_ingest::Limits,
+    budget: vx_ingest::InflightBudget,
+    tokens: Vec<Token>,
+}
+
+impl AppState {
+    /// State for a service that is starting: no engine yet.
+    pub fn new(config: &Config) -> AppState {
+        let engine = Arc::new(OnceLock::new());
+        let metrics = Arc::new(Metrics::new(Arc::clone(&engine)));
+        let limits = vx_ingest::Limits {
+            max_body_bytes: config.ingest.max_body_bytes,
+            max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
+        };
+        AppState(Arc::new(Inner {
+            phase: AtomicU8::new(Phase::Starting as u8),
+            engine,
+            metrics,
+            limits,
+            budget: vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes),
+            tokens: config
+                .auth
+                .tokens
+                .iter()
+                .map(|t| Token {
+                    token: t.token.as_bytes().to_vec(),
+                    scopes: t.scopes.clone(),
+                })
+                .collect(),
+        }))
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.0.phase.load(Ordering::Acquire) {
+            0 => Phase::Starting,
+            1 => Phase::Ready,
+            _ => Phase::Draining,
+        }
+    }
+
+    /// The store is open: start answering. Ignored once draining (a signal during bootstrap).
+    pub fn set_ready(&self, router: vx_router::Router) {
+        // A second call cannot happen (the server opens the store once); keep the first.
+        let _ = self.0.engine.set(router);
+        if self
+            .0
+            .phase
+            .compare_exchange(
+                Phase::Starting as u8,
+                Phase::Ready as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            self.0.metrics.set_ready(true);
+        }
+    }
+
+    /// A shutdown signal arrived.
+    pub fn begin_drain(&self) {
+        self.0.phase.store(Phase::Draining as u8, Ordering::Release);
+        self.0.metrics.set_ready(false);
+    }
+
+    /// For tests of request handling that never touches storage.
+    #[cfg(test)]
+    pub fn force_ready_without_engine(&self) {
+        self.0.phase.store(Phase::Ready as u8, Ordering::Release);
+    }
+
+    /// The router, once the store is open.
+    pub fn engine(&self) -> Option<&vx_router::Router> {
+        self.0.engine.get()
+    }
+
+    /// Ready to serve: bootstrapped, not draining, and the store accepts writes.
+    pub fn is_ready(&self) -> bool {
+        self.phase() == Phase::Ready && self.engine().is_some_and(|r| !r.store().is_poisoned())
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    pub fn limits(&self) -> &vx_ingest::Limits {
+        &self.0.limits
+    }
+
+    pub fn budget(&self) -> &vx_ingest::InflightBudget {
+        &self.0.budget
+    }
+
+    /// Configured tokens; empty means auth is off.
+    pub fn tokens(&self) -> &[Token] {
+        &self.0.tokens
+    }
+}
