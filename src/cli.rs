@@ -33,10 +33,10 @@ pub struct ServeArgs {
     /// Also serve HTTP on this Unix socket (server.uds).
     #[arg(long, value_name = "PATH")]
     pub uds: Option<PathBuf>,
-    /// Binary frames address (server.frames_listen; frames arrive in a later release).
+    /// Binary frames address, host:port (server.frames_listen).
     #[arg(long, value_name = "ADDR")]
     pub frames_listen: Option<String>,
-    /// Binary frames Unix socket (server.frames_uds; frames arrive in a later release).
+    /// Binary frames Unix socket (server.frames_uds).
     #[arg(long, value_name = "PATH")]
     pub frames_uds: Option<PathBuf>,
     /// Data directory (storage.data_dir).

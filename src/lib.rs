@@ -8,6 +8,7 @@
 //! - [`logging`]: the tracing subscriber (pretty or JSON).
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
 //! - [`listen`]: the Unix socket listener.
+//! - [`frames`]: the binary-frames listeners and connections (docs/PROTOCOL.md).
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
 //! - [`http`]: the axum app: routes, error shape, middleware.
@@ -15,6 +16,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod frames;
 pub mod http;
 pub mod listen;
 pub mod logging;

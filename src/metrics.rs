@@ -21,6 +21,10 @@
 //! - `vx_dedup_horizon_seconds{shard}`: how far back dedup reaches (0 when nothing is
 //!   remembered).
 //! - `vx_bootstrap_duration_seconds`: time from start to ready; `vx_ready`: 1 when ready.
+//! - `vx_frames_connections`: open binary-frames connections (handshake done).
+//! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
+//!   shard was at its high-water mark or the queued-byte budget was spent (SPEC §4); events
+//!   and refusals of frames connections are counted under `format="frames"` above.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -106,6 +110,14 @@ pub struct Metrics {
     bootstrap: Gauge<f64, AtomicU64>,
     ready: Gauge,
     observer: Arc<StorageObserver>,
+    frames: FramesHandles,
+}
+
+/// Counters of the binary-frames listeners.
+#[derive(Clone, Debug, Default)]
+pub struct FramesHandles {
+    pub connections: Gauge,
+    pub stalls: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -214,6 +226,18 @@ impl Metrics {
             ready.clone(),
         );
 
+        let frames = FramesHandles::default();
+        registry.register(
+            "vx_frames_connections",
+            "Open binary-frames connections",
+            frames.connections.clone(),
+        );
+        registry.register(
+            "vx_frames_stalls",
+            "Times a binary-frames connection stopped reading until its shards drained",
+            frames.stalls.clone(),
+        );
+
         registry.register_collector(Box::new(EngineCollector { engine }));
 
         Metrics {
@@ -226,7 +250,12 @@ impl Metrics {
             bootstrap,
             ready,
             observer,
+            frames,
         }
+    }
+
+    pub fn frames(&self) -> &FramesHandles {
+        &self.frames
     }
 
     /// Handles of the format labelled `label` (`unknown` for labels not in [`FORMATS`]).

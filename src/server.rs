@@ -6,10 +6,15 @@
 //! then idle connections are closed and requests in flight finish within
 //! `server.shutdown_timeout`; finally the store drains its queue and fsyncs, and `run` returns.
 //!
+//! The binary-frames listeners (`server.frames_listen`, `server.frames_uds`) are bound with the
+//! HTTP ones and close on the same signal; their connections answer what is in flight and
+//! close (see [`crate::frames`]), within the same `server.shutdown_timeout`.
+//!
 //! Tests start the real server in-process with [`Server::bind`] on `127.0.0.1:0`, read
 //! [`Server::local_addr`], and run it with any future as the shutdown signal.
 
 use crate::config::Config;
+use crate::frames;
 use crate::http;
 use crate::listen::{self, Connections, Gated, UnixSocket};
 use crate::state::AppState;
@@ -43,6 +48,8 @@ pub struct Server {
     tcp: TcpListener,
     addr: SocketAddr,
     uds: Option<UnixSocket>,
+    frames_tcp: Option<(TcpListener, SocketAddr)>,
+    frames_uds: Option<UnixSocket>,
 }
 
 /// Bind and run until `shutdown` resolves: what `veltrix serve` does.
@@ -68,18 +75,41 @@ impl Server {
             Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
             None => None,
         };
+        let frames_tcp = match &config.server.frames_listen {
+            Some(listen) => {
+                let bind_err = |source| StartError::Bind {
+                    addr: listen.clone(),
+                    source,
+                };
+                let l = TcpListener::bind(listen).await.map_err(bind_err)?;
+                let a = l.local_addr().map_err(bind_err)?;
+                Some((l, a))
+            }
+            None => None,
+        };
+        let frames_uds = match &config.server.frames_uds {
+            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
+            None => None,
+        };
         Ok(Server {
             config,
             started,
             tcp,
             addr,
             uds,
+            frames_tcp,
+            frames_uds,
         })
     }
 
     /// The bound TCP address (the real port when `server.listen` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound binary-frames TCP address, if `server.frames_listen` is set.
+    pub fn frames_addr(&self) -> Option<SocketAddr> {
+        self.frames_tcp.as_ref().map(|(_, a)| *a)
     }
 
     /// Serve until `shutdown` resolves, then drain and stop. Returns an error if the store
@@ -94,6 +124,8 @@ impl Server {
             tcp,
             addr,
             uds,
+            frames_tcp,
+            frames_uds,
         } = self;
         let state = AppState::new(&config);
         let app = http::app(state.clone());
@@ -119,6 +151,25 @@ impl Server {
             tracing::info!("listening on unix:{}", uds.path().display());
             let gated = Gated::new(uds.into_listener(), stop.clone(), connections.clone());
             listeners.spawn(serve(gated, app, close.clone(), stop.clone()));
+        }
+        let frames_ctx = frames::Ctx::new(state.clone());
+        if let Some((l, frames_addr)) = frames_tcp {
+            if !frames_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
+                tracing::warn!(
+                    "binary frames on a non-loopback address without auth.tokens: anyone who \
+                     can reach {frames_addr} can write events"
+                );
+            }
+            // Not "listening on": that phrase names the HTTP address, which tools parse.
+            tracing::info!("frames: accepting on {frames_addr}");
+            let ctx = std::sync::Arc::clone(&frames_ctx);
+            listeners.spawn(frames::serve(frames::Listener::Tcp(l), ctx, stop.clone()));
+        }
+        let frames_path = frames_uds.as_ref().map(|u| u.path().to_path_buf());
+        if let Some(u) = frames_uds {
+            tracing::info!("frames: accepting on unix:{}", u.path().display());
+            let l = frames::Listener::Unix(u.into_listener());
+            listeners.spawn(frames::serve(l, frames_ctx, stop.clone()));
         }
 
         {
@@ -164,6 +215,7 @@ impl Server {
                 close.cancel();
                 while listeners.join_next().await.is_some() {}
                 remove_socket(uds_path.as_deref());
+                remove_socket(frames_path.as_deref());
                 return Err(e);
             }
         };
@@ -206,6 +258,7 @@ impl Server {
             .await
             .map_err(|e| StartError::Task(format!("stopping the store failed: {e}")))?;
         remove_socket(uds_path.as_deref());
+        remove_socket(frames_path.as_deref());
         tracing::info!("stopped");
         Ok(())
     }

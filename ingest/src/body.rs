@@ -1,13 +1,25 @@
-//! Reading one request body into a batch: chunk by chunk, each chunk accounted in the
-//! in-flight budget before it is decoded, the body limit checked as bytes arrive, and events
-//! decoded as soon as they are complete. The whole body is never buffered.
+//! Reading one request body into a batch: chunk by chunk (decompressed first if the body is
+//! encoded), each chunk accounted in the in-flight budget before it is decoded, the body
+//! limit checked as bytes arrive, and events decoded as soon as they are complete. The whole
+//! body is never buffered. JSON and NDJSON (and frames) are decoded here, on the task reading
+//! the body; YAML is handed to [`crate::yaml`]'s bounded pool of blocking decoders.
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use vx_proto::decode::Decoder;
 use vx_proto::{Batch, InputError};
 
+use crate::encoding::{Decoded, Encoding};
 use crate::{Format, InflightBudget, InflightPermit, IngestError, LIMIT_BODY_BYTES, Limits};
+
+/// The 413 of a body over `ingest.max_body_bytes`.
+pub(crate) fn body_too_large(max: u64) -> InputError {
+    InputError::too_large(
+        LIMIT_BODY_BYTES,
+        max,
+        format!("request body is larger than {max} bytes (ingest.max_body_bytes)"),
+    )
+}
 
 /// Decode the body `body` in `format` into a batch. `now_ms` is the `ts` of events without one.
 ///
@@ -17,7 +29,7 @@ use crate::{Format, InflightBudget, InflightPermit, IngestError, LIMIT_BODY_BYTE
 /// budget: drop it once the batch has been admitted or refused. On error the budget is
 /// released at once.
 pub async fn decode_body<S, E>(
-    mut body: S,
+    body: S,
     format: Format,
     limits: &Limits,
     budget: &InflightBudget,
@@ -27,27 +39,71 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    decode_encoded_body(body, format, Encoding::Identity, limits, budget, now_ms).await
+}
+
+/// [`decode_body`] for a body sent with a `Content-Encoding`: it is decompressed as it
+/// arrives, and the decompressed size is what `max_body_bytes` and the budget count (the
+/// compressed size is held to `max_body_bytes` too). Bad compressed data is 400 `malformed`.
+pub async fn decode_encoded_body<S, E>(
+    body: S,
+    format: Format,
+    encoding: Encoding,
+    limits: &Limits,
+    budget: &InflightBudget,
+    now_ms: i64,
+) -> Result<(Batch, InflightPermit), IngestError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let mut permit = budget.begin();
-    let mut decoder = Decoder::new(format, limits.max_event_bytes, now_ms);
+    let mut body = BodyReader {
+        source: Decoded::new(body, encoding, limits.max_body_bytes),
+        read: 0,
+        max: limits.max_body_bytes,
+    };
+    let Some(mut decoder) = Decoder::new(format, limits.max_event_bytes, now_ms) else {
+        let batch =
+            crate::yaml::decode(&mut body, &mut permit, limits.max_event_bytes, now_ms).await?;
+        return Ok((batch, permit));
+    };
     let mut batch = Batch::new();
-    let mut read: u64 = 0;
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| IngestError::Body(e.to_string()))?;
-        read = read.saturating_add(chunk.len() as u64);
-        if read > limits.max_body_bytes {
-            let max = limits.max_body_bytes;
-            return Err(InputError::too_large(
-                LIMIT_BODY_BYTES,
-                max,
-                format!("request body is larger than {max} bytes (ingest.max_body_bytes)"),
-            )
-            .into());
-        }
-        permit.grow(chunk.len() as u64).await;
+    while let Some(chunk) = body.next(&mut permit).await? {
         decoder.feed(&chunk, &mut batch)?;
         // Decoding is CPU work on a runtime worker: let other tasks in between chunks.
         tokio::task::consume_budget().await;
     }
     decoder.finish(&mut batch)?;
     Ok((batch, permit))
+}
+
+/// A body's (decompressed) chunks, counted against the body limit and the in-flight budget.
+pub(crate) struct BodyReader<S> {
+    source: Decoded<S>,
+    read: u64,
+    max: u64,
+}
+
+impl<S, E> BodyReader<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    /// The next chunk, once it is within the body limit and accounted in `permit` (which may
+    /// wait for budget).
+    pub(crate) async fn next(
+        &mut self,
+        permit: &mut InflightPermit,
+    ) -> Result<Option<Bytes>, IngestError> {
+        let Some(chunk) = self.source.next().await? else {
+            return Ok(None);
+        };
+        self.read = self.read.saturating_add(chunk.len() as u64);
+        if self.read > self.max {
+            return Err(body_too_large(self.max).into());
+        }
+        permit.grow(chunk.len() as u64).await;
+        Ok(Some(chunk))
+    }
 }

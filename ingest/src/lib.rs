@@ -8,15 +8,20 @@
 //! - [`budget`]: [`InflightBudget`], the `ingest.max_inflight_bytes` semaphore, and the
 //!   [`InflightPermit`] a decoded batch carries until it is admitted or refused.
 //! - [`body`]: [`decode_body`], which reads a body chunk by chunk and decodes it incrementally.
+//! - [`encoding`]: `Content-Encoding` (gzip, zstd): bodies decompressed as they arrive.
+//! - [`yaml`]: YAML bodies, decoded on a bounded pool of blocking threads.
 
 pub mod body;
 pub mod budget;
+pub mod encoding;
 pub mod media;
+pub mod yaml;
 
 use vx_proto::InputError;
 
-pub use body::decode_body;
+pub use body::{decode_body, decode_encoded_body};
 pub use budget::{InflightBudget, InflightPermit};
+pub use encoding::{Encoding, SUPPORTED_ENCODINGS, UnsupportedEncoding, encoding_for};
 pub use media::{SUPPORTED_TYPES, UnsupportedMediaType, format_for};
 pub use vx_proto::Batch;
 pub use vx_proto::decode::Format;
@@ -53,4 +58,7 @@ pub enum IngestError {
     /// event of the request is stored; whether anyone is left to answer is the caller's call.
     #[error("reading the request body failed: {0}")]
     Body(String),
+    /// A decoder stopped for a reason of the server's own (500).
+    #[error("{0}")]
+    Internal(String),
 }

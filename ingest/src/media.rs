@@ -1,5 +1,4 @@
 //! Content negotiation for `POST /v1/events` (SPEC §3): which decoder a `Content-Type` selects.
-//! YAML and binary frames are not decoded yet, so they are unsupported like any other type.
 
 use crate::Format;
 
@@ -8,6 +7,10 @@ pub const SUPPORTED_TYPES: &[&str] = &[
     "application/json",
     "application/x-ndjson",
     "application/jsonl",
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "application/vnd.veltrix.frames",
 ];
 
 /// The request's `Content-Type` is missing or not one of [`SUPPORTED_TYPES`] (415).
@@ -41,6 +44,10 @@ pub fn format_for(content_type: Option<&str>) -> Result<Format, UnsupportedMedia
         Ok(Format::Json)
     } else if is("application/x-ndjson") || is("application/jsonl") {
         Ok(Format::Ndjson)
+    } else if is("application/yaml") || is("application/x-yaml") || is("text/yaml") {
+        Ok(Format::Yaml)
+    } else if is("application/vnd.veltrix.frames") {
+        Ok(Format::Frames)
     } else {
         Err(unsupported())
     }
@@ -63,18 +70,21 @@ mod tests {
         );
         assert_eq!(format_for(Some("application/x-ndjson")), Ok(Format::Ndjson));
         assert_eq!(
+            format_for(Some("application/vnd.veltrix.frames")),
+            Ok(Format::Frames)
+        );
+        assert_eq!(
             format_for(Some("application/jsonl; x=y")),
             Ok(Format::Ndjson)
         );
         for ct in [
             "application/yaml",
-            "application/x-yaml",
-            "text/yaml",
-            "application/vnd.veltrix.frames",
-            "text/plain",
-            "application/jsonx",
-            "",
+            "Application/X-YAML",
+            "text/yaml; charset=utf-8",
         ] {
+            assert_eq!(format_for(Some(ct)), Ok(Format::Yaml), "{ct}");
+        }
+        for ct in ["application/yml", "text/plain", "application/jsonx", ""] {
             let e = format_for(Some(ct)).err();
             assert_eq!(
                 e.map(|e| e.content_type),

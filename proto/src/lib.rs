@@ -6,15 +6,20 @@
 //! # Layout
 //! - [`event`]: kinds, numbers, [`EventView`] and the per-field rules.
 //! - [`packed`]: [`Batch`], one request's events with 32-byte headers and interned names.
-//! - [`decode`]: incremental NDJSON and JSON decoders feeding a [`Batch`].
+//! - [`decode`]: incremental NDJSON, JSON and YAML decoders feeding a [`Batch`].
+//! - [`frames`]: the binary frames protocol (docs/PROTOCOL.md): framing, batch and event
+//!   codecs, the HTTP frames body decoder, replay output frames.
 //! - [`canonical`]: the canonical JSON form used for replay.
+//! - [`canonical_yaml`]: the same content as YAML documents, for replay in YAML.
 //! - [`shard`]: the stream → shard hash shared by routing and storage.
 //! - [`error`]: [`InputError`] and its classes.
 
 pub mod canonical;
+pub mod canonical_yaml;
 pub mod decode;
 pub mod error;
 pub mod event;
+pub mod frames;
 pub mod packed;
 pub mod shard;
 

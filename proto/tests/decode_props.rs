@@ -193,7 +193,7 @@ impl Gen {
 }
 
 fn decode(format: Format, body: &[u8], cuts: &[usize]) -> Result<Vec<Vec<u8>>, InputError> {
-    let mut d = Decoder::new(format, 1 << 20, NOW);
+    let mut d = Decoder::new(format, 1 << 20, NOW).unwrap();
     let mut batch = Batch::new();
     let mut at = 0;
     for &c in cuts {

@@ -7,6 +7,7 @@
 use std::time::Instant;
 use vx_proto::Batch;
 use vx_proto::decode::{Decoder, Format};
+use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
 
 const REQUESTS: usize = 1000;
 const PER_REQUEST: usize = 1000;
@@ -30,6 +31,18 @@ fn small(i: usize) -> String {
     )
 }
 
+/// An NDJSON body's events as one BATCH frame (an HTTP frames body).
+fn frames_body(ndjson: &str) -> Vec<u8> {
+    let mut d = Decoder::new(Format::Ndjson, 1 << 20, 0).unwrap();
+    let mut batch = Batch::new();
+    d.feed(ndjson.as_bytes(), &mut batch).unwrap();
+    d.finish(&mut batch).unwrap();
+    let wire: Vec<WireEvent<'_>> = batch.iter().map(WireEvent::from).collect();
+    let mut out = Vec::new();
+    encode_batch(&mut out, &BatchHead::default(), &wire).unwrap();
+    out
+}
+
 /// Request bodies of `PER_REQUEST` events each.
 fn requests(format: Format, make: fn(usize) -> String) -> Vec<Vec<u8>> {
     (0..REQUESTS)
@@ -38,6 +51,10 @@ fn requests(format: Format, make: fn(usize) -> String) -> Vec<Vec<u8>> {
             match format {
                 Format::Ndjson => events.map(|e| e + "\n").collect::<String>().into_bytes(),
                 Format::Json => format!("[{}]", events.collect::<Vec<_>>().join(",")).into_bytes(),
+                // YAML is read from a reader, not fed in chunks: see tests/yaml_throughput.rs.
+                Format::Yaml => unreachable!("only NDJSON and JSON are fed in chunks"),
+                // The same events, re-encoded as one BATCH frame.
+                Format::Frames => frames_body(&events.map(|e| e + "\n").collect::<String>()),
             }
         })
         .collect()
@@ -50,7 +67,7 @@ fn decode_throughput() {
         ("161-byte", event as fn(usize) -> String),
         ("45-byte", small),
     ] {
-        for format in [Format::Ndjson, Format::Json] {
+        for format in [Format::Ndjson, Format::Json, Format::Frames] {
             let bodies = requests(format, make);
             let bytes: usize = bodies.iter().map(Vec::len).sum();
             let n = REQUESTS * PER_REQUEST;
@@ -59,7 +76,7 @@ fn decode_throughput() {
                 let start = Instant::now();
                 let mut events = 0;
                 for body in &bodies {
-                    let mut d = Decoder::new(format, 1 << 20, 0);
+                    let mut d = Decoder::new(format, 1 << 20, 0).unwrap();
                     let mut batch = Batch::new();
                     // 64 KiB chunks, as a server might see them.
                     for chunk in body.chunks(64 << 10) {

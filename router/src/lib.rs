@@ -13,6 +13,12 @@
 //! The check-and-reserve step runs under one short mutex per request (not per event): taking
 //! every touched shard's counter in one critical section is what makes admission atomic
 //! without rollbacks, and releases stay lock-free.
+//!
+//! # Streaming connections (SPEC §4)
+//! A binary-frames connection is not refused with 429: where an HTTP request would be, it
+//! waits in [`Router::wait_below_low_water`] (not reading its socket meanwhile) until its
+//! shards have drained below `ingest.low_water`, then tries again. Every release wakes the
+//! waiters, which re-check; nothing else waits on the counters.
 
 mod drain;
 
@@ -20,6 +26,7 @@ use drain::DrainRate;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::Notify;
 use vx_proto::Batch;
 use vx_storage::{Durability, Store, WriteError, WriteOutcome, WriteRequest};
 
@@ -79,6 +86,8 @@ struct Shared {
     low_mark: u64,
     admit: Mutex<()>,
     drain: DrainRate,
+    /// Woken on every release, for [`Router::wait_below_low_water`].
+    released: Notify,
 }
 
 /// Routes requests to the storage engine with atomic admission. Cheap to clone.
@@ -107,6 +116,9 @@ impl Drop for Reservation {
         s.total.fetch_sub(events, Ordering::AcqRel);
         s.queued_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
         s.drain.record(events);
+        // After the counters changed: a waiter that registered before re-checks them. With no
+        // waiter this is one uncontended lock per request.
+        s.released.notify_waiters();
     }
 }
 
@@ -125,6 +137,7 @@ impl Router {
                 low_mark,
                 admit: Mutex::new(()),
                 drain: DrainRate::new(),
+                released: Notify::new(),
                 cfg,
                 store,
             }),
@@ -153,6 +166,41 @@ impl Router {
 
     pub fn high_water_events(&self) -> u64 {
         self.shared.mark
+    }
+
+    /// The low-water mark in events: a stalled streaming connection resumes once its shards
+    /// are below it (or empty, should the mark round down to 0).
+    pub fn low_water_events(&self) -> u64 {
+        self.shared.low_mark
+    }
+
+    /// True when a request of `bytes` on `shards` may resume: every shard below the low-water
+    /// mark (or empty) and room in the queued-byte budget as admission counts it.
+    fn drained_for(&self, shards: &[(u32, u64)], bytes: u64) -> bool {
+        let s = &self.shared;
+        let low = shards.iter().all(|&(shard, _)| {
+            let d = self.depth(shard);
+            d < s.low_mark || d == 0
+        });
+        let queued = s.queued_bytes.load(Ordering::Acquire);
+        low && (queued == 0 || queued.saturating_add(bytes) <= s.cfg.max_queued_bytes)
+    }
+
+    /// Wait until a request of `bytes` on `shards` (as [`Router::shards_of`] gives them) may
+    /// resume after [`Router::try_admit`] refused it: every one of its shards has drained below
+    /// `ingest.low_water` and the queued-byte budget has room (SPEC §4, streaming connections).
+    /// The caller then tries to admit again; another producer may have taken the room first.
+    /// Cancel-safe.
+    pub async fn wait_below_low_water(&self, shards: &[(u32, u64)], bytes: u64) {
+        loop {
+            // Created before the check: a release between the check and the await still
+            // wakes it (`notify_waiters` reaches every `Notified` that exists at the call).
+            let released = self.shared.released.notified();
+            if self.drained_for(shards, bytes) {
+                return;
+            }
+            released.await;
+        }
     }
 
     pub fn queued_bytes(&self) -> u64 {
@@ -202,8 +250,13 @@ impl Router {
         let s = &self.shared;
         let guard = s.admit.lock();
         let mut worst: Option<(u32, u64)> = None;
+        // The fullest touched shard as seen by this decision: read again after the lock is
+        // released, a shard may already have drained, and a refusal would report a fill below
+        // the mark that refused it.
+        let mut fullest = 0;
         for &(shard, _) in shards {
             let d = self.depth(shard);
+            fullest = fullest.max(d);
             if d >= s.mark && worst.is_none_or(|(_, w)| d > w) {
                 worst = Some((shard, d));
             }
@@ -214,7 +267,7 @@ impl Router {
         let bytes_spent = queued > 0 && queued.saturating_add(bytes) > s.cfg.max_queued_bytes;
         if worst.is_some() || bytes_spent {
             drop(guard);
-            let queue_fill = self.fill_of(shards);
+            let queue_fill = (fullest as f64 / self.capacity().max(1) as f64).clamp(0.0, 1.0);
             let message = match worst {
                 Some((shard, d)) => format!(
                     "shard {shard} is at its high-water mark ({d} of {} events queued)",
@@ -287,7 +340,20 @@ impl Router {
         let shards = self.shards_of(&req.batch);
         let bytes = req.batch.mem_bytes() as u64;
         let reservation = self.try_admit(&shards, bytes)?;
-        let queue_fill = self.fill_of(&shards);
+        self.write_admitted(req, reservation).await
+    }
+
+    /// Write a request that [`Router::try_admit`] admitted (with `reservation`), as
+    /// [`Router::submit`] does after admission; for callers that wait for room instead of
+    /// refusing. Nothing is awaited before the store's `write`, so at its first poll the
+    /// request enters the writer's channel (if the channel has room).
+    pub async fn write_admitted(
+        &self,
+        req: Submit,
+        reservation: Reservation,
+    ) -> Result<Accepted, SubmitError> {
+        let store = self.store();
+        let queue_fill = self.fill_of(&reservation.shards);
         let result = store
             .write(WriteRequest {
                 batch: req.batch,
@@ -370,6 +436,64 @@ mod tests {
         assert!(r.try_admit(&[(1, 1)], 1).is_ok());
     }
 
+    /// Poll `fut` a few scheduler rounds; true if it finished.
+    async fn finishes<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
+        for _ in 0..10 {
+            let ready =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready()))
+                    .await;
+            if ready {
+                return true;
+            }
+            tokio::task::yield_now().await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn waiting_resumes_only_below_the_low_water_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 100); // mark 90, low water 75
+        assert_eq!((r.high_water_events(), r.low_water_events()), (90, 75));
+        let a = r.try_admit(&[(0, 80)], 10).unwrap();
+        let b = r.try_admit(&[(0, 20)], 10).unwrap();
+        assert!(r.try_admit(&[(0, 1)], 10).is_err());
+        let shards = [(0, 1), (1, 1)];
+        let mut wait = Box::pin(r.wait_below_low_water(&shards, 10));
+        assert!(!finishes(&mut wait).await, "shard 0 is at 100");
+        drop(b);
+        // 80 is below the mark, so admission would succeed, but not below the low mark: a
+        // stalled connection stays stalled (hysteresis).
+        assert!(!finishes(&mut wait).await, "shard 0 is at 80, above 75");
+        drop(a);
+        assert!(finishes(&mut wait).await, "shard 0 drained");
+        // Untouched shards never hold a waiter up, and an empty shard always lets it go.
+        let c = r.try_admit(&[(2, 500)], 10).unwrap();
+        let mut other = Box::pin(r.wait_below_low_water(&[(1, 1)], 10));
+        assert!(finishes(&mut other).await);
+        drop(c);
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_byte_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 1000); // 1 MiB of queued bytes
+        let a = r.try_admit(&[(0, 1)], 900 << 10).unwrap();
+        let mut wait = Box::pin(r.wait_below_low_water(&[(1, 1)], 200 << 10));
+        assert!(!finishes(&mut wait).await);
+        drop(a);
+        assert!(finishes(&mut wait).await);
+    }
+
+    #[test]
+    fn a_tiny_queue_has_a_low_mark_of_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 1);
+        assert_eq!((r.high_water_events(), r.low_water_events()), (1, 0));
+        // Resuming at "below 0" would never happen: an empty shard counts as drained.
+        assert!(r.drained_for(&[(0, 1)], 1));
+    }
+
     #[tokio::test]
     async fn submit_stores_and_releases() {
         let dir = tempfile::tempdir().unwrap();
@@ -398,6 +522,14 @@ mod tests {
             .unwrap();
         assert_eq!(acc.outcome.accepted, 4);
         assert!(acc.queue_fill > 0.0);
+        // The writer answers a request just before it drops the reservation: wait (bounded)
+        // for the release rather than race it.
+        for _ in 0..5000 {
+            if (0..4).all(|s| r.depth(s) == 0) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         assert!((0..4).all(|s| r.depth(s) == 0));
         let empty = r
             .submit(Submit {

@@ -46,12 +46,12 @@ pub const KEYS: &[Key] = &[
     key(
         "server.frames_listen",
         Some("--frames-listen"),
-        "binary frames address (accepted; frames arrive in a later release)",
+        "binary frames address, host:port (docs/PROTOCOL.md)",
     ),
     key(
         "server.frames_uds",
         Some("--frames-uds"),
-        "binary frames Unix socket (accepted; frames arrive in a later release)",
+        "binary frames Unix socket (mode server.uds_mode)",
     ),
     key(
         "server.shutdown_timeout",

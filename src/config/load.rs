@@ -385,18 +385,6 @@ fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
 fn not_yet_warnings(cfg: &Config) -> Vec<String> {
     let mut w = Vec::new();
     let later = |key: &str| format!("{key} is set, but it takes effect in a later release");
-    if cfg.server.frames_listen.is_some() {
-        w.push(format!(
-            "{} (binary frames arrive in a later release; not listening)",
-            later("server.frames_listen")
-        ));
-    }
-    if cfg.server.frames_uds.is_some() {
-        w.push(format!(
-            "{} (binary frames arrive in a later release; not listening)",
-            later("server.frames_uds")
-        ));
-    }
     if cfg.retention.max_age.is_some() {
         w.push(later("retention.max_age"));
     }

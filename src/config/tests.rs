@@ -308,17 +308,27 @@ fn env_warnings_and_errors() {
 
 #[test]
 fn later_release_keys_warn() {
-    let cli = Overrides {
-        frames_listen: Some("127.0.0.1:7101".into()),
-        ..Overrides::default()
-    };
-    let (_, warnings) = load(None, &[], &cli).unwrap();
+    let (_, warnings) = load(
+        None,
+        &env(&[("VX_RETENTION_MAX_AGE", "7d")]),
+        &Overrides::default(),
+    )
+    .unwrap();
     assert!(
         warnings
             .iter()
-            .any(|w| w.contains("server.frames_listen") && w.contains("later release")),
+            .any(|w| w.contains("retention.max_age") && w.contains("later release")),
         "{warnings:?}"
     );
+    // The frames listeners are real now: no warning.
+    let cli = Overrides {
+        frames_listen: Some("127.0.0.1:7101".into()),
+        frames_uds: Some("/tmp/vx-frames.sock".into()),
+        ..Overrides::default()
+    };
+    let (c, warnings) = load(None, &[], &cli).unwrap();
+    assert_eq!(c.server.frames_listen.as_deref(), Some("127.0.0.1:7101"));
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 #[test]

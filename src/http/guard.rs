@@ -91,7 +91,7 @@ fn required_scope(route: &str) -> Option<Scope> {
 
 /// Equal-length byte strings compared without an early exit; a length mismatch returns at
 /// once (it reveals only the length).
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

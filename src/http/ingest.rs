@@ -1,7 +1,8 @@
 //! Ingest (SPEC §3): `POST /v1/events`. Headers are checked first (content type, encoding,
-//! durability, conditional write), then the body is decoded incrementally by `vx_ingest` under
-//! the in-flight byte budget, then the batch goes through the router's atomic admission to
-//! the log. Every answer, success or error, carries `X-Vx-Queue-Fill`.
+//! durability, conditional write), then the body is decompressed (gzip, zstd) and decoded
+//! incrementally by `vx_ingest` under the in-flight byte budget, then the batch goes through
+//! the router's atomic admission to the log. Every answer, success or error, carries
+//! `X-Vx-Queue-Fill`.
 
 use super::AppError;
 use super::guard::QUEUE_FILL;
@@ -68,6 +69,7 @@ fn format_label(format: vx_ingest::Format) -> &'static str {
 /// What the headers ask for, checked before a byte of the body is read.
 struct Request {
     format: vx_ingest::Format,
+    encoding: vx_ingest::Encoding,
     durability: Option<Durability>,
     expected_last_seq: Option<u64>,
 }
@@ -90,16 +92,10 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         .map(|v| v.to_str().unwrap_or("(not ASCII)"));
     let format = vx_ingest::format_for(content_type)
         .map_err(|e| AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_TYPES))?;
-    if let Some(enc) = header_str(headers, CONTENT_ENCODING.as_str())?
-        && !enc.eq_ignore_ascii_case("identity")
-    {
-        return Err(AppError::unsupported_media_type(
-            format!(
-                "unsupported Content-Encoding {enc:?} (compressed bodies arrive in a later release)"
-            ),
-            &["identity"],
-        ));
-    }
+    let encoding = vx_ingest::encoding_for(header_str(headers, CONTENT_ENCODING.as_str())?)
+        .map_err(|e| {
+            AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS)
+        })?;
     let durability = match header_str(headers, DURABILITY)? {
         None => None,
         Some(v) => Some(Durability::parse(&v.to_ascii_lowercase()).ok_or_else(|| {
@@ -119,6 +115,7 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         .transpose()?;
     Ok(Request {
         format,
+        encoding,
         durability,
         expected_last_seq,
     })
@@ -142,6 +139,16 @@ fn stored(outcome: &WriteOutcome) -> Response {
     }
 }
 
+/// A refusal sent before the body was read to its end: the rest of the body is never read,
+/// so the connection cannot carry another request; say so rather than close it silently.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 /// `POST /v1/events`.
 pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let metrics = state.metrics();
@@ -149,7 +156,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         Ok(r) => r,
         Err(e) => {
             metrics.rejected(e.code, "unknown", None);
-            return with_fill(e.into_response(), 0.0);
+            return closing(with_fill(e.into_response(), 0.0));
         }
     };
     let label = format_label(req.format);
@@ -158,12 +165,13 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         with_fill(e.into_response(), fill)
     };
     let Some(router) = state.engine() else {
-        return reject(AppError::starting(), None, 0.0);
+        return closing(reject(AppError::starting(), None, 0.0));
     };
 
-    let decoded = vx_ingest::decode_body(
+    let decoded = vx_ingest::decode_encoded_body(
         body.into_data_stream(),
         req.format,
+        req.encoding,
         state.limits(),
         state.budget(),
         now_ms(),
@@ -174,13 +182,19 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     // at the first poll of `submit`, with no await in between).
     let (batch, permit) = match decoded {
         Ok(ok) => ok,
-        Err(vx_ingest::IngestError::Input(e)) => return reject(AppError::from(e), None, 0.0),
+        Err(vx_ingest::IngestError::Input(e)) => {
+            return closing(reject(AppError::from(e), None, 0.0));
+        }
         Err(vx_ingest::IngestError::Body(msg)) => {
-            return reject(
+            return closing(reject(
                 AppError::malformed(format!("reading the request body failed: {msg}")),
                 None,
                 0.0,
-            );
+            ));
+        }
+        Err(vx_ingest::IngestError::Internal(msg)) => {
+            tracing::error!(error = %msg, "decoding a request body failed");
+            return closing(reject(AppError::internal(msg), None, 0.0));
         }
     };
     let events = batch.len() as u64;

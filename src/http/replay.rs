@@ -37,7 +37,9 @@ const CHANNEL_CHUNKS: usize = 2;
 
 const NDJSON: &str = "application/x-ndjson";
 const JSON: &str = "application/json";
-const SUPPORTED: [&str; 2] = [NDJSON, JSON];
+const YAML: &str = "application/yaml";
+const FRAMES: &str = vx_proto::frames::CONTENT_TYPE;
+const SUPPORTED: [&str; 4] = [NDJSON, JSON, YAML, FRAMES];
 
 const LAST_SEQ: HeaderName = HeaderName::from_static("x-vx-last-seq");
 const FIRST_SEQ: HeaderName = HeaderName::from_static("x-vx-first-seq");
@@ -48,6 +50,10 @@ const NEXT_SEQ: HeaderName = HeaderName::from_static("x-vx-next-seq");
 pub enum Output {
     Ndjson,
     JsonArray,
+    /// YAML documents, one event per document (`vx_proto::canonical_yaml`).
+    Yaml,
+    /// EVENT frames of docs/PROTOCOL.md, one per event.
+    Frames,
 }
 
 impl Output {
@@ -55,13 +61,17 @@ impl Output {
         match self {
             Output::Ndjson => NDJSON,
             Output::JsonArray => JSON,
+            Output::Yaml => YAML,
+            Output::Frames => FRAMES,
         }
     }
 }
 
 /// Pick the output by `Accept` (media ranges by descending `q`, first match wins): NDJSON
 /// for none, `*/*`, `application/*` and `application/x-ndjson` (or `application/jsonl`), a
-/// JSON array for `application/json`; anything else is 406.
+/// JSON array for `application/json`, YAML documents for `application/yaml` (or
+/// `application/x-yaml`, `text/yaml`), EVENT frames for `application/vnd.veltrix.frames`;
+/// anything else is 406.
 pub fn negotiate(headers: &HeaderMap) -> Result<Output, AppError> {
     let mut ranges: Vec<(f32, String)> = Vec::new();
     for value in headers.get_all(ACCEPT) {
@@ -93,11 +103,14 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Output, AppError> {
                 return Ok(Output::Ndjson);
             }
             "application/json" => return Ok(Output::JsonArray),
+            "application/yaml" | "application/x-yaml" | "text/yaml" => return Ok(Output::Yaml),
+            "application/vnd.veltrix.frames" => return Ok(Output::Frames),
             _ => {}
         }
     }
     Err(AppError::not_acceptable(
-        "replay answers in application/x-ndjson or application/json",
+        "replay answers in application/x-ndjson, application/json, application/yaml or \
+         application/vnd.veltrix.frames",
         &SUPPORTED,
     ))
 }
@@ -131,7 +144,15 @@ impl Replay {
                     if self.output == Output::JsonArray && self.events > 0 {
                         buf.push(b',');
                     }
-                    vx_proto::canonical::write_event(&mut buf, &ev, seq);
+                    if self.output == Output::Yaml {
+                        vx_proto::canonical_yaml::write_document(&mut buf, &ev, Some(seq));
+                    } else if self.output == Output::Frames {
+                        // Stored events always fit the frame's length prefixes.
+                        vx_proto::frames::encode_event_frame(&mut buf, &ev, seq)
+                            .map_err(|e| ReadError::Io(std::io::Error::other(e)))?;
+                    } else {
+                        vx_proto::canonical::write_event(&mut buf, &ev, seq);
+                    }
                     if self.output == Output::Ndjson {
                         buf.push(b'\n');
                     }

@@ -238,7 +238,10 @@ fn accept_negotiation() {
         Ok(Output::Ndjson)
     );
     assert_eq!(with(Some("application/json;q=0")), Err("not_acceptable"));
-    assert_eq!(with(Some("application/yaml")), Err("not_acceptable"));
+    assert_eq!(with(Some("application/yaml")), Ok(Output::Yaml));
+    assert_eq!(with(Some("text/yaml;q=0.8")), Ok(Output::Yaml));
+    assert_eq!(with(Some("application/x-yaml")), Ok(Output::Yaml));
+    assert_eq!(with(Some("text/csv")), Err("not_acceptable"));
 }
 
 #[test]

@@ -244,8 +244,8 @@ impl Writer {
             // for nothing.
             for p in &mut planned {
                 p.outcome.durability = p.want;
-                answer(p, Ok(()));
                 p.guard = None;
+                answer(p, Ok(()));
             }
             return;
         }
@@ -305,6 +305,9 @@ impl Writer {
                     t.insert(key, seq, now, now);
                 }
             }
+            // Release the admission reservation once the request is applied and before it
+            // is answered, so a producer never finds its own finished request still queued.
+            p.guard = None;
             if p.reply.is_some() {
                 p.outcome.durability = if need_sync {
                     Durability::Fsync
@@ -313,8 +316,6 @@ impl Writer {
                 };
                 answer(p, Ok(()));
             }
-            // Releases the admission reservation only now that the request is applied.
-            p.guard = None;
         }
         for (i, t) in self.dedup.iter().enumerate() {
             if let Some(h) = self.shared.horizons.get(i) {
@@ -512,11 +513,10 @@ impl Writer {
 /// Send the answer if it is still owed. A refused request releases its reservation at once;
 /// an accepted one keeps it until it is applied.
 fn answer(p: &mut Planned, res: Result<(), WriteError>) {
-    let failed = res.is_err();
+    if res.is_err() {
+        p.guard = None;
+    }
     if let Some(reply) = p.reply.take() {
         let _ = reply.send(res.map(|()| p.outcome.clone()));
-    }
-    if failed {
-        p.guard = None;
     }
 }

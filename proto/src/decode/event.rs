@@ -87,16 +87,7 @@ impl EventParser {
         let id = fields.id.map(|t| t.get(&un.id));
         let kind = fields.kind.unwrap_or_default();
         let value = check_value(kind, fields.value)?;
-        if kind != Kind::Event && reserved_feature_name(ty) {
-            return Err(InputError::invalid(
-                "type",
-                format!(
-                    "field \"type\": a {} may not be named \"{ty}\", which is reserved for a \
-                     built-in feature",
-                    kind.as_str()
-                ),
-            ));
-        }
+        check_reserved(kind, ty)?;
         let data = match data {
             None => None,
             Some(Compacted::AsIs) => fields.data.map(RawValue::get),
@@ -131,12 +122,28 @@ fn bad_utf8(bytes: &[u8], at: usize) -> InputError {
     InputError::malformed("invalid UTF-8 in the body").at_line(line, (at - line_start) as u64 + 1)
 }
 
-fn missing(f: Field) -> InputError {
+pub(super) fn missing(f: Field) -> InputError {
     InputError::invalid(f.name(), format!("missing required field \"{}\"", f.name()))
 }
 
-/// The `value` rules of SPEC §2, which depend on `kind`.
-fn check_value(kind: Kind, value: Option<Num>) -> Result<Option<Num>, InputError> {
+/// A counter or gauge may not take the name of a built-in feature (SPEC §2, §6).
+pub(super) fn check_reserved(kind: Kind, ty: &str) -> Result<(), InputError> {
+    if kind != Kind::Event && reserved_feature_name(ty) {
+        return Err(InputError::invalid(
+            "type",
+            format!(
+                "field \"type\": a {} may not be named \"{ty}\", which is reserved for a \
+                 built-in feature",
+                kind.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The `value` rules of SPEC §2, which depend on `kind` (shared with the frames decoder, so
+/// that both formats accept exactly the same values).
+pub(crate) fn check_value(kind: Kind, value: Option<Num>) -> Result<Option<Num>, InputError> {
     // i64::MIN and the first float past i64::MAX, both exact as f64.
     const I64_LOW: f64 = -9_223_372_036_854_775_808.0;
     const I64_END: f64 = 9_223_372_036_854_775_808.0;
@@ -160,7 +167,8 @@ fn check_value(kind: Kind, value: Option<Num>) -> Result<Option<Num>, InputError
             "value",
             "missing required field \"value\": a gauge needs a finite number",
         )),
-        // Every number serde_json produces is finite (overflow is reported as an error).
+        // Every number the decoders produce is finite (serde_json reports overflow as an
+        // error, the YAML decoder refuses non-finite numbers).
         (_, v) => Ok(v),
     }
 }

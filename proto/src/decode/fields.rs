@@ -27,7 +27,7 @@ pub(super) enum Field {
     Data,
 }
 
-const FIELD_LIST: &str = "stream, type, entity, ts, kind, value, id, data";
+pub(super) const FIELD_LIST: &str = "stream, type, entity, ts, kind, value, id, data";
 
 impl Field {
     pub(super) fn name(self) -> &'static str {
@@ -43,7 +43,7 @@ impl Field {
         }
     }
 
-    fn from_name(s: &str) -> Option<Field> {
+    pub(super) fn from_name(s: &str) -> Option<Field> {
         Some(match s {
             "stream" => Field::Stream,
             "type" => Field::Type,
@@ -57,7 +57,7 @@ impl Field {
         })
     }
 
-    fn bit(self) -> u8 {
+    pub(super) fn bit(self) -> u8 {
         1 << (self as u8)
     }
 }
@@ -113,7 +113,7 @@ pub(super) struct Ctx {
 }
 
 /// `s` for an error message, cut to a readable length.
-fn short(s: &str) -> &str {
+pub(super) fn short(s: &str) -> &str {
     const MAX: usize = 64;
     if s.len() <= MAX {
         return s;
@@ -225,7 +225,7 @@ impl Visitor<'_> for KeySeed<'_> {
 
 /// Which string rule of SPEC §2 a string field follows.
 #[derive(Clone, Copy)]
-enum Rule {
+pub(super) enum Rule {
     Stream,
     Type,
     Entity,
@@ -233,7 +233,18 @@ enum Rule {
 }
 
 impl Rule {
-    fn check(self, s: &str) -> Result<(), String> {
+    /// The rule of a string field; `None` for the other fields.
+    pub(super) fn of(field: Field) -> Option<Rule> {
+        match field {
+            Field::Stream => Some(Rule::Stream),
+            Field::Type => Some(Rule::Type),
+            Field::Entity => Some(Rule::Entity),
+            Field::Id => Some(Rule::Id),
+            Field::Ts | Field::Kind | Field::Value | Field::Data => None,
+        }
+    }
+
+    pub(super) fn check(self, s: &str) -> Result<(), String> {
         let (max, may_be_empty) = match self {
             Rule::Stream => (MAX_STREAM_LEN, false),
             Rule::Type => (MAX_TYPE_LEN, false),
@@ -269,7 +280,7 @@ impl Rule {
         Ok(())
     }
 
-    fn nullable(self) -> bool {
+    pub(super) fn nullable(self) -> bool {
         matches!(self, Rule::Entity | Rule::Id)
     }
 }
@@ -315,6 +326,47 @@ impl<'de> Visitor<'de> for TextSeed<'_> {
     }
 }
 
+/// The `ts` rules of SPEC §2, shared by the JSON visitor and the YAML decoder: the message
+/// of a broken rule, without the field name.
+pub(super) fn ts_from_u64(v: u64) -> Result<i64, String> {
+    if v < MAX_TS as u64 {
+        Ok(v as i64)
+    } else {
+        Err(format!("must be below 2^53 milliseconds, got {v}"))
+    }
+}
+
+pub(super) fn ts_from_i64(v: i64) -> Result<i64, String> {
+    if v < 0 {
+        Err(format!("must not be negative, got {v}"))
+    } else {
+        ts_from_u64(v as u64)
+    }
+}
+
+pub(super) fn ts_not_whole(v: impl fmt::Display) -> String {
+    format!("must be whole milliseconds (an integer) or an RFC 3339 string, got {v}")
+}
+
+pub(super) fn ts_from_rfc3339(v: &str) -> Result<i64, String> {
+    let t = OffsetDateTime::parse(v, &Rfc3339).map_err(|e| {
+        format!(
+            "must be integer milliseconds or an RFC 3339 timestamp; {:?} is neither ({e})",
+            short(v)
+        )
+    })?;
+    // Truncation to the millisecond: floor, which equals truncation for ts ≥ 0.
+    let ms = t.unix_timestamp_nanos().div_euclid(1_000_000);
+    if (0..i128::from(MAX_TS)).contains(&ms) {
+        Ok(ms as i64)
+    } else {
+        Err(format!(
+            "{:?} is outside 1970-01-01T00:00:00Z up to 2^53 ms",
+            short(v)
+        ))
+    }
+}
+
 struct TsSeed;
 
 impl<'de> DeserializeSeed<'de> for TsSeed {
@@ -333,51 +385,34 @@ impl Visitor<'_> for TsSeed {
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        if v < MAX_TS as u64 {
-            Ok(Some(v as i64))
-        } else {
-            Err(E::custom(format!(
-                "must be below 2^53 milliseconds, got {v}"
-            )))
-        }
+        ts_from_u64(v).map(Some).map_err(E::custom)
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        if v < 0 {
-            Err(E::custom(format!("must not be negative, got {v}")))
-        } else {
-            self.visit_u64(v as u64)
-        }
+        ts_from_i64(v).map(Some).map_err(E::custom)
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Err(E::custom(format!(
-            "must be whole milliseconds (an integer) or an RFC 3339 string, got {v}"
-        )))
+        Err(E::custom(ts_not_whole(v)))
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        let t = OffsetDateTime::parse(v, &Rfc3339).map_err(|e| {
-            E::custom(format!(
-                "must be integer milliseconds or an RFC 3339 timestamp; {:?} is neither ({e})",
-                short(v)
-            ))
-        })?;
-        // Truncation to the millisecond: floor, which equals truncation for ts ≥ 0.
-        let ms = t.unix_timestamp_nanos().div_euclid(1_000_000);
-        if (0..i128::from(MAX_TS)).contains(&ms) {
-            Ok(Some(ms as i64))
-        } else {
-            Err(E::custom(format!(
-                "{:?} is outside 1970-01-01T00:00:00Z up to 2^53 ms",
-                short(v)
-            )))
-        }
+        ts_from_rfc3339(v).map(Some).map_err(E::custom)
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(None)
     }
+}
+
+/// The `kind` rule of SPEC §2, shared with the YAML decoder.
+pub(super) fn kind_from_str(v: &str) -> Result<Kind, String> {
+    Kind::parse(v).ok_or_else(|| {
+        format!(
+            "must be one of \"event\", \"counter\", \"gauge\", got {:?}",
+            short(v)
+        )
+    })
 }
 
 struct KindSeed;
@@ -398,13 +433,7 @@ impl Visitor<'_> for KindSeed {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        match Kind::parse(v) {
-            Some(k) => Ok(Some(k)),
-            None => Err(E::custom(format!(
-                "must be one of \"event\", \"counter\", \"gauge\", got {:?}",
-                short(v)
-            ))),
-        }
+        kind_from_str(v).map(Some).map_err(E::custom)
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {

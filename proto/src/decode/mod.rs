@@ -9,6 +9,9 @@
 //! - [`event`]: decodes the bytes of ONE event object and checks every rule of SPEC §2, with
 //!   a serde visitor per field (`fields`).
 //! - [`compact`]: turns the raw text of `data` into its stored compact form.
+//! - [`yaml`]: YAML bodies. The YAML parser pulls its input from an [`std::io::Read`], so YAML
+//!   is not a [`Decoder`] fed chunk by chunk: the ingest layer runs [`decode_yaml`] on a
+//!   blocking thread and hands it the body through a bounded channel.
 //!
 //! [`Decoder`] joins a framer to the event parser for a [`Format`] so the ingest layer can drive
 //! any of them the same way: `feed` every chunk, then `finish`.
@@ -23,6 +26,7 @@ pub mod event;
 mod fields;
 pub mod json;
 pub mod ndjson;
+pub mod yaml;
 
 #[cfg(test)]
 mod tests;
@@ -33,6 +37,7 @@ use crate::packed::Batch;
 pub use event::{EventParser, parse_event};
 pub use json::JsonDecoder;
 pub use ndjson::NdjsonDecoder;
+pub use yaml::decode_yaml;
 
 /// Name of the limit reported when one event is over `ingest.max_event_bytes`.
 pub const LIMIT_EVENT_BYTES: &str = "ingest.max_event_bytes";
@@ -46,6 +51,12 @@ pub enum Format {
     Json,
     /// `application/x-ndjson`, `application/jsonl`: one event object per line.
     Ndjson,
+    /// `application/yaml`, `application/x-yaml`, `text/yaml`: a stream of documents, each an
+    /// event mapping or a sequence of them. Decoded from a reader by [`decode_yaml`].
+    Yaml,
+    /// `application/vnd.veltrix.frames`: BATCH frames of docs/PROTOCOL.md, one request in all
+    /// ([`crate::frames::FramesDecoder`]).
+    Frames,
 }
 
 impl Format {
@@ -53,6 +64,8 @@ impl Format {
         match self {
             Format::Json => "json",
             Format::Ndjson => "ndjson",
+            Format::Yaml => "yaml",
+            Format::Frames => "frames",
         }
     }
 }
@@ -65,15 +78,22 @@ impl Format {
 pub enum Decoder {
     Json(JsonDecoder),
     Ndjson(NdjsonDecoder),
+    Frames(crate::frames::FramesDecoder),
 }
 
 impl Decoder {
     /// A decoder for one body. `max_event_bytes` bounds a single event (and so the bytes the
-    /// decoder buffers); `now_ms` is the `ts` given to events that carry none.
-    pub fn new(format: Format, max_event_bytes: usize, now_ms: i64) -> Decoder {
+    /// decoder buffers); `now_ms` is the `ts` given to events that carry none. `None` for a
+    /// format that is decoded from a reader instead ([`Format::Yaml`]: [`decode_yaml`]).
+    pub fn new(format: Format, max_event_bytes: usize, now_ms: i64) -> Option<Decoder> {
         match format {
-            Format::Json => Decoder::Json(JsonDecoder::new(max_event_bytes, now_ms)),
-            Format::Ndjson => Decoder::Ndjson(NdjsonDecoder::new(max_event_bytes, now_ms)),
+            Format::Json => Some(Decoder::Json(JsonDecoder::new(max_event_bytes, now_ms))),
+            Format::Ndjson => Some(Decoder::Ndjson(NdjsonDecoder::new(max_event_bytes, now_ms))),
+            Format::Yaml => None,
+            Format::Frames => Some(Decoder::Frames(crate::frames::FramesDecoder::new(
+                max_event_bytes,
+                now_ms,
+            ))),
         }
     }
 
@@ -83,6 +103,7 @@ impl Decoder {
         match self {
             Decoder::Json(d) => d.feed(chunk, out),
             Decoder::Ndjson(d) => d.feed(chunk, out),
+            Decoder::Frames(d) => d.feed(chunk, out),
         }
     }
 
@@ -91,6 +112,7 @@ impl Decoder {
         match self {
             Decoder::Json(d) => d.finish(out),
             Decoder::Ndjson(d) => d.finish(out),
+            Decoder::Frames(d) => d.finish(out),
         }
     }
 }

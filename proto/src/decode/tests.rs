@@ -26,7 +26,7 @@ fn run_chunks(
     body: &[u8],
     sizes: &[usize],
 ) -> Result<Vec<String>, InputError> {
-    let mut d = Decoder::new(format, max, NOW);
+    let mut d = Decoder::new(format, max, NOW).unwrap();
     let mut batch = Batch::new();
     let mut rest = body;
     for &n in sizes {
@@ -397,13 +397,13 @@ fn json_framing() {
 fn deep_nesting_is_refused_fast() {
     // 64 MiB of `[`: refused at the first element, without scanning it all.
     let body = vec![b'['; 64 << 20];
-    let mut d = Decoder::new(Format::Json, MAX, NOW);
+    let mut d = Decoder::new(Format::Json, MAX, NOW).unwrap();
     let mut b = Batch::new();
     let e = d.feed(&body, &mut b).unwrap_err();
     assert_eq!(e.class, ErrorClass::InvalidEvent);
     // `{` nesting is bounded by the scanner's depth limit.
     let body = vec![b'{'; 64 << 20];
-    let mut d = Decoder::new(Format::Json, usize::MAX, NOW);
+    let mut d = Decoder::new(Format::Json, usize::MAX, NOW).unwrap();
     let e = d.feed(&body, &mut b).unwrap_err();
     assert_eq!(e.class, ErrorClass::TooLarge);
     assert_eq!(e.limit.as_deref(), Some(LIMIT_DATA_DEPTH));
@@ -440,7 +440,7 @@ fn event_size_limit() {
     // Refused while the event is still arriving: the decoder never holds much more than the
     // limit, however long the event goes on.
     for format in [Format::Json, Format::Ndjson] {
-        let mut d = Decoder::new(format, 100, NOW);
+        let mut d = Decoder::new(format, 100, NOW).unwrap();
         let mut b = Batch::new();
         d.feed(b"{\"stream\":\"", &mut b).unwrap();
         let mut fed = 11;

@@ -1,0 +1,652 @@
+//! One frames connection after the handshake. A single task reads frames, decodes each BATCH
+//! incrementally into a packed batch (counting its bytes in the in-flight budget, like an HTTP
+//! body), admits it and hands it to the writer, then reads on while earlier batches are being
+//! written; answers go out as they complete, in any order, matched by request id.
+//!
+//! # Order per stream
+//! Batches are admitted and handed to the writer by this one task, in the order they arrive:
+//! each write is polled once, which puts it in the writer's channel (the router awaits nothing
+//! before `Store::write`, and the store nothing before its channel send), before the next frame
+//! is decoded. If the channel is full at that moment the request may instead wait to enter it,
+//! and a later one could overtake it; so when the channel is half full or more after that poll,
+//! the connection lets everything in flight finish before it submits the next batch.
+//!
+//! # Flow control (SPEC §4)
+//! A batch whose shards are at their high-water mark (or that the queued-byte budget cannot
+//! take) is not refused: the connection stops reading — TCP flow control then stops the
+//! client — until those shards have drained below `ingest.low_water`, and tries again. Acks of
+//! batches in flight keep flowing meanwhile. Reading also stops while `WINDOW` batches are in
+//! flight, and while the in-flight byte budget is spent.
+//!
+//! # Answers
+//! Every BATCH whose header was read gets exactly one ACK or ERROR (request id ≠ 0); a refused
+//! batch does not affect the others. A protocol error ends the connection: in-flight batches
+//! are answered, then a connection-level ERROR (request id 0) is sent and the connection
+//! closed. At shutdown, the connection stops reading, answers what is in flight (a batch that
+//! was being read or waiting for room gets `not_ready`), sends ERROR `not_ready` with id 0 and
+//! closes: a batch without an answer was never read and is not stored.
+
+use super::{Ctx, Io, handshake};
+use bytes::{Buf, BytesMut};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use std::collections::HashSet;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use vx_ingest::InflightPermit;
+use vx_proto::frames::{
+    self, Ack, BatchDecoder, BatchHead, ErrorFrame, Frame, FrameError, FrameType, HEAD_LEN, Head,
+    Progress, fill_to_basis_points,
+};
+use vx_proto::{Batch, InputError};
+use vx_router::{Accepted, Router, Submit, SubmitError};
+use vx_storage::{Durability, WriteError};
+
+/// Read size; also the output size at which acks are written without waiting for a pause.
+const CHUNK: usize = 64 << 10;
+
+type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// A finished write.
+struct Done {
+    id: u64,
+    events: u64,
+    result: Result<Accepted, SubmitError>,
+}
+
+/// Where the reader is in the byte stream.
+enum Reading {
+    /// Expecting a frame header.
+    Head,
+    /// Inside a BATCH body.
+    Batch(Box<Pending>),
+    /// Skipping the rest of a refused BATCH.
+    Skip(u64),
+}
+
+/// A BATCH being decoded.
+struct Pending {
+    decoder: BatchDecoder,
+    batch: Batch,
+    permit: InflightPermit,
+    /// Bytes decoded but not yet counted in the in-flight budget.
+    uncounted: u64,
+    /// The request id was checked (not 0, not in flight).
+    checked: bool,
+}
+
+/// What the buffered input yields next.
+enum Step {
+    /// Read at least this many bytes in all before decoding again.
+    Need(usize),
+    /// `WINDOW` batches are in flight: wait for one to finish.
+    WindowFull,
+    /// A decoded batch, its budget, and bytes of it not yet counted in the budget.
+    Batch(BatchHead, Batch, InflightPermit, u64),
+    Ping(u64),
+    /// This batch is refused; the connection goes on.
+    Reject(ErrorFrame),
+    /// The connection ends with this error.
+    Fatal(ErrorFrame),
+}
+
+/// Why the reading loop ended.
+enum End {
+    /// The client closed its side; maybe inside a frame.
+    Eof,
+    Fatal(ErrorFrame),
+    Shutdown,
+}
+
+struct Conn {
+    rd: ReadHalf<Box<dyn Io>>,
+    wr: WriteHalf<Box<dyn Io>>,
+    buf: BytesMut,
+    out: Vec<u8>,
+    ctx: Arc<Ctx>,
+    router: Router,
+    stop: CancellationToken,
+    reading: Reading,
+    inflight: FuturesUnordered<Write>,
+    /// Request ids in flight, so that answers stay unambiguous.
+    ids: HashSet<u64>,
+    /// A write may still be waiting to enter the writer's channel (see the module docs).
+    barrier: bool,
+}
+
+/// Serve one accepted connection to its end.
+pub(super) async fn serve(
+    mut io: Box<dyn Io>,
+    peer: String,
+    ctx: Arc<Ctx>,
+    stop: CancellationToken,
+) {
+    let span = tracing::debug_span!("frames", peer = %peer);
+    async move {
+        let mut buf = BytesMut::with_capacity(CHUNK);
+        let router = match handshake::run(&mut io, &mut buf, &ctx).await {
+            Ok(Some(router)) => router,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "frames handshake failed");
+                return;
+            }
+        };
+        let gauge = ctx.state.metrics().frames().connections.clone();
+        gauge.inc();
+        let (rd, wr) = tokio::io::split(io);
+        let mut conn = Conn {
+            rd,
+            wr,
+            buf,
+            out: Vec::with_capacity(CHUNK),
+            ctx,
+            router,
+            stop,
+            reading: Reading::Head,
+            inflight: FuturesUnordered::new(),
+            ids: HashSet::new(),
+            barrier: false,
+        };
+        match conn.run().await {
+            Ok(()) => tracing::debug!("frames connection closed"),
+            Err(e) => tracing::debug!(error = %e, "frames connection failed"),
+        }
+        gauge.dec();
+    }
+    .instrument(span)
+    .await;
+}
+
+impl Conn {
+    async fn run(&mut self) -> io::Result<()> {
+        let end = self.read_loop().await?;
+        // A batch cut off by the end gets its answer if its id is known.
+        if let Reading::Batch(p) = std::mem::replace(&mut self.reading, Reading::Head)
+            && let Some(id) = p.decoder.request_id().filter(|&id| id != 0)
+            && p.checked
+        {
+            let (code, message) = match end {
+                End::Shutdown => ("not_ready", "the service is shutting down"),
+                _ => ("malformed", "the connection ended inside this BATCH frame"),
+            };
+            self.error(ErrorFrame::new(id, code, message));
+        }
+        while let Some(done) = self.inflight.next().await {
+            self.complete(done);
+            if self.out.len() >= CHUNK {
+                self.flush().await?;
+            }
+        }
+        // Unread input at close makes the kernel reset the connection (see `linger`).
+        let reset_risk = !matches!(end, End::Eof);
+        match end {
+            End::Eof => {}
+            End::Fatal(e) => self.error(e),
+            End::Shutdown => {
+                let mut e = ErrorFrame::new(
+                    0,
+                    "not_ready",
+                    "the service is shutting down; batches without an answer were not stored",
+                );
+                e.retry_after_ms = Some(1000);
+                self.error(e);
+            }
+        }
+        self.flush().await?;
+        self.wr.shutdown().await?;
+        if reset_risk {
+            super::linger(&mut self.rd).await;
+        }
+        Ok(())
+    }
+
+    /// Read and submit frames until the client closes, a protocol error, or shutdown.
+    async fn read_loop(&mut self) -> io::Result<End> {
+        loop {
+            if self.stop.is_cancelled() {
+                return Ok(End::Shutdown);
+            }
+            let step = self.step();
+            self.count_decoded().await;
+            match step {
+                Step::Need(need) => {
+                    // Room for what the next item needs (at most one event or header) and a
+                    // read's worth more; `reserve` reuses the consumed front when it can.
+                    self.buf
+                        .reserve(need.saturating_sub(self.buf.len()).max(CHUNK));
+                    self.flush().await?;
+                    tokio::select! {
+                        () = self.stop.cancelled() => return Ok(End::Shutdown),
+                        Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
+                            self.complete(done);
+                        }
+                        n = self.rd.read_buf(&mut self.buf) => {
+                            if n? == 0 {
+                                return Ok(End::Eof);
+                            }
+                        }
+                    }
+                }
+                Step::WindowFull => {
+                    self.flush().await?;
+                    tokio::select! {
+                        () = self.stop.cancelled() => return Ok(End::Shutdown),
+                        Some(done) = self.inflight.next() => self.complete(done),
+                    }
+                }
+                Step::Ping(nonce) => self.frame(&Frame::Pong(nonce)),
+                Step::Reject(e) => {
+                    let code = code_label(&e.code);
+                    self.ctx.state.metrics().rejected(code, "frames", None);
+                    self.error(e);
+                }
+                Step::Fatal(e) => return Ok(End::Fatal(e)),
+                Step::Batch(head, batch, mut permit, uncounted) => {
+                    // Counted before a possible wait for room: the batch is in memory.
+                    permit.grow(uncounted).await;
+                    if !self.submit(head, batch, permit).await? {
+                        return Ok(End::Shutdown);
+                    }
+                }
+            }
+            if self.out.len() >= CHUNK {
+                self.flush().await?;
+            }
+        }
+    }
+
+    /// Decode what the buffer holds, up to the next thing to do.
+    fn step(&mut self) -> Step {
+        loop {
+            match &mut self.reading {
+                Reading::Head => {
+                    if self.inflight.len() >= self.ctx.window {
+                        return Step::WindowFull;
+                    }
+                    let head = match Head::parse(&self.buf, self.ctx.max_frame) {
+                        Ok(Some(h)) => h,
+                        Ok(None) => return Step::Need(HEAD_LEN),
+                        Err(e) => return Step::Fatal(frame_error(&e)),
+                    };
+                    match head.frame_type() {
+                        Some(FrameType::Batch) => {
+                            self.buf.advance(HEAD_LEN);
+                            let limits = self.ctx.state.limits();
+                            self.reading = Reading::Batch(Box::new(Pending {
+                                decoder: BatchDecoder::new(
+                                    head.len,
+                                    limits.max_event_bytes,
+                                    now_ms(),
+                                ),
+                                batch: Batch::new(),
+                                permit: self.ctx.state.budget().begin(),
+                                uncounted: 0,
+                                checked: false,
+                            }));
+                        }
+                        Some(FrameType::Ping) if head.len != 8 => {
+                            return Step::Fatal(ErrorFrame::new(
+                                0,
+                                "malformed",
+                                format!("a PING body is 8 bytes, not {}", head.len),
+                            ));
+                        }
+                        Some(FrameType::Ping) => {
+                            let Some(body) = self.buf.get(HEAD_LEN..head.frame_len()) else {
+                                return Step::Need(head.frame_len());
+                            };
+                            let parsed = Frame::decode(head.ty, body);
+                            self.buf.advance(head.frame_len());
+                            match parsed {
+                                Ok(Frame::Ping(nonce)) => return Step::Ping(nonce),
+                                Ok(_) => {}
+                                Err(e) => return Step::Fatal(frame_error(&e)),
+                            }
+                        }
+                        Some(t) => {
+                            return Step::Fatal(ErrorFrame::new(
+                                0,
+                                "malformed",
+                                format!("a client may not send {} frames here", t.name()),
+                            ));
+                        }
+                        None => return Step::Fatal(frame_error(&FrameError::UnknownType(head.ty))),
+                    }
+                }
+                Reading::Batch(p) => {
+                    let (used, res) = p.decoder.decode(&self.buf, &mut p.batch);
+                    self.buf.advance(used);
+                    p.uncounted += used as u64;
+                    if !p.checked
+                        && let Some(h) = p.decoder.head()
+                    {
+                        if h.request_id == 0 {
+                            return Step::Fatal(ErrorFrame::new(
+                                0,
+                                "malformed",
+                                "request id 0 is reserved for connection-level errors",
+                            ));
+                        }
+                        if self.ids.contains(&h.request_id) {
+                            return Step::Fatal(ErrorFrame::new(
+                                0,
+                                "bad_request",
+                                format!(
+                                    "request id {} is already in flight on this connection",
+                                    h.request_id
+                                ),
+                            ));
+                        }
+                        p.checked = true;
+                    }
+                    match res {
+                        Ok(Progress::NeedMore { need }) => return Step::Need(need),
+                        Ok(Progress::Done) => {
+                            let Reading::Batch(p) =
+                                std::mem::replace(&mut self.reading, Reading::Head)
+                            else {
+                                continue;
+                            };
+                            let Pending {
+                                decoder,
+                                batch,
+                                permit,
+                                uncounted,
+                                ..
+                            } = *p;
+                            let head = decoder.head().copied().unwrap_or_default();
+                            return Step::Batch(head, batch, permit, uncounted);
+                        }
+                        Err(e) => {
+                            let id = p.decoder.request_id().filter(|&id| id != 0);
+                            let left = p.decoder.left();
+                            self.reading = Reading::Skip(left);
+                            return match id {
+                                Some(id) if !self.ids.contains(&id) => {
+                                    Step::Reject(input_error(id, e))
+                                }
+                                // No usable id to answer with: the connection cannot go on.
+                                _ => Step::Fatal(input_error(0, e)),
+                            };
+                        }
+                    }
+                }
+                Reading::Skip(left) => {
+                    let n = (*left).min(self.buf.len() as u64);
+                    self.buf.advance(n as usize);
+                    *left -= n;
+                    if *left > 0 {
+                        return Step::Need(1);
+                    }
+                    self.reading = Reading::Head;
+                }
+            }
+        }
+    }
+
+    /// Count the bytes just decoded in the in-flight budget, waiting while it is spent (the
+    /// socket is not read meanwhile).
+    async fn count_decoded(&mut self) {
+        if let Reading::Batch(p) = &mut self.reading
+            && p.uncounted > 0
+        {
+            let n = std::mem::take(&mut p.uncounted);
+            p.permit.grow(n).await;
+        }
+    }
+
+    /// Admit `batch` (waiting for room rather than refusing) and hand it to the writer.
+    /// `Ok(false)` when shutdown interrupted the wait (the batch is answered `not_ready`).
+    async fn submit(
+        &mut self,
+        head: BatchHead,
+        batch: Batch,
+        permit: InflightPermit,
+    ) -> io::Result<bool> {
+        let id = head.request_id;
+        let events = batch.len() as u64;
+        if head.expected_last_seq.is_some() && batch.streams().len() > 1 {
+            self.ctx
+                .state
+                .metrics()
+                .rejected("bad_request", "frames", Some(events));
+            self.error(ErrorFrame::new(
+                id,
+                "bad_request",
+                "an expected last seq needs all events of the batch in one stream",
+            ));
+            return Ok(true);
+        }
+        if self.barrier {
+            self.flush().await?;
+            while let Some(done) = self.inflight.next().await {
+                self.complete(done);
+            }
+            self.barrier = false;
+        }
+        let req = Submit {
+            batch,
+            durability: head.durability.map(durability),
+            expected_last_seq: head.expected_last_seq,
+        };
+        let router = self.router.clone();
+        let mut write: Write = if req.batch.is_empty() {
+            Box::pin(async move {
+                let result = router.submit(req).await;
+                Done { id, events, result }
+            })
+        } else {
+            let shards = router.shards_of(&req.batch);
+            let bytes = req.batch.mem_bytes() as u64;
+            let mut stalled = false;
+            let reservation = loop {
+                match router.try_admit(&shards, bytes) {
+                    Ok(r) => break r,
+                    Err(_) => {
+                        if !stalled {
+                            stalled = true;
+                            self.ctx.state.metrics().frames().stalls.inc();
+                            tracing::debug!(request_id = id, "shard full: reading paused");
+                        }
+                        self.flush().await?;
+                        tokio::select! {
+                            () = router.wait_below_low_water(&shards, bytes) => {}
+                            Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
+                                self.complete(done);
+                            }
+                            () = self.stop.cancelled() => {
+                                self.error(ErrorFrame::new(
+                                    id,
+                                    "not_ready",
+                                    "the service is shutting down; this batch was not stored",
+                                ));
+                                return Ok(false);
+                            }
+                        }
+                    }
+                }
+            };
+            Box::pin(async move {
+                let result = router.write_admitted(req, reservation).await;
+                Done { id, events, result }
+            })
+        };
+        // From admission on, the router's queued-byte budget accounts for the batch.
+        drop(permit);
+        // The first poll hands the request to the writer (see "Order per stream").
+        match std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+            Poll::Ready(done) => self.complete(done),
+            Poll::Pending => {
+                let store = self.router.store();
+                if store.queue_len().saturating_mul(2) >= store.queue_capacity() {
+                    self.barrier = true;
+                }
+                self.ids.insert(id);
+                self.inflight.push(write);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Encode the answer to a finished write.
+    fn complete(&mut self, done: Done) {
+        self.ids.remove(&done.id);
+        let metrics = self.ctx.state.metrics();
+        match done.result {
+            Ok(accepted) => {
+                let o = accepted.outcome;
+                let handles = metrics.format("frames");
+                handles.ingested.inc_by(o.accepted);
+                handles.duplicates.inc_by(o.duplicates);
+                self.frame(&Frame::Ack(Ack {
+                    request_id: done.id,
+                    accepted: o.accepted,
+                    duplicates: o.duplicates,
+                    durability: wire_durability(o.durability),
+                    queue_fill: fill_to_basis_points(accepted.queue_fill),
+                    last_seq: o.last_seq,
+                }));
+            }
+            Err(e) => {
+                let (mut frame, fill) = submit_error(done.id, e);
+                metrics.rejected(code_label(&frame.code), "frames", Some(done.events));
+                frame.queue_fill = Some(fill_to_basis_points(fill));
+                self.error(frame);
+            }
+        }
+    }
+
+    fn error(&mut self, e: ErrorFrame) {
+        if e.request_id != 0 {
+            tracing::debug!(request_id = e.request_id, code = %e.code, "batch refused");
+        }
+        self.frame(&Frame::Error(e));
+    }
+
+    fn frame(&mut self, f: &Frame) {
+        // Only a HELLO token can be too long to encode; the server never sends one.
+        if let Err(e) = f.encode(&mut self.out) {
+            tracing::warn!(error = %e, "cannot encode a frame");
+        }
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await?;
+            self.wr.flush().await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn durability(d: frames::Durability) -> Durability {
+    match d {
+        frames::Durability::None => Durability::None,
+        frames::Durability::Write => Durability::Write,
+        frames::Durability::Fsync => Durability::Fsync,
+    }
+}
+
+fn wire_durability(d: Durability) -> frames::Durability {
+    match d {
+        Durability::None => frames::Durability::None,
+        Durability::Write => frames::Durability::Write,
+        Durability::Fsync => frames::Durability::Fsync,
+    }
+}
+
+/// A connection-level error for a framing problem.
+fn frame_error(e: &FrameError) -> ErrorFrame {
+    match e {
+        FrameError::TooLarge { max, .. } => {
+            let mut out = ErrorFrame::new(0, "too_large", e.to_string());
+            out.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
+            out.max = Some(*max);
+            out
+        }
+        _ => ErrorFrame::new(0, "malformed", e.to_string()),
+    }
+}
+
+/// A refused batch's error, with the SPEC's code and details.
+fn input_error(id: u64, mut e: InputError) -> ErrorFrame {
+    let mut out = ErrorFrame::new(id, e.class.code(), std::mem::take(&mut e.message));
+    out.index = e.index;
+    out.field = e.field.take();
+    out.limit = e.limit.take();
+    out.max = e.max;
+    out
+}
+
+/// The error of a failed write, and the queue fill to report with it.
+fn submit_error(id: u64, e: SubmitError) -> (ErrorFrame, f64) {
+    match e {
+        // `try_admit` is the only source of backpressure, and it is waited out above.
+        SubmitError::Backpressure {
+            retry_after_ms,
+            queue_fill,
+            message,
+        } => {
+            let mut out = ErrorFrame::new(id, "backpressure", message);
+            out.retry_after_ms = Some(retry_after_ms);
+            (out, queue_fill)
+        }
+        SubmitError::Write { error, queue_fill } => {
+            let message = error.to_string();
+            let out = match error {
+                WriteError::Conflict { last_seq, .. } => {
+                    let mut out = ErrorFrame::new(id, "conflict", message);
+                    out.last_seq = Some(last_seq);
+                    out
+                }
+                WriteError::StorageFull(_) | WriteError::Poisoned(_) => {
+                    ErrorFrame::new(id, "storage_full", message)
+                }
+                WriteError::TooManyStreams { max } => {
+                    let mut out = ErrorFrame::new(id, "storage_full", message);
+                    out.limit = Some("storage.max_streams".into());
+                    out.max = Some(max);
+                    out
+                }
+                WriteError::ShuttingDown => {
+                    let mut out = ErrorFrame::new(id, "not_ready", message);
+                    out.retry_after_ms = Some(1000);
+                    out
+                }
+            };
+            if !matches!(out.code.as_str(), "conflict") {
+                tracing::warn!(request_id = id, error = %out.message, "write failed");
+            }
+            (out, queue_fill)
+        }
+    }
+}
+
+/// The metrics label of an error code (labels are `&'static str`).
+fn code_label(code: &str) -> &'static str {
+    match code {
+        "malformed" => "malformed",
+        "invalid_event" => "invalid_event",
+        "too_large" => "too_large",
+        "bad_request" => "bad_request",
+        "conflict" => "conflict",
+        "storage_full" => "storage_full",
+        "not_ready" => "not_ready",
+        "backpressure" => "backpressure",
+        _ => "other",
+    }
+}

@@ -1,0 +1,212 @@
+//! The handshake of a frames connection (docs/PROTOCOL.md, "Handshake"): the client's magic and
+//! HELLO, answered with the server's magic and either WELCOME or a connection-level ERROR after
+//! which the server closes. Refusals, in the order they are checked: not a frames client (bad
+//! magic, `malformed`), no common protocol version (`bad_request`), the service not ready
+//! (`not_ready`), auth (`unauthorized`, `forbidden`: tokens need the `ingest` scope, as
+//! `POST /v1/events` does).
+
+use super::{Ctx, HANDSHAKE_TIMEOUT, WINDOW};
+use crate::config::Scope;
+use crate::http::guard::ct_eq;
+use crate::state::Phase;
+use bytes::{Buf, BytesMut};
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use vx_proto::frames::{
+    ErrorFrame, Frame, FrameError, Hello, MAGIC, MAX_VERSION, MIN_VERSION, Welcome, parse_frame,
+};
+
+/// The largest HELLO body: two versions and a token of up to `u16::MAX` bytes.
+const HELLO_MAX: u32 = 6 + u16::MAX as u32;
+
+/// Run the handshake on `io`, reading into `buf` (bytes the client sent after its HELLO stay
+/// there). `Ok(Some)` with the router once WELCOME is sent; `Ok(None)` when the connection was
+/// refused (the ERROR is sent) or the client went away or took too long.
+pub(super) async fn run<S>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    ctx: &Ctx,
+) -> io::Result<Option<vx_router::Router>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_hello(io, buf)).await {
+        Err(_) => {
+            refuse(
+                io,
+                ErrorFrame::new(0, "bad_request", "no HELLO within the handshake timeout"),
+            )
+            .await?;
+            return Ok(None);
+        }
+        Ok(read) => read?,
+    };
+    let hello = match hello {
+        Read::Eof => return Ok(None),
+        Read::Refused(e) => {
+            refuse(io, e).await?;
+            return Ok(None);
+        }
+        Read::Hello(h) => h,
+    };
+    match check(&hello, ctx) {
+        Err(e) => {
+            refuse(io, *e).await?;
+            Ok(None)
+        }
+        Ok((version, router)) => {
+            let mut out = MAGIC.to_vec();
+            let welcome = Frame::Welcome(Welcome {
+                version,
+                max_frame: ctx.max_frame,
+                window: WINDOW,
+            });
+            welcome.encode(&mut out).map_err(io::Error::other)?;
+            io.write_all(&out).await?;
+            io.flush().await?;
+            Ok(Some(router))
+        }
+    }
+}
+
+enum Read {
+    Hello(Hello),
+    Refused(ErrorFrame),
+    Eof,
+}
+
+async fn read_hello<S>(io: &mut S, buf: &mut BytesMut) -> io::Result<Read>
+where
+    S: AsyncRead + Unpin,
+{
+    while buf.len() < MAGIC.len() {
+        if io.read_buf(buf).await? == 0 {
+            return Ok(Read::Eof);
+        }
+    }
+    if buf.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return Ok(Read::Refused(ErrorFrame::new(
+            0,
+            "malformed",
+            "not a Veltrix frames client: a connection must begin with the magic \"VXFR\"",
+        )));
+    }
+    buf.advance(MAGIC.len());
+    loop {
+        match parse_frame(buf, HELLO_MAX) {
+            Ok(Some((Frame::Hello(h), n))) => {
+                buf.advance(n);
+                return Ok(Read::Hello(h));
+            }
+            Ok(Some(_)) | Err(FrameError::Unexpected(_)) => {
+                return Ok(Read::Refused(ErrorFrame::new(
+                    0,
+                    "malformed",
+                    "the first frame of a connection must be HELLO",
+                )));
+            }
+            Err(e) => {
+                return Ok(Read::Refused(ErrorFrame::new(
+                    0,
+                    "malformed",
+                    format!("bad HELLO: {e}"),
+                )));
+            }
+            Ok(None) => {
+                if io.read_buf(buf).await? == 0 {
+                    return Ok(Read::Eof);
+                }
+            }
+        }
+    }
+}
+
+/// Version, readiness and auth; the chosen version and the router, or the refusal.
+fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Box<ErrorFrame>> {
+    let version = hello.max_version.min(MAX_VERSION);
+    if version < hello.min_version.max(MIN_VERSION) {
+        let mut e = ErrorFrame::new(
+            0,
+            "bad_request",
+            format!(
+                "no common protocol version: the client speaks {}..={}, this server \
+                 {MIN_VERSION}..={MAX_VERSION}",
+                hello.min_version, hello.max_version
+            ),
+        );
+        e.limit = Some("protocol version".into());
+        e.max = Some(u64::from(MAX_VERSION));
+        return Err(Box::new(e));
+    }
+    let state = &ctx.state;
+    let router = match (state.phase(), state.engine()) {
+        (Phase::Ready, Some(router)) => router.clone(),
+        (Phase::Draining, _) => {
+            let mut e = ErrorFrame::new(0, "not_ready", "the service is shutting down");
+            e.retry_after_ms = Some(1000);
+            return Err(Box::new(e));
+        }
+        _ => {
+            let mut e = ErrorFrame::new(
+                0,
+                "not_ready",
+                "the service is starting (recovering the log); retry shortly",
+            );
+            e.retry_after_ms = Some(1000);
+            return Err(Box::new(e));
+        }
+    };
+    authorize(hello.token.as_deref(), state.tokens())?;
+    Ok((version, router))
+}
+
+/// Bearer-token auth as `POST /v1/events` has it: with tokens configured, a known token with
+/// the `ingest` (or `admin`) scope; compared in constant time against every token.
+fn authorize(
+    presented: Option<&str>,
+    tokens: &[crate::state::Token],
+) -> Result<(), Box<ErrorFrame>> {
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    let Some(presented) = presented else {
+        return Err(Box::new(ErrorFrame::new(
+            0,
+            "unauthorized",
+            "this server needs a bearer token in HELLO",
+        )));
+    };
+    let mut found = None;
+    for t in tokens {
+        if ct_eq(&t.token, presented.as_bytes()) {
+            found = Some(t);
+        }
+    }
+    match found {
+        None => Err(Box::new(ErrorFrame::new(
+            0,
+            "unauthorized",
+            "unknown bearer token",
+        ))),
+        Some(t) if t.scopes.contains(&Scope::Ingest) || t.scopes.contains(&Scope::Admin) => Ok(()),
+        Some(_) => Err(Box::new(ErrorFrame::new(
+            0,
+            "forbidden",
+            "the token lacks the ingest scope",
+        ))),
+    }
+}
+
+/// Send the magic and a connection-level ERROR; the caller then closes.
+async fn refuse<S>(io: &mut S, e: ErrorFrame) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tracing::debug!(code = %e.code, message = %e.message, "frames handshake refused");
+    let mut out = MAGIC.to_vec();
+    Frame::Error(e).encode(&mut out).map_err(io::Error::other)?;
+    io.write_all(&out).await?;
+    io.shutdown().await?;
+    super::linger(io).await;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The binary-frames listeners (SPEC §3 "Binary frames over a persistent connection", §4
+//! "Streaming connections"; wire format in docs/PROTOCOL.md): `server.frames_listen` (TCP) and
+//! `server.frames_uds` (a Unix socket, with `server.uds_mode` and stale-socket handling like
+//! `server.uds`).
+//!
+//! This lives in the binary's crate rather than in `vx-ingest` because a connection needs the
+//! whole service: the router (admission, the writer), the auth tokens, the life-cycle phase and
+//! the metrics; `vx-ingest` stays a library of body decoding that knows no router or storage.
+//!
+//! # Layout
+//! - this module: binding and the accept loop, which stops at shutdown and then waits for its
+//!   connections (each finishes its in-flight batches, see [`conn`]).
+//! - [`handshake`]: magic, HELLO, version choice, readiness and bearer-token auth, WELCOME.
+//! - [`conn`]: one connection after the handshake: reading frames, pipelined submission,
+//!   flow control, acks.
+
+mod conn;
+mod handshake;
+
+use crate::state::AppState;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Batches a connection keeps in flight before it stops reading (told to clients in WELCOME).
+pub const WINDOW: u16 = 64;
+/// How long a new connection may take to send its magic and HELLO.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a connection-level error, how long (and how many bytes) the server keeps reading and
+/// discarding what the client still sends before it closes: closing a socket with unread
+/// input makes the kernel reset the connection, which can destroy the error frame in flight.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Read and discard until the client closes, [`LINGER`] passes or [`LINGER_BYTES`] arrived.
+pub(crate) async fn linger<R: AsyncRead + Unpin>(rd: &mut R) {
+    let mut buf = vec![0u8; 16 << 10];
+    let mut read = 0;
+    let drain = async {
+        while read < LINGER_BYTES {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+/// What every connection shares.
+pub(crate) struct Ctx {
+    pub(crate) state: AppState,
+    /// `ingest.max_body_bytes`, capped at what a length prefix can say.
+    pub(crate) max_frame: u32,
+    pub(crate) window: usize,
+}
+
+impl Ctx {
+    pub(crate) fn new(state: AppState) -> Arc<Ctx> {
+        let max_frame = u32::try_from(state.limits().max_body_bytes).unwrap_or(u32::MAX);
+        Arc::new(Ctx {
+            state,
+            max_frame,
+            window: usize::from(WINDOW),
+        })
+    }
+}
+
+/// A bound frames listener.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<(Box<dyn Io>, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                // Acks are small and latency-bound; Nagle would hold them back.
+                let _ = s.set_nodelay(true);
+                let io: Box<dyn Io> = Box::new(s);
+                Ok((io, peer.to_string()))
+            }
+            Listener::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                let io: Box<dyn Io> = Box::new(s);
+                Ok((io, "unix".to_string()))
+            }
+        }
+    }
+}
+
+/// A connection's byte stream, TCP or Unix.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// Accept connections until `stop`, then close the listener at once and wait for the open
+/// connections to finish their in-flight batches. Dropping this future (the server's deadline)
+/// aborts the connections.
+pub(crate) async fn serve(listener: Listener, ctx: Arc<Ctx>, stop: CancellationToken) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((io, peer)) => {
+                    connections.spawn(conn::serve(io, peer, Arc::clone(&ctx), stop.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors, most likely: back off rather than spin.
+                    tracing::warn!(error = %e, "frames listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}

@@ -1,0 +1,62 @@
+//! Shared harness of the integration tests (each `tests/*.rs` file is one scenario and
+//! includes this module): the real binary as a child process, an HTTP client, and events
+//! with their canonical form.
+//!
+//! # Layout
+//! - `server`: start, stop and kill `veltrix serve` on a temporary data dir.
+//! - `client`: requests over TCP or the Unix socket and checks of the SPEC's responses.
+//! - `events`: events to send, generated bodies, and comparison with replayed events.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+mod client;
+mod events;
+mod server;
+
+pub use client::*;
+pub use events::*;
+pub use server::*;
+
+// ---------------------------------------------------------------------------------------------
+// Binary frames (tests/frames_protocol.rs)
+// ---------------------------------------------------------------------------------------------
+
+/// The frames TCP address of a server started with `--frames-listen 127.0.0.1:0`, from its
+/// `frames: accepting on <addr>` log line (bounded wait: the line may still be in the pipe).
+pub fn frames_addr(server: &Server) -> std::net::SocketAddr {
+    const MARK: &str = "frames: accepting on ";
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    loop {
+        for line in server.proc.logs.lines() {
+            let line = strip_ansi(&line);
+            if let Some(i) = line.find(MARK) {
+                let token: String = line[i + MARK.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']'))
+                    .collect();
+                if let Ok(addr) = token.parse() {
+                    return addr;
+                }
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no `{MARK}<addr>` line\n--- log ---\n{}",
+            server.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The value of an unlabelled sample (or the sum over its label sets) in a Prometheus text
+/// exposition; 0 if absent.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let base = key.split('{').next()?;
+            (base == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
