@@ -620,7 +620,8 @@ async fn saturating_a_tiny_queue_stalls_reading_then_recovers_losing_nothing() {
 /// A rough end-to-end comparison of ingest throughput, printed, not asserted (timings on a
 /// shared machine are noise): the same 161-byte events as NDJSON over HTTP, as frames bodies
 /// over HTTP, and as pipelined frames over persistent connections. Bodies are encoded before
-/// the clock starts, so the numbers are the server's. Run in release mode:
+/// the clock starts, so the numbers are the server's; each is the best of three rounds. Run in
+/// release mode:
 /// `cargo test --release -p veltrix --test frames_protocol -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "timing, run by hand in release mode"]
@@ -639,14 +640,19 @@ async fn frames_vs_ndjson_throughput() {
     for fsync in ["never", "always"] {
         let tmp = tempfile::tempdir().unwrap();
         let server = frames_server(tmp.path()).args(["--fsync", fsync]).start();
-        for mode in ["ndjson-http", "frames-http", "frames-conn"] {
+        let modes = ["ndjson-http", "frames-http", "frames-conn"];
+        let mut best = [(0.0f64, 0.0f64); 3];
+        for (round, m) in (0..3).flat_map(|r| (0..modes.len()).map(move |m| (r, m))) {
+            let mode = modes[m];
+            // Fresh streams and ids each round, so nothing is a duplicate.
+            let prefix = format!("{mode}{round}");
             // Per connection, per request: the encoded body or frame.
             let bodies: Vec<Vec<Vec<u8>>> = (0..CONNS)
                 .map(|c| {
                     (0..REQUESTS)
                         .map(|r| {
                             let owned: Vec<_> = (0..BATCH)
-                                .map(|k| fields(mode, (c * REQUESTS + r) * BATCH + k))
+                                .map(|k| fields(&prefix, (c * REQUESTS + r) * BATCH + k))
                                 .collect();
                             let data = "{\"weapon\":\"bow\",\"crit\":true}";
                             if mode == "ndjson-http" {
@@ -728,13 +734,18 @@ async fn frames_vs_ndjson_throughput() {
                 t.await.unwrap();
             }
             let secs = start.elapsed().as_secs_f64();
-            eprintln!(
-                "fsync {fsync:6} {mode:12}: {:8.0} events/s, {:6.1} MB/s on the wire \
-                 ({:.0} bytes/event)",
-                total / secs,
-                bytes as f64 / secs / 1e6,
-                bytes as f64 / total
-            );
+            if total / secs > best[m].0 {
+                best[m] = (total / secs, bytes as f64 / secs / 1e6);
+            }
+            if round == 2 {
+                eprintln!(
+                    "fsync {fsync:6} {mode:12}: {:8.0} events/s, {:6.1} MB/s on the wire \
+                     ({:.0} bytes/event)",
+                    best[m].0,
+                    best[m].1,
+                    bytes as f64 / total
+                );
+            }
         }
         server.stop_clean();
     }

@@ -1,14 +1,31 @@
 //! The properties the fuzz targets check, kept apart from the `fuzz_target!` shims so that the
 //! input layout and the invariants are written down in one place.
 //!
-//! # Input layout of the chunked targets (`ndjson`, `json`)
+//! # Input layout of the chunked targets (`ndjson`, `json`, `yaml`, `frames`)
 //! `[limit][n][size_1 … size_n][body…]`:
 //! - `limit`: below 128 → `ingest.max_event_bytes` = 64 KiB; otherwise `limit - 127` (1–128
 //!   bytes), so that the over-the-limit paths of both framers are reached with short inputs.
 //! - `n`: `n % 16` chunk sizes follow, each one byte (0–255; 0 feeds an empty chunk).
 //! - the body is fed in chunks of those sizes, cycling through them until it is used up.
 //!
-//! Inputs too short for the prefix are decoded as a body in one chunk.
+//! Inputs too short for the prefix are decoded as a body in one chunk. The `yaml` and
+//! `frames` targets use the same layout (for `yaml`, the sizes are those of the reads);
+//! `content` has its own (`content`).
+//!
+//! # Modules
+//! - here: the layout, the `ndjson`, `json` and `event` properties, and the canonical-form
+//!   checks all targets share.
+//! - `yaml`, `frames`, `content`: the properties of those targets.
+//! - [`seeds`]: valid inputs for those three, written into the corpus by `examples/seeds.rs`.
+
+mod content;
+mod frames;
+pub mod seeds;
+mod yaml;
+
+pub use content::content_is_bounded;
+pub use frames::frames_roundtrip;
+pub use yaml::yaml_roundtrips;
 
 use vx_proto::Batch;
 use vx_proto::canonical::write_event;
@@ -62,7 +79,31 @@ fn plan(data: &[u8]) -> Plan<'_> {
 }
 
 fn decode(format: Format, max_event_bytes: usize, body: &[u8], sizes: &[u8]) -> Outcome {
-    // JSON and NDJSON are chunk-fed decoders; only YAML is read from a reader instead.
+    decode_batch(format, max_event_bytes, body, sizes).map(|batch| canonical_all(&batch))
+}
+
+/// Each event of `batch` as canonical JSON, numbered from `seq` 1.
+fn canonical_all(batch: &Batch) -> Vec<Vec<u8>> {
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, ev)| {
+            let mut out = Vec::new();
+            write_event(&mut out, &ev, i as u64 + 1);
+            out
+        })
+        .collect()
+}
+
+/// `body` through the chunk-fed decoder of `format`, in chunks of `sizes` (cycled; see the
+/// module docs), into a batch.
+fn decode_batch(
+    format: Format,
+    max_event_bytes: usize,
+    body: &[u8],
+    sizes: &[u8],
+) -> Result<Batch, vx_proto::InputError> {
+    // JSON, NDJSON and frames are chunk-fed decoders; only YAML is read from a reader instead.
     let Some(mut d) = Decoder::new(format, max_event_bytes, NOW) else {
         panic!("{} has no chunk-fed decoder", format.as_str());
     };
@@ -85,15 +126,7 @@ fn decode(format: Format, max_event_bytes: usize, body: &[u8], sizes: &[u8]) -> 
     }
     d.feed(rest, &mut batch)?;
     d.finish(&mut batch)?;
-    Ok(batch
-        .iter()
-        .enumerate()
-        .map(|(i, ev)| {
-            let mut out = Vec::new();
-            write_event(&mut out, &ev, i as u64 + 1);
-            out
-        })
-        .collect())
+    Ok(batch)
 }
 
 /// Decoding never panics, and the outcome does not depend on where the chunks split.

@@ -1,0 +1,881 @@
+//! Property tests over the real binary (issue 3), one server per property:
+//! - any valid events, posted as JSON, NDJSON, YAML and binary frames, replay (NDJSON) as their
+//!   canonical form (SPEC §2), with `seq` 1, 2, … on a fresh stream per format and case;
+//! - any bytes (random, or a valid body with a few bytes changed), posted with any ingest
+//!   content type, plain or gzip/zstd (compressed, or random bytes claiming to be), get a 200
+//!   or a 4xx in the SPEC's error shape, never a 5xx or a hang, and the server stays healthy.
+//!
+//! The libFuzzer targets in fuzz/ search the decoders far harder (docs/FUZZING.md); these keep
+//! the whole path — HTTP, decompression, decoding, admission, storage, replay — honest on
+//! every CI run, with 48 cases per property to keep the run short.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::Value;
+use vx_proto::canonical::{write_event, write_json_str, write_num};
+use vx_proto::canonical_yaml::write_document;
+use vx_proto::event::reserved_feature_name;
+use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
+use vx_proto::{EventView, Kind, Num};
+
+/// Cases per property.
+const CASES: u32 = 48;
+const YAML: &str = "application/yaml";
+const FRAMES: &str = "application/vnd.veltrix.frames";
+
+// ---------------------------------------------------------------------------------------------
+// `data`: JSON text with the escapes, number literals and whitespace a producer may send
+// ---------------------------------------------------------------------------------------------
+
+/// A piece of a JSON string literal.
+#[derive(Clone, Debug)]
+enum Piece {
+    /// Text, escaped the way serde_json escapes (only `"`, `\` and control characters).
+    Text(String),
+    /// An escape a producer may write instead of the raw character.
+    Escape(&'static str),
+}
+
+/// A JSON value, kept as the literal text a producer would send.
+#[derive(Clone, Debug)]
+enum Json {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// A number literal as sent (`1.50`, `2E3`, `-0`, …): stored as is.
+    Literal(&'static str),
+    Str(Vec<Piece>),
+    Array(Vec<Json>),
+    Object(Vec<(Vec<Piece>, Json)>),
+}
+
+const ESCAPES: &[&str] = &[
+    "\\u00e9",
+    "\\/",
+    "\\ud83d\\ude00",
+    "\\t",
+    "\\n",
+    "\\u0000",
+    "\\\"",
+    "\\\\",
+    "\\b",
+    "\\f",
+    "\\r",
+    "\\u2028",
+    "\\uFEFF",
+];
+const LITERALS: &[&str] = &[
+    "1.50",
+    "2E3",
+    "-0",
+    "1e-2",
+    "0.1",
+    "12345678901234567890123",
+    "-1.0e+5",
+];
+
+fn piece() -> impl Strategy<Value = Piece> {
+    prop_oneof![
+        3 => "[ -~éü\u{2028}\u{feff}😀\u{1}\t\n]{0,8}".prop_map(Piece::Text),
+        1 => proptest::sample::select(ESCAPES).prop_map(Piece::Escape),
+    ]
+}
+
+fn json_string() -> impl Strategy<Value = Vec<Piece>> {
+    proptest::collection::vec(piece(), 0..4)
+}
+
+fn json() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::Bool),
+        any::<i64>().prop_map(Json::Int),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Json::Float),
+        proptest::sample::select(LITERALS).prop_map(Json::Literal),
+        json_string().prop_map(Json::Str),
+    ];
+    leaf.prop_recursive(4, 24, 5, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(Json::Array),
+            proptest::collection::vec((json_string(), inner), 0..5).prop_map(|members| {
+                // Distinct keys: YAML refuses duplicates (SPEC §3), JSON keeps them all.
+                let mut seen = std::collections::HashSet::new();
+                Json::Object(
+                    members
+                        .into_iter()
+                        .filter(|(k, _)| seen.insert(pieces_text(k)))
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+/// The string a key's pieces spell once their escapes are read.
+fn pieces_text(pieces: &[Piece]) -> String {
+    let mut lit = Vec::new();
+    write_pieces(&mut lit, pieces);
+    serde_json::from_slice(&lit).unwrap()
+}
+
+fn write_pieces(out: &mut Vec<u8>, pieces: &[Piece]) {
+    out.push(b'"');
+    for p in pieces {
+        match p {
+            Piece::Text(t) => {
+                let mut lit = Vec::new();
+                write_json_str(&mut lit, t);
+                out.extend_from_slice(&lit[1..lit.len() - 1]);
+            }
+            Piece::Escape(e) => out.extend_from_slice(e.as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
+/// `j` as JSON text: compact, or with whitespace (`newlines` allows line breaks too).
+fn render(out: &mut Vec<u8>, j: &Json, spaced: bool, newlines: bool) {
+    let gap: &[u8] = match (spaced, newlines) {
+        (false, _) => b"",
+        (true, false) => b" ",
+        (true, true) => b"\n  ",
+    };
+    match j {
+        Json::Null => out.extend_from_slice(b"null"),
+        Json::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Json::Int(i) => write_num(out, Num::Int(*i)),
+        Json::Float(f) => write_num(out, Num::Float(*f)),
+        Json::Literal(l) => out.extend_from_slice(l.as_bytes()),
+        Json::Str(p) => write_pieces(out, p),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(gap);
+                render(out, item, spaced, newlines);
+            }
+            out.extend_from_slice(gap);
+            out.push(b']');
+        }
+        Json::Object(members) => {
+            out.push(b'{');
+            for (i, (k, v)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(gap);
+                write_pieces(out, k);
+                out.extend_from_slice(if spaced { b" : " } else { b":" });
+                render(out, v, spaced, newlines);
+            }
+            out.extend_from_slice(gap);
+            out.push(b'}');
+        }
+    }
+}
+
+fn rendered(j: &Json, spaced: bool, newlines: bool) -> String {
+    let mut out = Vec::new();
+    render(&mut out, j, spaced, newlines);
+    String::from_utf8(out).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------------------------
+
+/// One valid event, minus its stream (each format posts to a stream of its own).
+#[derive(Clone, Debug)]
+struct Ev {
+    entity: Option<String>,
+    ty: String,
+    ts: Option<i64>,
+    /// `None`: not sent (the default, `event`).
+    kind: Option<Kind>,
+    /// As sent.
+    value: Option<Num>,
+    id: Option<String>,
+    data: Option<Json>,
+    /// Field order and whitespace of the JSON forms.
+    order: Vec<usize>,
+    spaced: bool,
+}
+
+impl Ev {
+    /// The value the server stores: a counter's whole float is its integer.
+    fn stored_value(&self) -> Option<Num> {
+        match (self.kind, self.value) {
+            (Some(Kind::Counter), Some(Num::Float(f))) => Some(Num::Int(f as i64)),
+            (_, v) => v,
+        }
+    }
+
+    fn data_compact(&self) -> Option<String> {
+        self.data.as_ref().map(|d| rendered(d, false, false))
+    }
+
+    /// The event as the server should store it (`ts` 0 when the server picks it).
+    fn view<'a>(&'a self, stream: &'a str, data: Option<&'a str>) -> EventView<'a> {
+        EventView {
+            stream,
+            entity: self.entity.as_deref().filter(|e| !e.is_empty()),
+            ty: &self.ty,
+            ts: self.ts.unwrap_or(0),
+            kind: self.kind.unwrap_or(Kind::Event),
+            value: self.stored_value(),
+            id: self.id.as_deref(),
+            data,
+        }
+    }
+
+    /// One JSON object; `newlines` allows line breaks inside it (not for NDJSON).
+    fn to_json(&self, stream: &str, newlines: bool) -> Vec<u8> {
+        let sep: &[u8] = if self.spaced { b", " } else { b"," };
+        let colon: &[u8] = if self.spaced { b" : " } else { b":" };
+        let mut out = vec![b'{'];
+        let mut first = true;
+        for &f in &self.order {
+            let mut val = Vec::new();
+            let name = match f {
+                0 => {
+                    write_json_str(&mut val, stream);
+                    "stream"
+                }
+                1 => match &self.entity {
+                    Some(e) => {
+                        write_json_str(&mut val, e);
+                        "entity"
+                    }
+                    None => continue,
+                },
+                2 => {
+                    write_json_str(&mut val, &self.ty);
+                    "type"
+                }
+                3 => match self.ts {
+                    Some(ts) => {
+                        write_num(&mut val, Num::Int(ts));
+                        "ts"
+                    }
+                    None => continue,
+                },
+                4 => match self.kind {
+                    Some(k) => {
+                        write_json_str(&mut val, k.as_str());
+                        "kind"
+                    }
+                    None => continue,
+                },
+                5 => match self.value {
+                    Some(v) => {
+                        write_num(&mut val, v);
+                        "value"
+                    }
+                    None => continue,
+                },
+                6 => match &self.id {
+                    Some(id) => {
+                        write_json_str(&mut val, id);
+                        "id"
+                    }
+                    None => continue,
+                },
+                _ => match &self.data {
+                    Some(d) => {
+                        render(&mut val, d, self.spaced, newlines);
+                        "data"
+                    }
+                    None => continue,
+                },
+            };
+            if !first {
+                out.extend_from_slice(sep);
+                if newlines && self.spaced {
+                    out.push(b'\n');
+                }
+            }
+            first = false;
+            write_json_str(&mut out, name);
+            out.extend_from_slice(colon);
+            out.extend_from_slice(&val);
+        }
+        out.push(b'}');
+        out
+    }
+
+    /// One YAML document (the canonical YAML of SPEC §5's replay, without `seq`, and without
+    /// `ts` when the server is to pick it).
+    fn to_yaml(&self, stream: &str) -> Vec<u8> {
+        let data = self.data_compact();
+        let view = EventView {
+            entity: self.entity.as_deref(),
+            value: self.value,
+            ..self.view(stream, data.as_deref())
+        };
+        let mut doc = Vec::new();
+        write_document(&mut doc, &view, None);
+        if self.ts.is_some() {
+            return doc;
+        }
+        let text = String::from_utf8(doc).unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with("ts: "))
+            .flat_map(|l| [l, "\n"])
+            .collect::<String>()
+            .into_bytes()
+    }
+}
+
+fn finite() -> impl Strategy<Value = f64> {
+    any::<f64>().prop_filter("finite", |f| f.is_finite())
+}
+
+fn number() -> impl Strategy<Value = Num> {
+    prop_oneof![
+        any::<i64>().prop_map(Num::Int),
+        finite().prop_map(Num::Float),
+    ]
+}
+
+fn kind_and_value() -> impl Strategy<Value = (Option<Kind>, Option<Num>)> {
+    let counter = prop_oneof![
+        any::<i64>().prop_map(Num::Int),
+        // A float with zero fraction is a counter's integer (SPEC §2).
+        (-(1i64 << 53)..(1i64 << 53)).prop_map(|i| Num::Float(i as f64)),
+    ];
+    prop_oneof![
+        proptest::option::of(number()).prop_map(|v| (None, v)),
+        proptest::option::of(number()).prop_map(|v| (Some(Kind::Event), v)),
+        counter.prop_map(|v| (Some(Kind::Counter), Some(v))),
+        number().prop_map(|v| (Some(Kind::Gauge), Some(v))),
+    ]
+}
+
+fn event() -> impl Strategy<Value = Ev> {
+    (
+        proptest::option::of("[ -~éü\u{2028}\u{feff}😀]{0,16}"),
+        "[A-Za-z0-9_.:-]{1,24}",
+        proptest::option::of(0i64..(1i64 << 53)),
+        kind_and_value(),
+        proptest::option::of("[ -~é😀]{1,20}"),
+        proptest::option::of(json()),
+        Just((0..8).collect::<Vec<usize>>()).prop_shuffle(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(entity, mut ty, ts, (kind, value), id, data, order, spaced)| {
+                if kind.is_some_and(|k| k != Kind::Event) && reserved_feature_name(&ty) {
+                    ty.push('x');
+                }
+                Ev {
+                    entity,
+                    ty,
+                    ts,
+                    kind,
+                    value,
+                    id,
+                    data,
+                    order,
+                    spaced,
+                }
+            },
+        )
+}
+
+/// One case: a stream name (made unique per format and case when posted) and its events.
+#[derive(Clone, Debug)]
+struct Case {
+    stream: String,
+    events: Vec<Ev>,
+    /// Variations of the bodies: a JSON array even for one event, CRLF lines, one frame per
+    /// event.
+    array: bool,
+    crlf: bool,
+    frame_each: bool,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        "[A-Za-z0-9 /_.:é😀ü-]{1,24}",
+        proptest::collection::vec(event(), 1..4),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(stream, mut events, array, crlf, frame_each)| {
+            // Ids are unique within a request: a repeat would be a duplicate (SPEC §2).
+            for (i, e) in events.iter_mut().enumerate() {
+                if let Some(id) = &mut e.id {
+                    id.push_str(&format!("#{i}"));
+                }
+            }
+            Case {
+                stream,
+                events,
+                array,
+                crlf,
+                frame_each,
+            }
+        })
+}
+
+/// The ingest formats of SPEC §3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fmt {
+    Json,
+    Ndjson,
+    Yaml,
+    Frames,
+}
+
+const FORMATS: [Fmt; 4] = [Fmt::Json, Fmt::Ndjson, Fmt::Yaml, Fmt::Frames];
+
+impl Fmt {
+    fn content_type(self) -> &'static str {
+        match self {
+            Fmt::Json => JSON,
+            Fmt::Ndjson => NDJSON,
+            Fmt::Yaml => YAML,
+            Fmt::Frames => FRAMES,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Fmt::Json => "json",
+            Fmt::Ndjson => "ndjson",
+            Fmt::Yaml => "yaml",
+            Fmt::Frames => "frames",
+        }
+    }
+}
+
+/// The body of `case`'s events, all on `stream`, in `fmt`.
+fn body(case: &Case, fmt: Fmt, stream: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    match fmt {
+        Fmt::Json => {
+            let arr = case.array || case.events.len() > 1;
+            if arr {
+                out.extend_from_slice(b"[\n");
+            }
+            for (i, e) in case.events.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b",\n");
+                }
+                out.extend_from_slice(&e.to_json(stream, true));
+            }
+            if arr {
+                out.extend_from_slice(b"\n]");
+            }
+        }
+        Fmt::Ndjson => {
+            let eol: &[u8] = if case.crlf { b"\r\n" } else { b"\n" };
+            for (i, e) in case.events.iter().enumerate() {
+                out.extend_from_slice(&e.to_json(stream, false));
+                out.extend_from_slice(eol);
+                if i == 0 {
+                    out.extend_from_slice(eol);
+                }
+            }
+        }
+        Fmt::Yaml => {
+            for e in &case.events {
+                out.extend_from_slice(&e.to_yaml(stream));
+            }
+        }
+        Fmt::Frames => {
+            let data: Vec<Option<String>> = case
+                .events
+                .iter()
+                .map(|e| e.data.as_ref().map(|d| rendered(d, e.spaced, e.spaced)))
+                .collect();
+            let wires: Vec<WireEvent<'_>> = case
+                .events
+                .iter()
+                .zip(&data)
+                .map(|(e, d)| WireEvent {
+                    stream,
+                    entity: e.entity.as_deref(),
+                    ty: &e.ty,
+                    ts: e.ts,
+                    kind: e.kind.unwrap_or(Kind::Event),
+                    value: e.value,
+                    id: e.id.as_deref(),
+                    data: d.as_deref(),
+                })
+                .collect();
+            if case.frame_each {
+                for w in &wires {
+                    encode_batch(&mut out, &BatchHead::default(), std::slice::from_ref(w)).unwrap();
+                }
+            } else {
+                encode_batch(&mut out, &BatchHead::default(), &wires).unwrap();
+            }
+        }
+    }
+    out
+}
+
+/// A stream name no other case or format uses, so that its `seq`s start at 1.
+fn fresh_stream(base: &str, fmt: Fmt) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{base}#{}.{n}", fmt.name())
+}
+
+fn runner() -> TestRunner {
+    TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn fail(msg: String) -> TestCaseError {
+    TestCaseError::fail(msg)
+}
+
+/// The replayed events of `stream` (NDJSON, the default), as parsed JSON, and the raw lines.
+async fn replay(api: &Api, stream: &str) -> Result<Vec<(String, Value)>, TestCaseError> {
+    let path = format!("/v1/streams/{}/events?limit=1000", enc(stream));
+    let r = api
+        .try_send(reqwest::Method::GET, &path, &[], None)
+        .await
+        .map_err(|e| fail(format!("GET {path}: {e}")))?;
+    if r.status != 200 {
+        return Err(fail(format!("GET {path}: {r}")));
+    }
+    let text = std::str::from_utf8(&r.body).map_err(|e| fail(format!("{e}: {r}")))?;
+    text.split('\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_str(l)
+                .map(|v| (l.to_string(), v))
+                .map_err(|e| fail(format!("replayed line is not JSON ({e}): {l:?}")))
+        })
+        .collect()
+}
+
+/// Post `case` in `fmt` to a fresh stream, replay it, and compare with the canonical form.
+async fn roundtrip(api: &Api, case: &Case, fmt: Fmt) -> Result<(), TestCaseError> {
+    let stream = fresh_stream(&case.stream, fmt);
+    let body = body(case, fmt, &stream);
+    let shown = String::from_utf8_lossy(&body).into_owned();
+    let before = now_ms();
+    let r = api
+        .try_send(
+            reqwest::Method::POST,
+            "/v1/events",
+            &[("content-type", fmt.content_type())],
+            Some(body.into()),
+        )
+        .await
+        .map_err(|e| fail(format!("POST {}: {e}", fmt.name())))?;
+    let after = now_ms();
+    let n = case.events.len() as u64;
+    let ok = r.status == 200
+        && r.json()["accepted"] == n
+        && r.json()["duplicates"] == 0
+        && r.json()["last_seq"][&stream] == n;
+    if !ok {
+        return Err(fail(format!(
+            "{} body {shown:?}: expected 200 storing {n} events on {stream:?}, got {r}",
+            fmt.name()
+        )));
+    }
+    let lines = replay(api, &stream).await?;
+    if lines.len() as u64 != n {
+        return Err(fail(format!(
+            "{} body {shown:?}: replayed {} events, sent {n}: {lines:?}",
+            fmt.name(),
+            lines.len()
+        )));
+    }
+    for (i, (ev, (raw, got))) in case.events.iter().zip(&lines).enumerate() {
+        let data = ev.data_compact();
+        let mut want = Vec::new();
+        write_event(&mut want, &ev.view(&stream, data.as_deref()), i as u64 + 1);
+        let mut want: Value = serde_json::from_slice(&want).unwrap();
+        let mut got = got.clone();
+        if ev.ts.is_none() {
+            let ts = got.get("ts").and_then(Value::as_i64);
+            if !ts.is_some_and(|ts| (before..=after).contains(&ts)) {
+                return Err(fail(format!(
+                    "{}: server-assigned ts of {raw} is not within {before}..={after}",
+                    fmt.name()
+                )));
+            }
+            want.as_object_mut().unwrap().remove("ts");
+            got.as_object_mut().unwrap().remove("ts");
+        }
+        if want != got {
+            return Err(fail(format!(
+                "{} body {shown:?}, event {i}:\n  replayed {raw}\n  expected {want}",
+                fmt.name()
+            )));
+        }
+        // Canonical JSON is compact, in the SPEC's field order: the line is the canonical
+        // writer's own output for the replayed values.
+        if fmt != Fmt::Yaml && ev.ts.is_some() {
+            let mut canonical = Vec::new();
+            write_event(
+                &mut canonical,
+                &ev.view(&stream, data.as_deref()),
+                i as u64 + 1,
+            );
+            if raw.as_bytes() != canonical {
+                return Err(fail(format!(
+                    "{} body {shown:?}, event {i}: replayed {raw}, canonical {}",
+                    fmt.name(),
+                    String::from_utf8_lossy(&canonical)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn valid_events_replay_canonically_in_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerConfig::new(tmp.path().join("data")).start();
+    let rt = runtime();
+    let api = server.api.clone();
+    let result = runner().run(&case(), |case| {
+        rt.block_on(async {
+            for fmt in FORMATS {
+                roundtrip(&api, &case, fmt).await?;
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Any bytes: 200 or 4xx, never 5xx
+// ---------------------------------------------------------------------------------------------
+
+const CONTENT_TYPES: &[&str] = &[
+    JSON,
+    "application/json; charset=utf-8",
+    NDJSON,
+    "application/jsonl",
+    YAML,
+    "application/x-yaml",
+    "text/yaml",
+    FRAMES,
+    "text/plain",
+];
+
+/// How the body is sent.
+#[derive(Clone, Copy, Debug)]
+enum Coding {
+    Identity,
+    /// Compressed for real.
+    Gzip,
+    Zstd,
+    /// The bytes as they are, labelled as compressed.
+    GzipClaimed,
+    ZstdClaimed,
+}
+
+/// A change to a valid body.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Set(usize, u8),
+    Insert(usize, u8),
+    Remove(usize, usize),
+    Truncate(usize),
+}
+
+fn mutate(body: &mut Vec<u8>, m: &Mutation) {
+    let at = |i: usize, len: usize| if len == 0 { 0 } else { i % len };
+    match *m {
+        Mutation::Set(i, b) => {
+            if !body.is_empty() {
+                let i = at(i, body.len());
+                body[i] = b;
+            }
+        }
+        Mutation::Insert(i, b) => {
+            let i = at(i, body.len() + 1);
+            body.insert(i, b);
+        }
+        Mutation::Remove(i, n) => {
+            let i = at(i, body.len());
+            let end = (i + n).min(body.len());
+            body.drain(i..end);
+        }
+        Mutation::Truncate(i) => {
+            let i = at(i, body.len() + 1);
+            body.truncate(i);
+        }
+    }
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
+        (any::<usize>(), 1usize..8).prop_map(|(i, n)| Mutation::Remove(i, n)),
+        any::<usize>().prop_map(Mutation::Truncate),
+    ]
+}
+
+/// What is posted.
+#[derive(Clone, Debug)]
+enum Bytes {
+    Random(Vec<u8>),
+    /// A valid body of `case` in a format, then changed; posted with that format's content
+    /// type, unless `false` (then with the one drawn).
+    Mutated(Box<Case>, usize, Vec<Mutation>, bool),
+}
+
+fn bytes() -> impl Strategy<Value = Bytes> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..768).prop_map(Bytes::Random),
+        (
+            case(),
+            0..FORMATS.len(),
+            proptest::collection::vec(mutation(), 1..3),
+            proptest::bool::weighted(0.8),
+        )
+            .prop_map(|(c, f, m, own)| Bytes::Mutated(Box::new(c), f, m, own)),
+    ]
+}
+
+fn coding() -> impl Strategy<Value = Coding> {
+    prop_oneof![
+        4 => Just(Coding::Identity),
+        1 => Just(Coding::Gzip),
+        1 => Just(Coding::Zstd),
+        1 => Just(Coding::GzipClaimed),
+        1 => Just(Coding::ZstdClaimed),
+    ]
+}
+
+fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(body).unwrap();
+    e.finish().unwrap()
+}
+
+const ERROR_CODES: &[&str] = &[
+    "malformed",
+    "bad_request",
+    "conflict",
+    "too_large",
+    "unsupported_media_type",
+    "invalid_event",
+    "backpressure",
+];
+
+async fn any_bytes(
+    api: &Api,
+    bytes: &Bytes,
+    ct: &str,
+    coding: Coding,
+) -> Result<(), TestCaseError> {
+    let (plain, ct) = match bytes {
+        Bytes::Random(b) => (b.clone(), ct),
+        Bytes::Mutated(case, f, mutations, own) => {
+            let fmt = FORMATS[*f];
+            let mut b = body(case, fmt, &fresh_stream(&case.stream, fmt));
+            for m in mutations {
+                mutate(&mut b, m);
+            }
+            (b, if *own { fmt.content_type() } else { ct })
+        }
+    };
+    let (sent, encoding) = match coding {
+        Coding::Identity => (plain.clone(), None),
+        Coding::Gzip => (gzip(&plain), Some("gzip")),
+        Coding::Zstd => (zstd::encode_all(&plain[..], 3).unwrap(), Some("zstd")),
+        Coding::GzipClaimed => (plain.clone(), Some("gzip")),
+        Coding::ZstdClaimed => (plain.clone(), Some("zstd")),
+    };
+    let mut headers = vec![("content-type", ct)];
+    if let Some(e) = encoding {
+        headers.push(("content-encoding", e));
+    }
+    let shown = format!(
+        "{ct} ({coding:?}) body {:?}",
+        String::from_utf8_lossy(&plain)
+    );
+    let r = api
+        .try_send(
+            reqwest::Method::POST,
+            "/v1/events",
+            &headers,
+            Some(sent.into()),
+        )
+        .await
+        .map_err(|e| fail(format!("{shown}: the request failed: {e}")))?;
+    match r.status {
+        200 => {}
+        400..=499 => {
+            let code = serde_json::from_slice::<Value>(&r.body)
+                .ok()
+                .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
+            if !code.is_some_and(|c| ERROR_CODES.contains(&c.as_str())) {
+                return Err(fail(format!("{shown}: a 4xx not in the SPEC's shape: {r}")));
+            }
+        }
+        _ => return Err(fail(format!("{shown}: {r}"))),
+    }
+    let health = api
+        .try_send(reqwest::Method::GET, "/healthz", &[], None)
+        .await
+        .map_err(|e| fail(format!("{shown}: /healthz failed afterwards: {e}")))?;
+    if health.status != 200 {
+        return Err(fail(format!("{shown}: /healthz afterwards: {health}")));
+    }
+    Ok(())
+}
+
+#[test]
+fn any_bytes_get_a_200_or_a_4xx() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerConfig::new(tmp.path().join("data")).start();
+    let rt = runtime();
+    let api = server.api.clone();
+    let strategy = (bytes(), proptest::sample::select(CONTENT_TYPES), coding());
+    let result = runner().run(&strategy, |(bytes, ct, coding)| {
+        rt.block_on(any_bytes(&api, &bytes, ct, coding))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    // Still ready, and still storing.
+    rt.block_on(async {
+        assert_eq!(api.get("/readyz").await.status, 200);
+        let e = Event::simple("after/any-bytes", "t", 1, None);
+        assert_accepted(&api.post_ndjson(&[e]).await, 1);
+    });
+}
