@@ -68,7 +68,11 @@ fn json_line(o: &Owned) -> String {
 fn body(format: Format) -> Vec<u8> {
     let evs = events();
     match format {
-        Format::Ndjson => evs.iter().map(|o| json_line(o) + "\n").collect::<String>().into_bytes(),
+        Format::Ndjson => evs
+            .iter()
+            .map(|o| json_line(o) + "\n")
+            .collect::<String>()
+            .into_bytes(),
         Format::Json => {
             let lines: Vec<String> = evs.iter().map(json_line).collect();
             format!("[{}]", lines.join(",")).into_bytes()
