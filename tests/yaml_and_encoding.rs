@@ -81,8 +81,14 @@ fn yaml_as_canonical(yaml: &str) -> Vec<String> {
         .map(|s| s.parse().unwrap())
         .collect();
     let mut batch = Batch::new();
-    vx_proto::decode::decode_yaml(without_seq(yaml).as_bytes(), 1 << 20, 0, &mut batch)
-        .unwrap_or_else(|e| panic!("replayed YAML does not decode: {e:?}\n{yaml}"));
+    vx_proto::decode::decode_yaml(
+        without_seq(yaml).as_bytes(),
+        1 << 20,
+        u64::MAX,
+        0,
+        &mut batch,
+    )
+    .unwrap_or_else(|e| panic!("replayed YAML does not decode: {e:?}\n{yaml}"));
     assert_eq!(batch.len(), seqs.len(), "{yaml}");
     batch
         .iter()

@@ -311,19 +311,3 @@ mod tests {
         }
     }
 }
-#[cfg(test)]
-mod scratch_stats {
-    use super::*;
-    #[test]
-    fn corpus_stats() {
-        let mut stats = std::collections::BTreeMap::new();
-        for e in std::fs::read_dir("corpus/content").unwrap() {
-            let data = std::fs::read(e.unwrap().path()).unwrap();
-            let Some(c) = case(&data) else { continue };
-            let (_, end) = pull(&c, c.cut);
-            let key = format!("{:?} raw={} {:?}", c.encoding, c.content.is_none(), end);
-            *stats.entry(key).or_insert(0) += 1;
-        }
-        eprintln!("{stats:#?}");
-    }
-}

@@ -64,8 +64,14 @@ where
         max: limits.max_body_bytes,
     };
     let Some(mut decoder) = Decoder::new(format, limits.max_event_bytes, now_ms) else {
-        let batch =
-            crate::yaml::decode(&mut body, &mut permit, limits.max_event_bytes, now_ms).await?;
+        let batch = crate::yaml::decode(
+            &mut body,
+            &mut permit,
+            limits.max_event_bytes,
+            limits.max_body_bytes,
+            now_ms,
+        )
+        .await?;
         return Ok((batch, permit));
     };
     let mut batch = Batch::new();

@@ -139,6 +139,7 @@ pub(crate) async fn decode<S, E>(
     body: &mut BodyReader<S>,
     permit: &mut InflightPermit,
     max_event_bytes: usize,
+    max_body_bytes: u64,
     now_ms: i64,
 ) -> Result<Batch, IngestError>
 where
@@ -159,7 +160,7 @@ where
     let mut decoder = tokio::task::spawn_blocking(move || {
         let _thread = thread;
         let mut batch = Batch::new();
-        decode_yaml(reader, max_event_bytes, now_ms, &mut batch).map(|()| batch)
+        decode_yaml(reader, max_event_bytes, max_body_bytes, now_ms, &mut batch).map(|()| batch)
     });
     let pump = async move {
         while let Some(chunk) = body.next(permit).await? {

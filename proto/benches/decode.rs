@@ -96,7 +96,7 @@ fn body(format: Format) -> Vec<u8> {
 fn decode(format: Format, body: &[u8]) -> Batch {
     let mut batch = Batch::new();
     if format == Format::Yaml {
-        decode_yaml(body, MAX_EVENT, 0, &mut batch).unwrap();
+        decode_yaml(body, MAX_EVENT, u64::MAX, 0, &mut batch).unwrap();
         return batch;
     }
     let mut d = Decoder::new(format, MAX_EVENT, 0).unwrap();

@@ -9,7 +9,10 @@ use vx_proto::{Kind, Num};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = std::path::PathBuf::from(args.next().ok_or("usage: bench_bodies DIR [EVENTS] [STREAMS]")?);
+    let dir = std::path::PathBuf::from(
+        args.next()
+            .ok_or("usage: bench_bodies DIR [EVENTS] [STREAMS]")?,
+    );
     let events: usize = args.next().map_or(Ok(1000), |s| s.parse())?;
     let streams: usize = args.next().map_or(Ok(100), |s| s.parse())?;
     std::fs::create_dir_all(&dir)?;
@@ -54,6 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     std::fs::write(dir.join("ndjson.body"), &ndjson)?;
     std::fs::write(dir.join("frames.body"), &frames)?;
-    println!("ndjson {} bytes, frames {} bytes, {events} events", ndjson.len(), frames.len());
+    println!(
+        "ndjson {} bytes, frames {} bytes, {events} events",
+        ndjson.len(),
+        frames.len()
+    );
     Ok(())
 }

@@ -68,7 +68,7 @@ fn overhead(body: &[u8], yaml: bool) -> (usize, usize) {
     if yaml {
         // A reader that hands out 64 KiB at a time, like the HTTP body bridge.
         let reader = std::io::BufReader::with_capacity(64 << 10, body);
-        decode_yaml(reader, 1 << 20, 0, &mut batch).unwrap();
+        decode_yaml(reader, 1 << 20, u64::MAX, 0, &mut batch).unwrap();
     } else {
         let mut d = Decoder::new(Format::Ndjson, 1 << 20, 0).unwrap();
         for chunk in body.chunks(64 << 10) {

@@ -46,7 +46,7 @@ fn decode(body: &[u8], sizes: Vec<usize>, max: usize) -> Result<Vec<Vec<u8>>, In
         sizes,
         next: 0,
     };
-    decode_yaml(reader, max, NOW, &mut batch)?;
+    decode_yaml(reader, max, u64::MAX, NOW, &mut batch)?;
     Ok(batch
         .iter()
         .enumerate()

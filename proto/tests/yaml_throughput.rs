@@ -99,7 +99,7 @@ fn yaml_throughput() {
         };
         let start = Instant::now();
         let mut batch = Batch::new();
-        decode_yaml(&body[..], 1 << 20, 0, &mut batch).unwrap();
+        decode_yaml(&body[..], 1 << 20, u64::MAX, 0, &mut batch).unwrap();
         assert_eq!(batch.len(), EVENTS);
         report(
             &format!("YAML {shape} (vx decoder on granit-parser)"),

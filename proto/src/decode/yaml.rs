@@ -53,14 +53,21 @@ use crate::packed::Batch;
 /// Anchored nodes of one document may hold this many times `ingest.max_event_bytes`.
 pub const ANCHOR_BUDGET_EVENTS: usize = 4;
 
+/// Name of the limit a body whose decoded events outgrow it is refused with.
+pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+
 /// Decode a whole YAML body from `reader` into `out`. `max_event_bytes` bounds one event
-/// (alias expansions included) and what the decoder buffers; `now_ms` is the `ts` of events
-/// that carry none. The caller bounds the body itself (`ingest.max_body_bytes`).
+/// (alias expansions included) and what the decoder buffers; `max_body_bytes` bounds the
+/// decoded request as a whole (`out`'s packed size): aliases let a small body name the same
+/// large node in every event, so the expanded request, not only each event, must be held to
+/// the body limit (413). `now_ms` is the `ts` of events that carry none. The caller bounds the
+/// raw body itself (`ingest.max_body_bytes`).
 ///
 /// On error, `out` may hold the events decoded before it; the request is refused whole.
 pub fn decode_yaml<R: Read>(
     reader: R,
     max_event_bytes: usize,
+    max_body_bytes: u64,
     now_ms: i64,
     out: &mut Batch,
 ) -> Result<(), InputError> {
@@ -78,6 +85,7 @@ pub fn decode_yaml<R: Read>(
     options.block_nesting_limit = MAX_DATA_DEPTH + 2;
     let mut parser = Parser::new_from_fallible_iter_with_options(chars, options);
     let mut doc = Documents::new(max_event_bytes, now_ms);
+    doc.max_batch_bytes = usize::try_from(max_body_bytes).unwrap_or(usize::MAX);
     loop {
         let next = parser.next_event();
         guard.event_seen();
@@ -190,6 +198,8 @@ enum State {
 /// The document-level state of one body.
 struct Documents {
     max_event_bytes: usize,
+    /// The decoded request may not outgrow this (see [`decode_yaml`]).
+    max_batch_bytes: usize,
     now_ms: i64,
     /// Index of the next event in the request.
     index: u64,
@@ -206,6 +216,7 @@ impl Documents {
     fn new(max_event_bytes: usize, now_ms: i64) -> Documents {
         Documents {
             max_event_bytes,
+            max_batch_bytes: usize::MAX,
             now_ms,
             index: 0,
             documents: 0,
@@ -409,6 +420,17 @@ impl Documents {
                     match self.event.finish(self.now_ms) {
                         Ok(ev) => out.push(&ev),
                         Err(p) => return Err(self.problem(p, self.event_pos)),
+                    }
+                    if out.mem_bytes() > self.max_batch_bytes {
+                        let err = InputError::too_large(
+                            LIMIT_BODY_BYTES,
+                            self.max_batch_bytes as u64,
+                            format!(
+                                "the YAML body expands (through aliases) to more than {} bytes of                                  events",
+                                self.max_batch_bytes
+                            ),
+                        );
+                        return Err(self.locate(err, self.event_pos));
                     }
                     self.index += 1;
                     self.state = if in_seq {

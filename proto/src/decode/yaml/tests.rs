@@ -47,7 +47,7 @@ fn run(body: &str, sizes: &[usize], max: usize) -> Result<Vec<String>, InputErro
         sizes,
         next: 0,
     };
-    decode_yaml(reader, max, NOW, &mut batch)?;
+    decode_yaml(reader, max, u64::MAX, NOW, &mut batch)?;
     Ok(batch
         .iter()
         .map(|ev| {
@@ -419,10 +419,17 @@ fn positions_documents_and_indexes_in_errors() {
     let mut bad = b"stream: s\ntype: t\ndata: \"".to_vec();
     bad.extend_from_slice(&[0xff, b'"', b'\n']);
     let mut batch = Batch::new();
-    let e = decode_yaml(&bad[..], MAX, NOW, &mut batch).unwrap_err();
+    let e = decode_yaml(&bad[..], MAX, u64::MAX, NOW, &mut batch).unwrap_err();
     assert_eq!(e.class, ErrorClass::Malformed, "{e:?}");
     assert!(e.message.contains("UTF-8"), "{e:?}");
-    let e = decode_yaml(&b"stream: s\ntype: t\x00\n"[..], MAX, NOW, &mut batch).unwrap_err();
+    let e = decode_yaml(
+        &b"stream: s\ntype: t\x00\n"[..],
+        MAX,
+        u64::MAX,
+        NOW,
+        &mut batch,
+    )
+    .unwrap_err();
     assert_eq!(e.class, ErrorClass::Malformed, "{e:?}");
 }
 
@@ -485,15 +492,45 @@ fn canonical_yaml_round_trips() {
     );
     // Re-encoding the decoded events gives the same YAML.
     let mut batch = Batch::new();
-    decode_yaml(last.as_bytes(), MAX, NOW, &mut batch).unwrap();
+    decode_yaml(last.as_bytes(), MAX, u64::MAX, NOW, &mut batch).unwrap();
     let mut again = Vec::new();
     for ev in batch.iter() {
         write_document(&mut again, &ev, None);
     }
     let mut batch2 = Batch::new();
-    decode_yaml(&again[..], MAX, NOW, &mut batch2).unwrap();
+    decode_yaml(&again[..], MAX, u64::MAX, NOW, &mut batch2).unwrap();
     assert_eq!(
         batch.iter().collect::<Vec<_>>(),
         batch2.iter().collect::<Vec<_>>()
     );
+}
+
+/// Aliases let a small body name one large node in every event: the decoded request as a whole
+/// is held to the body limit, so the amplification is refused with 413 instead of growing the
+/// batch without bound (found by the `yaml` fuzz target's harness).
+#[test]
+fn alias_amplification_is_bounded_per_body() {
+    let mut body = String::from("- {stream: s, type: t, data: {a0: &a0 \"");
+    body.push_str(&"x".repeat(200));
+    body.push('"');
+    for i in 1..8 {
+        body.push_str(&format!(", a{i}: &a{i} [*a{p}, *a{p}]", p = i - 1));
+    }
+    body.push_str("}}\n");
+    for _ in 0..2000 {
+        body.push_str("- {stream: s, type: t, data: *a7}\n");
+    }
+    let limit = 1u64 << 20;
+    let mut batch = Batch::new();
+    let e = decode_yaml(body.as_bytes(), 64 << 10, limit, NOW, &mut batch).unwrap_err();
+    assert_eq!(e.class, ErrorClass::TooLarge);
+    assert_eq!(e.limit.as_deref(), Some("ingest.max_body_bytes"));
+    assert_eq!(e.max, Some(limit));
+    assert!(e.index.is_some());
+    // The batch stopped growing at the limit (plus the one event that crossed it).
+    assert!(batch.mem_bytes() as u64 <= limit + (64 << 10) * 2);
+    // With room for it, the same body decodes (every event is within its own limit).
+    let mut batch = Batch::new();
+    decode_yaml(body.as_bytes(), 64 << 10, u64::MAX, NOW, &mut batch).unwrap();
+    assert_eq!(batch.len(), 2001);
 }
