@@ -206,7 +206,7 @@ impl Writer {
         let visible_at = mode.durability();
         let now = now_ms();
         buf.clear();
-        // First-touch prior values of `streams`, to undo the group if its write fails.
+        // Prior values of `streams`, in touch order, to undo the group if its write fails.
         let mut undo: Vec<(Box<str>, Option<u64>)> = Vec::new();
         let mut pending_ids: HashMap<u128, u64> = HashMap::new();
         let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
@@ -434,9 +434,9 @@ impl Writer {
                     .push((name.to_string(), dup_seq.unwrap_or(last)));
                 continue;
             }
-            if !undo.iter().any(|(s, _)| &**s == name) {
-                undo.push((name.into(), prior));
-            }
+            // Undo is replayed in reverse, so a stream touched twice in a group gets its
+            // first-touch value back last: no need to look for an earlier entry.
+            undo.push((name.into(), prior));
             self.streams.insert(name.into(), last);
             let base = fresh[0].1;
             let count = fresh.len() as u32;
