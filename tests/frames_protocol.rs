@@ -407,6 +407,7 @@ async fn refused_batches_do_not_affect_the_others_and_acks_match_by_id() {
         Event::simple("r/a", "t", 1, None),
         Event::simple("r/b", "t", 1, None),
     ];
+    let fresh = vec![Event::simple("r/a", "t", 99, Some("fresh".into()))];
     let plain = BatchOptions::default();
     let expect = |seq| BatchOptions {
         durability: None,
@@ -418,11 +419,13 @@ async fn refused_batches_do_not_affect_the_others_and_acks_match_by_id() {
         (b1.as_slice(), plain),
         (b2.as_slice(), plain),
         (b3.as_slice(), plain),
-        (&b1[..1], expect(0)),
+        (fresh.as_slice(), expect(0)),
         (two_streams.as_slice(), expect(3)),
         (b6.as_slice(), plain),
         (none, plain),
         (b1.as_slice(), plain),
+        // The retry of a stored conditional write is a duplicate, not a conflict.
+        (&b1[..1], expect(0)),
     ];
     let mut ids = Vec::new();
     for (evs, opts) in &plan {
@@ -457,6 +460,9 @@ async fn refused_batches_do_not_affect_the_others_and_acks_match_by_id() {
     assert_eq!(ack(r(6)).accepted, 0);
     let dup = ack(r(7));
     assert_eq!((dup.accepted, dup.duplicates), (0, 5));
+    let retry = ack(r(8));
+    assert_eq!((retry.accepted, retry.duplicates), (0, 1));
+    assert_eq!(retry.last_seq, vec![("r/a".to_string(), 1)]);
 
     let lines = server.api.replay_all("r/a").await;
     let stored: Vec<&Event> = b1.iter().chain(&b3).chain(&b6).collect();

@@ -53,7 +53,7 @@ async fn ndjson_in_many_chunks() {
     .await
     .unwrap();
     assert_eq!(batch.len(), 200);
-    assert_eq!(batch.streams().len(), 3);
+    assert_eq!(batch.runs().len(), 3);
     assert!(batch.iter().all(|e| e.ts == 7));
     // The permit holds the body's bytes until the caller is done with the batch.
     assert_eq!(permit.bytes(), body.len() as u64);

@@ -284,7 +284,7 @@ async fn yaml_in_many_chunks_with_budget_and_limits() {
         .await
         .unwrap();
         assert_eq!(batch.len(), 300);
-        assert_eq!(batch.streams().len(), 3);
+        assert_eq!(batch.runs().len(), 3);
         assert!(batch.iter().all(|e| e.ts == 9));
         assert_eq!(permit.bytes(), body.len() as u64);
         drop(permit);

@@ -96,6 +96,14 @@ impl InputError {
         e
     }
 
+    /// An event whose field does not fit the packed layout (only reachable when a caller skips
+    /// the SPEC §2 rules, which keep every field within it).
+    pub fn from_encode(e: crate::packed::EncodeError) -> Self {
+        let mut out = Self::new(ErrorClass::TooLarge, e.to_string());
+        out.field = Some(e.field.to_string());
+        out
+    }
+
     pub fn at_index(mut self, index: u64) -> Self {
         self.index.get_or_insert(index);
         self

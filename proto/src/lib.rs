@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - [`event`]: kinds, numbers, [`EventView`] and the per-field rules.
-//! - [`packed`]: [`Batch`], one request's events with 32-byte headers and interned names.
+//! - [`packed`]: [`Batch`], one request's events grouped by stream in the log's event layout.
 //! - [`decode`]: incremental NDJSON, JSON and YAML decoders feeding a [`Batch`].
 //! - [`frames`]: the binary frames protocol (docs/PROTOCOL.md): framing, batch and event
 //!   codecs, the HTTP frames body decoder, replay output frames.
@@ -25,4 +25,4 @@ pub mod shard;
 
 pub use error::{ErrorClass, InputError};
 pub use event::{EventView, Kind, Num};
-pub use packed::{Batch, PackedHeader, Sym};
+pub use packed::{Batch, Run};

@@ -1,235 +1,430 @@
-//! The packed in-memory representation of a request's events (SPEC §2 "Representation").
+//! The packed representation of a request's events (SPEC §2 "Representation"), which is also
+//! the log's event layout: a decoder builds a [`Batch`] once, and the storage engine's writer
+//! copies its bytes into the log record as they are.
 //!
-//! A [`Batch`] holds one request: a fixed 32-byte [`PackedHeader`] per event, a byte arena
-//! with the variable parts (`id`, `data`), and a batch-local symbol table that interns
-//! stream, entity and type names. Arena offsets are implicit (events' variable parts follow
-//! each other in order), and `seq` is implicit too: the storage engine assigns it.
+//! A batch holds one request, grouped by stream: one [`Run`] per stream (in first-appearance
+//! order) whose events are encoded back to back in the layout below. The stream is interned
+//! per batch (it is the run, and on disk the run header names it once); `seq` is implicit (the
+//! writer assigns a run's base `seq`, the i-th event has base + i) and so are arena offsets
+//! (an event's variable parts follow its fixed header in a known order). Nothing outlives the
+//! batch, so interning can never grow with the number of streams the service has seen.
 //!
-//! Interning is per batch: the table is dropped with the batch, so it can never grow with the
-//! number of streams or entities the service has seen. On disk, strings are inline.
+//! # Event layout (all integers little-endian)
+//!
+//! ```text
+//! fixed header, 18 bytes
+//!  0  u8   kind        Kind as #[repr(u8)]: 0 event, 1 counter, 2 gauge
+//!  1  u8   flags       1 has value, 2 value is f64 bits (else i64), 4 has id, 8 has data,
+//!                      16 has entity (other bits 0)
+//!  2  u8   type_len    1..=128
+//!  3  u8   id_len      0 without an id, else 1..=128
+//!  4  u16  entity_len  0 without an entity, else 1..=256
+//!  6  u32  data_len    0 without data
+//! 10  i64  ts          ms since the Unix epoch
+//! then
+//!     u64  value       i64 or f64 bits, if flag 1
+//!     type bytes, entity bytes, id bytes, data bytes (compact JSON), in that order
+//! ```
+//!
+//! The fixed part plus the value is 26 bytes (≤ 32, asserted by a test). Type and entity are
+//! stored inline in the variable part rather than interned in the header: on disk strings must
+//! be inline (SPEC §2), and with the log layout as the in-memory layout the writer copies runs
+//! instead of re-encoding every event (see docs/ARCHITECTURE.md, "Batches in the log layout").
 
 use crate::event::{EventView, Kind, Num};
 use hashbrown::HashTable;
 
-/// An interned name, an index into the batch's symbol table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Sym(pub u32);
+/// Bytes of an event's fixed header (without the optional value).
+pub const EVENT_HEADER_LEN: usize = 18;
 
-impl Sym {
-    /// "No entity".
-    pub const NONE: Sym = Sym(u32::MAX);
-}
-
-/// `flags` bits of a [`PackedHeader`].
+/// `flags` bits of an encoded event.
 pub mod flags {
-    pub const HAS_VALUE: u8 = 1;
+    pub const VALUE: u8 = 1;
     /// `value` holds f64 bits rather than an i64.
-    pub const VALUE_FLOAT: u8 = 2;
-    pub const HAS_ID: u8 = 4;
-    pub const HAS_DATA: u8 = 8;
+    pub const FLOAT: u8 = 2;
+    pub const ID: u8 = 4;
+    pub const DATA: u8 = 8;
+    pub const ENTITY: u8 = 16;
+    pub const ALL: u8 = VALUE | FLOAT | ID | DATA | ENTITY;
 }
 
-/// The fixed header of one packed event: 32 bytes, asserted by a test.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PackedHeader {
-    pub ts: i64,
-    /// i64 or f64 bits, see [`flags::VALUE_FLOAT`].
-    pub value: u64,
-    pub stream: Sym,
-    pub entity: Sym,
-    pub ty: Sym,
-    pub kind: Kind,
-    pub flags: u8,
-    _pad: [u8; 2],
+/// Why encoded event bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// More bytes are needed: at least this many in total from the start of the event.
+    Incomplete(usize),
+    /// The bytes are not a valid event.
+    Bad(&'static str),
 }
 
-impl PackedHeader {
-    pub fn value(&self) -> Option<Num> {
-        if self.flags & flags::HAS_VALUE == 0 {
-            None
-        } else if self.flags & flags::VALUE_FLOAT != 0 {
-            Some(Num::Float(f64::from_bits(self.value)))
-        } else {
-            Some(Num::Int(self.value as i64))
+/// Why an event could not be encoded: a length past what its field's width can say. Decoders
+/// validate every rule of SPEC §2 first, so for their events this never happens; it guards
+/// callers that build events by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("event field {field} is {len} bytes, more than the event layout allows")]
+pub struct EncodeError {
+    pub field: &'static str,
+    pub len: usize,
+}
+
+/// Append one event in the log layout; returns its encoded size.
+pub fn encode_event(out: &mut Vec<u8>, ev: &EventView<'_>) -> Result<usize, EncodeError> {
+    let too_long = |field: &'static str, len: usize| EncodeError { field, len };
+    let type_len = u8::try_from(ev.ty.len()).map_err(|_| too_long("type", ev.ty.len()))?;
+    let entity = ev.entity.filter(|e| !e.is_empty());
+    let entity_len = entity.map_or(Ok(0), |e| {
+        u16::try_from(e.len()).map_err(|_| too_long("entity", e.len()))
+    })?;
+    let id_len = ev.id.map_or(Ok(0), |id| {
+        u8::try_from(id.len()).map_err(|_| too_long("id", id.len()))
+    })?;
+    let data_len = ev.data.map_or(Ok(0), |d| {
+        u32::try_from(d.len()).map_err(|_| too_long("data", d.len()))
+    })?;
+    let mut f = 0u8;
+    let value = match ev.value {
+        Some(Num::Int(i)) => {
+            f |= flags::VALUE;
+            Some(i.to_le_bytes())
         }
+        Some(Num::Float(x)) => {
+            f |= flags::VALUE | flags::FLOAT;
+            Some(x.to_bits().to_le_bytes())
+        }
+        None => None,
+    };
+    if ev.id.is_some() {
+        f |= flags::ID;
     }
+    if ev.data.is_some() {
+        f |= flags::DATA;
+    }
+    if entity.is_some() {
+        f |= flags::ENTITY;
+    }
+    let before = out.len();
+    let mut head = [0u8; EVENT_HEADER_LEN];
+    head[0] = ev.kind as u8;
+    head[1] = f;
+    head[2] = type_len;
+    head[3] = id_len;
+    head[4..6].copy_from_slice(&entity_len.to_le_bytes());
+    head[6..10].copy_from_slice(&data_len.to_le_bytes());
+    head[10..18].copy_from_slice(&ev.ts.to_le_bytes());
+    out.extend_from_slice(&head);
+    if let Some(v) = value {
+        out.extend_from_slice(&v);
+    }
+    out.extend_from_slice(ev.ty.as_bytes());
+    if let Some(e) = entity {
+        out.extend_from_slice(e.as_bytes());
+    }
+    if let Some(id) = ev.id {
+        out.extend_from_slice(id.as_bytes());
+    }
+    if let Some(d) = ev.data {
+        out.extend_from_slice(d.as_bytes());
+    }
+    Ok(out.len() - before)
 }
 
-/// Per-stream totals of a batch, in first-appearance order.
+/// The encoded size of the event at the start of `b`, from its fixed header alone.
+pub fn event_len(b: &[u8]) -> Result<usize, DecodeError> {
+    let head: &[u8; EVENT_HEADER_LEN] = b
+        .get(..EVENT_HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(DecodeError::Incomplete(EVENT_HEADER_LEN))?;
+    let f = head[1];
+    if f & !flags::ALL != 0 {
+        return Err(DecodeError::Bad("unknown event flags"));
+    }
+    let value = if f & flags::VALUE != 0 { 8 } else { 0 };
+    let entity = usize::from(u16::from_le_bytes([head[4], head[5]]));
+    let data = u32::from_le_bytes([head[6], head[7], head[8], head[9]]);
+    let data = usize::try_from(data).map_err(|_| DecodeError::Bad("data length overflow"))?;
+    Ok(EVENT_HEADER_LEN + value + usize::from(head[2]) + entity + usize::from(head[3]) + data)
+}
+
+/// Decode the event at the start of `b` (its stream is known from its run). Returns the event
+/// and the bytes it used. Never allocates; any bytes give an event or an error.
+pub fn decode_event<'a>(
+    b: &'a [u8],
+    stream: &'a str,
+) -> Result<(EventView<'a>, usize), DecodeError> {
+    let len = event_len(b)?;
+    let ev = b.get(..len).ok_or(DecodeError::Incomplete(len))?;
+    let kind = Kind::from_u8(ev[0]).ok_or(DecodeError::Bad("unknown event kind"))?;
+    let f = ev[1];
+    let ts = i64::from_le_bytes(array(ev, 10)?);
+    let mut pos = EVENT_HEADER_LEN;
+    let value = if f & flags::VALUE != 0 {
+        let bits = u64::from_le_bytes(array(ev, pos)?);
+        pos += 8;
+        Some(if f & flags::FLOAT != 0 {
+            Num::Float(f64::from_bits(bits))
+        } else {
+            Num::Int(i64::from_le_bytes(bits.to_le_bytes()))
+        })
+    } else {
+        None
+    };
+    let mut text = |n: usize| -> Result<&'a str, DecodeError> {
+        let s = ev
+            .get(pos..pos + n)
+            .ok_or(DecodeError::Bad("short event"))?;
+        pos += n;
+        std::str::from_utf8(s).map_err(|_| DecodeError::Bad("invalid UTF-8"))
+    };
+    let ty = text(usize::from(ev[2]))?;
+    let entity_len = usize::from(u16::from_le_bytes([ev[4], ev[5]]));
+    let entity = if f & flags::ENTITY != 0 {
+        Some(text(entity_len)?)
+    } else if entity_len == 0 {
+        None
+    } else {
+        return Err(DecodeError::Bad("entity length without the entity flag"));
+    };
+    let id_len = usize::from(ev[3]);
+    let id = if f & flags::ID != 0 {
+        Some(text(id_len)?)
+    } else if id_len == 0 {
+        None
+    } else {
+        return Err(DecodeError::Bad("id length without the id flag"));
+    };
+    let data_len = u32::from_le_bytes([ev[6], ev[7], ev[8], ev[9]]) as usize;
+    let data = if f & flags::DATA != 0 {
+        Some(text(data_len)?)
+    } else if data_len == 0 {
+        None
+    } else {
+        return Err(DecodeError::Bad("data length without the data flag"));
+    };
+    Ok((
+        EventView {
+            stream,
+            entity,
+            ty,
+            ts,
+            kind,
+            value,
+            id,
+            data,
+        },
+        len,
+    ))
+}
+
+fn array<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], DecodeError> {
+    b.get(at..at + N)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(DecodeError::Bad("short event"))
+}
+
+/// An event of a run that carries an `id`: where it is, so the writer can check it against
+/// the dedup table and, for a duplicate, copy the run without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamCount {
-    pub stream: Sym,
-    pub events: u32,
+pub struct IdRef {
+    /// Position of the event in its run (0-based).
+    pub idx: u32,
+    /// Offset of the event in the run's bytes.
+    pub at: u32,
+    /// Encoded length of the event.
+    pub len: u32,
+    /// The keyed dedup hash of `(stream, id)`, set by [`Batch::prepare`] (0 before).
+    pub key: u128,
 }
 
-/// One request's events, packed. See the module docs.
+/// One stream's events of a batch, encoded back to back in the log layout.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    /// The stream name's span in the batch's name buffer.
+    name: (u32, u32),
+    /// Shard of the stream, set by [`Batch::prepare`].
+    pub shard: u32,
+    pub count: u32,
+    pub events: Vec<u8>,
+    /// Events with an `id`, in order.
+    pub ids: Vec<IdRef>,
+    /// Min and max `ts` of the run's events.
+    pub min_ts: i64,
+    pub max_ts: i64,
+}
+
+/// One request's events, grouped by stream in the log layout. See the module docs.
 #[derive(Default)]
 pub struct Batch {
-    headers: Vec<PackedHeader>,
-    arena: Vec<u8>,
-    /// Interned names: `names[start..start+len]` for each symbol.
+    runs: Vec<Run>,
     names: String,
-    spans: Vec<(u32, u32)>,
+    /// Stream name → index in `runs`.
     lookup: HashTable<u32>,
     hasher: foldhash::fast::FixedState,
-    /// For each symbol, the index into `streams` if it is a stream name.
-    stream_slot: Vec<u32>,
-    streams: Vec<StreamCount>,
+    /// For each event in request order, the index of its run: enough to iterate the batch in
+    /// request order (4 bytes an event).
+    order: Vec<u32>,
+    /// Encoded bytes of all runs.
+    event_bytes: usize,
+    /// [`Batch::prepare`] ran (for the shard count `prepared_for`).
+    prepared_for: Option<u32>,
 }
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Batch")
-            .field("events", &self.headers.len())
-            .field("streams", &self.streams.len())
+            .field("events", &self.order.len())
+            .field("streams", &self.runs.len())
             .field("bytes", &self.mem_bytes())
             .finish()
     }
 }
+
+/// Bytes a run costs beyond its events, as budgets count it.
+const RUN_OVERHEAD: usize = std::mem::size_of::<Run>();
 
 impl Batch {
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Number of events.
     pub fn len(&self) -> usize {
-        self.headers.len()
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.headers.is_empty()
+        self.order.is_empty()
     }
 
-    /// Bytes this batch occupies in memory (headers, arena, names): what budgets count.
+    /// Bytes this batch occupies in memory (events, names, per-run and per-id bookkeeping):
+    /// what budgets count.
     pub fn mem_bytes(&self) -> usize {
-        self.headers.len() * std::mem::size_of::<PackedHeader>()
-            + self.arena.len()
+        self.event_bytes
             + self.names.len()
-            + self.spans.len() * 8
+            + self.runs.len() * RUN_OVERHEAD
+            + self.order.len() * 4
+            + self
+                .runs
+                .iter()
+                .map(|r| r.ids.len() * std::mem::size_of::<IdRef>())
+                .sum::<usize>()
     }
 
-    pub fn headers(&self) -> &[PackedHeader] {
-        &self.headers
+    /// The runs, one per stream, in first-appearance order.
+    pub fn runs(&self) -> &[Run] {
+        &self.runs
     }
 
-    /// The distinct streams of the batch with their event counts, in first-appearance order.
-    pub fn streams(&self) -> &[StreamCount] {
-        &self.streams
+    /// A run's stream name.
+    pub fn stream(&self, run: &Run) -> &str {
+        let (start, len) = run.name;
+        self.names
+            .get(start as usize..(start + len) as usize)
+            .unwrap_or("")
     }
 
-    /// Position of a stream symbol in [`Batch::streams`].
-    pub fn stream_slot(&self, sym: Sym) -> Option<usize> {
-        match self.stream_slot.get(sym.0 as usize) {
-            Some(&slot) if slot != u32::MAX => Some(slot as usize),
-            _ => None,
+    fn run_index(&mut self, stream: &str) -> usize {
+        let hash = std::hash::BuildHasher::hash_one(&self.hasher, stream);
+        let (names, runs) = (&self.names, &self.runs);
+        let name_of = |i: u32| {
+            let (start, len) = runs[i as usize].name;
+            &names[start as usize..(start + len) as usize]
+        };
+        if let Some(&i) = self.lookup.find(hash, |&i| name_of(i) == stream) {
+            return i as usize;
         }
+        let i = self.runs.len();
+        // Streams are ≤ 256 bytes (validated) and a batch's names are bounded by the body
+        // limit, so these fit; saturate rather than wrap if a caller breaks that.
+        let start = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        let len = u32::try_from(stream.len()).unwrap_or(u32::MAX);
+        self.names.push_str(stream);
+        self.runs.push(Run {
+            name: (start, len),
+            min_ts: i64::MAX,
+            max_ts: i64::MIN,
+            ..Run::default()
+        });
+        let (names, runs, hasher) = (&self.names, &self.runs, &self.hasher);
+        self.lookup
+            .insert_unique(hash, u32::try_from(i).unwrap_or(u32::MAX), |&j| {
+                let (start, len) = runs[j as usize].name;
+                std::hash::BuildHasher::hash_one(
+                    hasher,
+                    &names[start as usize..(start + len) as usize],
+                )
+            });
+        i
     }
 
-    pub fn name(&self, sym: Sym) -> &str {
-        match self.spans.get(sym.0 as usize) {
-            Some(&(start, len)) => self
-                .names
+    /// Append one validated event. The caller (a decoder) has checked every rule of SPEC §2,
+    /// which keeps every length within the layout; an event that breaks them is refused.
+    pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), EncodeError> {
+        self.prepared_for = None;
+        let i = self.run_index(ev.stream);
+        let run = &mut self.runs[i];
+        let at = run.events.len();
+        let len = encode_event(&mut run.events, ev)?;
+        let too_long = |len: usize| EncodeError { field: "run", len };
+        if ev.id.is_some() {
+            run.ids.push(IdRef {
+                idx: run.count,
+                at: u32::try_from(at).map_err(|_| too_long(at))?,
+                len: u32::try_from(len).map_err(|_| too_long(len))?,
+                key: 0,
+            });
+        }
+        run.count += 1;
+        run.min_ts = run.min_ts.min(ev.ts);
+        run.max_ts = run.max_ts.max(ev.ts);
+        self.event_bytes += len;
+        self.order.push(u32::try_from(i).unwrap_or(u32::MAX));
+        Ok(())
+    }
+
+    /// Compute, once and off the writer thread, what the storage engine needs besides the
+    /// bytes: each run's shard, and each id's keyed dedup hash (`key(stream, id)`).
+    pub fn prepare(&mut self, shards: u32, key: impl Fn(&str, &str) -> u128) {
+        self.prepared_for = Some(shards);
+        let names = &self.names;
+        for run in &mut self.runs {
+            let (start, len) = run.name;
+            let stream = names
                 .get(start as usize..(start + len) as usize)
-                .unwrap_or(""),
-            None => "",
-        }
-    }
-
-    /// Intern `s` in this batch's symbol table.
-    pub fn intern(&mut self, s: &str) -> Sym {
-        let hash = std::hash::BuildHasher::hash_one(&self.hasher, s);
-        let names = &self.names;
-        let spans = &self.spans;
-        let found = self.lookup.find(hash, |&i| {
-            let (start, len) = spans[i as usize];
-            &names[start as usize..(start + len) as usize] == s
-        });
-        if let Some(&i) = found {
-            return Sym(i);
-        }
-        let i = self.spans.len() as u32;
-        self.spans.push((self.names.len() as u32, s.len() as u32));
-        self.names.push_str(s);
-        self.stream_slot.push(u32::MAX);
-        let hasher = &self.hasher;
-        let names = &self.names;
-        let spans = &self.spans;
-        self.lookup.insert_unique(hash, i, |&j| {
-            let (start, len) = spans[j as usize];
-            std::hash::BuildHasher::hash_one(hasher, &names[start as usize..(start + len) as usize])
-        });
-        Sym(i)
-    }
-
-    /// Append one validated event. The caller (a decoder) has checked every rule of SPEC §2.
-    pub fn push(&mut self, ev: &EventView<'_>) {
-        let stream = self.intern(ev.stream);
-        let entity = match ev.entity {
-            Some(e) if !e.is_empty() => self.intern(e),
-            _ => Sym::NONE,
-        };
-        let ty = self.intern(ev.ty);
-        let mut fl = 0u8;
-        let value = match ev.value {
-            None => 0,
-            Some(Num::Int(i)) => {
-                fl |= flags::HAS_VALUE;
-                i as u64
+                .unwrap_or("");
+            run.shard = crate::shard::shard_of(stream, shards);
+            for id in &mut run.ids {
+                let at = id.at as usize;
+                let bytes = run.events.get(at..at + id.len as usize).unwrap_or(&[]);
+                if let Ok((ev, _)) = decode_event(bytes, stream)
+                    && let Some(s) = ev.id
+                {
+                    id.key = key(stream, s);
+                }
             }
-            Some(Num::Float(f)) => {
-                fl |= flags::HAS_VALUE | flags::VALUE_FLOAT;
-                f.to_bits()
-            }
-        };
-        if let Some(id) = ev.id {
-            fl |= flags::HAS_ID;
-            // ids are ≤ 128 bytes (validated), so one length byte suffices.
-            self.arena.push(id.len().min(255) as u8);
-            self.arena
-                .extend_from_slice(&id.as_bytes()[..id.len().min(255)]);
-        }
-        if let Some(data) = ev.data {
-            fl |= flags::HAS_DATA;
-            self.arena
-                .extend_from_slice(&(data.len() as u32).to_le_bytes());
-            self.arena.extend_from_slice(data.as_bytes());
-        }
-        self.headers.push(PackedHeader {
-            ts: ev.ts,
-            value,
-            stream,
-            entity,
-            ty,
-            kind: ev.kind,
-            flags: fl,
-            _pad: [0; 2],
-        });
-        let slot = &mut self.stream_slot[stream.0 as usize];
-        if *slot == u32::MAX {
-            *slot = self.streams.len() as u32;
-            self.streams.push(StreamCount { stream, events: 0 });
-        }
-        if let Some(sc) = self.streams.get_mut(*slot as usize) {
-            sc.events += 1;
         }
     }
 
-    /// The events in order, as borrowed views.
+    /// Whether [`Batch::prepare`] ran for `shards` shards.
+    pub fn is_prepared_for(&self, shards: u32) -> bool {
+        self.prepared_for == Some(shards)
+    }
+
+    /// The events in request order, as borrowed views.
     pub fn iter(&self) -> BatchIter<'_> {
         BatchIter {
             batch: self,
             next: 0,
-            pos: 0,
+            pos: vec![0; self.runs.len()],
         }
     }
 }
 
-/// Iterator over a batch's events; walks the arena since offsets are implicit.
+/// Iterator over a batch's events in request order.
 pub struct BatchIter<'a> {
     batch: &'a Batch,
     next: usize,
-    pos: usize,
+    /// Read position in each run.
+    pos: Vec<usize>,
 }
 
 impl<'a> Iterator for BatchIter<'a> {
@@ -237,61 +432,52 @@ impl<'a> Iterator for BatchIter<'a> {
 
     fn next(&mut self) -> Option<EventView<'a>> {
         let b = self.batch;
-        let h = b.headers.get(self.next)?;
+        let r = *b.order.get(self.next)? as usize;
         self.next += 1;
-        let arena = &b.arena;
-        let mut id = None;
-        if h.flags & flags::HAS_ID != 0 {
-            let len = usize::from(*arena.get(self.pos)?);
-            let bytes = arena.get(self.pos + 1..self.pos + 1 + len)?;
-            id = std::str::from_utf8(bytes).ok();
-            self.pos += 1 + len;
-        }
-        let mut data = None;
-        if h.flags & flags::HAS_DATA != 0 {
-            let len_bytes: [u8; 4] = arena.get(self.pos..self.pos + 4)?.try_into().ok()?;
-            let len = u32::from_le_bytes(len_bytes) as usize;
-            let bytes = arena.get(self.pos + 4..self.pos + 4 + len)?;
-            data = std::str::from_utf8(bytes).ok();
-            self.pos += 4 + len;
-        }
-        Some(EventView {
-            stream: b.name(h.stream),
-            entity: if h.entity == Sym::NONE {
-                None
-            } else {
-                Some(b.name(h.entity))
-            },
-            ty: b.name(h.ty),
-            ts: h.ts,
-            kind: h.kind,
-            value: h.value(),
-            id,
-            data,
-        })
+        let run = b.runs.get(r)?;
+        let pos = self.pos.get_mut(r)?;
+        let (ev, n) = decode_event(run.events.get(*pos..)?, b.stream(run)).ok()?;
+        *pos += n;
+        Some(ev)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.batch.headers.len() - self.next;
+        let n = self.batch.order.len() - self.next;
         (n, Some(n))
     }
 }
 
+/// Iterate the events encoded back to back in `bytes` (one run's events).
+pub fn events<'a>(
+    bytes: &'a [u8],
+    stream: &'a str,
+) -> impl Iterator<Item = Result<EventView<'a>, DecodeError>> + 'a {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        let rest = bytes.get(pos..).filter(|r| !r.is_empty())?;
+        Some(match decode_event(rest, stream) {
+            Ok((ev, n)) => {
+                pos += n;
+                Ok(ev)
+            }
+            Err(e) => {
+                pos = bytes.len();
+                Err(match e {
+                    DecodeError::Incomplete(_) => DecodeError::Bad("event extends past its run"),
+                    bad => bad,
+                })
+            }
+        })
+    })
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn header_is_at_most_32_bytes() {
-        assert!(std::mem::size_of::<PackedHeader>() <= 32);
-        assert_eq!(std::mem::size_of::<PackedHeader>(), 32);
-        assert_eq!(std::mem::size_of::<Kind>(), 1);
-    }
-
-    #[test]
-    fn round_trip_and_interning() {
-        let mut b = Batch::new();
-        let e1 = EventView {
+    fn e1() -> EventView<'static> {
+        EventView {
             stream: "s1",
             entity: Some("p7"),
             ty: "damage",
@@ -300,8 +486,11 @@ mod tests {
             value: Some(Num::Int(-3)),
             id: Some("a"),
             data: Some(r#"{"w":"bow"}"#),
-        };
-        let e2 = EventView {
+        }
+    }
+
+    fn e2() -> EventView<'static> {
+        EventView {
             stream: "s2",
             entity: None,
             ty: "damage",
@@ -310,27 +499,69 @@ mod tests {
             value: Some(Num::Float(1.5)),
             id: None,
             data: None,
-        };
-        b.push(&e1);
-        b.push(&e2);
-        b.push(&e1);
+        }
+    }
+
+    #[test]
+    fn the_fixed_header_and_value_fit_32_bytes() {
+        const { assert!(EVENT_HEADER_LEN + 8 <= 32) };
+        assert_eq!(std::mem::size_of::<Kind>(), 1);
+    }
+
+    #[test]
+    fn round_trip_grouped_by_stream_iterated_in_request_order() {
+        let mut b = Batch::new();
+        b.push(&e1()).unwrap();
+        b.push(&e2()).unwrap();
+        b.push(&e1()).unwrap();
         let got: Vec<_> = b.iter().collect();
-        assert_eq!(got, vec![e1, e2, e1]);
-        assert_eq!(
-            b.streams(),
-            &[
-                StreamCount {
-                    stream: Sym(0),
-                    events: 2
-                },
-                StreamCount {
-                    stream: Sym(3),
-                    events: 1
-                },
-            ]
-        );
-        assert_eq!(b.name(Sym(0)), "s1");
-        // "damage" is interned once.
-        assert_eq!(b.headers()[0].ty, b.headers()[1].ty);
+        assert_eq!(got, vec![e1(), e2(), e1()]);
+        let runs = b.runs();
+        assert_eq!(runs.len(), 2);
+        assert_eq!((b.stream(&runs[0]), runs[0].count), ("s1", 2));
+        assert_eq!((b.stream(&runs[1]), runs[1].count), ("s2", 1));
+        assert_eq!(runs[0].ids.len(), 2);
+        assert_eq!((runs[0].min_ts, runs[0].max_ts), (5, 5));
+        let evs: Vec<_> = events(&runs[0].events, "s1")
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(evs, vec![e1(), e1()]);
+        b.prepare(8, |s, id| {
+            u128::from(s.len() as u64 * 1000 + id.len() as u64)
+        });
+        assert_eq!(b.runs()[0].ids[0].key, 2001);
+        assert_eq!(b.runs()[0].shard, crate::shard::shard_of("s1", 8));
+    }
+
+    #[test]
+    fn golden_bytes_of_one_event() {
+        let mut out = Vec::new();
+        let n = encode_event(&mut out, &e1()).unwrap();
+        let mut want = vec![1u8, 1 | 4 | 8 | 16, 6, 1, 2, 0, 11, 0, 0, 0];
+        want.extend_from_slice(&5i64.to_le_bytes());
+        want.extend_from_slice(&(-3i64).to_le_bytes());
+        want.extend_from_slice(b"damagep7a{\"w\":\"bow\"}");
+        assert_eq!(out, want);
+        assert_eq!(n, want.len());
+    }
+
+    #[test]
+    fn every_prefix_is_incomplete_and_no_bytes_panic() {
+        let mut b = Vec::new();
+        encode_event(&mut b, &e1()).unwrap();
+        for cut in 0..b.len() {
+            assert!(matches!(
+                decode_event(&b[..cut], "s"),
+                Err(DecodeError::Incomplete(_))
+            ));
+        }
+        assert!(decode_event(&b, "s").is_ok());
+        for i in 0..b.len() {
+            for bit in 0..8 {
+                let mut bad = b.clone();
+                bad[i] ^= 1 << bit;
+                let _ = decode_event(&bad, "s");
+            }
+        }
     }
 }

@@ -302,12 +302,21 @@ impl Router {
         })
     }
 
-    /// Events per shard of a batch, sorted by shard (the order admission reserves in).
+    /// Events per shard of a batch, sorted by shard (the order admission reserves in). Uses
+    /// the shards [`Store::prepare`] computed, if it ran.
     pub fn shards_of(&self, batch: &Batch) -> Vec<(u32, u64)> {
+        let prepared = batch.is_prepared_for(self.shared.cfg.shards);
         let mut per: Vec<(u32, u64)> = batch
-            .streams()
+            .runs()
             .iter()
-            .map(|sc| (self.shard_of(batch.name(sc.stream)), u64::from(sc.events)))
+            .map(|run| {
+                let shard = if prepared {
+                    run.shard
+                } else {
+                    self.shard_of(batch.stream(run))
+                };
+                (shard, u64::from(run.count))
+            })
             .collect();
         per.sort_unstable_by_key(|&(s, _)| s);
         per.dedup_by(|b, a| {
@@ -322,7 +331,7 @@ impl Router {
     }
 
     /// Admit and write one request (SPEC §3–§4). An empty batch is a no-op success.
-    pub async fn submit(&self, req: Submit) -> Result<Accepted, SubmitError> {
+    pub async fn submit(&self, mut req: Submit) -> Result<Accepted, SubmitError> {
         let store = self.store();
         if req.batch.is_empty() {
             return Ok(Accepted {
@@ -337,6 +346,8 @@ impl Router {
                 queue_fill: 0.0,
             });
         }
+        // Shards and dedup keys are computed here, on the caller's task, once.
+        store.prepare(&mut req.batch);
         let shards = self.shards_of(&req.batch);
         let bytes = req.batch.mem_bytes() as u64;
         let reservation = self.try_admit(&shards, bytes)?;
@@ -500,16 +511,18 @@ mod tests {
         let r = router(dir.path(), 100);
         let mut batch = Batch::new();
         for s in ["a", "b", "c", "a"] {
-            batch.push(&EventView {
-                stream: s,
-                entity: None,
-                ty: "t",
-                ts: 1,
-                kind: Kind::Event,
-                value: None,
-                id: None,
-                data: None,
-            });
+            batch
+                .push(&EventView {
+                    stream: s,
+                    entity: None,
+                    ty: "t",
+                    ts: 1,
+                    kind: Kind::Event,
+                    value: None,
+                    id: None,
+                    data: None,
+                })
+                .unwrap();
         }
         assert_eq!(r.shards_of(&batch).iter().map(|s| s.1).sum::<u64>(), 4);
         let acc = r

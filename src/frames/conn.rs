@@ -412,7 +412,7 @@ impl Conn {
     ) -> io::Result<bool> {
         let id = head.request_id;
         let events = batch.len() as u64;
-        if head.expected_last_seq.is_some() && batch.streams().len() > 1 {
+        if head.expected_last_seq.is_some() && batch.runs().len() > 1 {
             self.ctx
                 .state
                 .metrics()
@@ -622,6 +622,12 @@ fn submit_error(id: u64, e: SubmitError) -> (ErrorFrame, f64) {
                     out.max = Some(max);
                     out
                 }
+                WriteError::TooLarge(_) => {
+                    let mut out = ErrorFrame::new(id, "too_large", message);
+                    out.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
+                    out
+                }
+                WriteError::NotFound { .. } => ErrorFrame::new(id, "not_found", message),
                 WriteError::ShuttingDown => {
                     let mut out = ErrorFrame::new(id, "not_ready", message);
                     out.retry_after_ms = Some(1000);

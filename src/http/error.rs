@@ -201,6 +201,12 @@ impl From<WriteError> for AppError {
                 out.details.max = Some(max);
                 out
             }
+            WriteError::TooLarge(_) => {
+                let mut out = AppError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message);
+                out.details.limit = Some("ingest.max_body_bytes".into());
+                out
+            }
+            WriteError::NotFound { .. } => AppError::not_found(message),
             WriteError::ShuttingDown => AppError::draining(),
         }
     }

@@ -198,7 +198,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         }
     };
     let events = batch.len() as u64;
-    if req.expected_last_seq.is_some() && batch.streams().len() > 1 {
+    if req.expected_last_seq.is_some() && batch.runs().len() > 1 {
         return reject(
             AppError::bad_request(
                 "X-Vx-Expected-Last-Seq needs all events of the request in one stream",

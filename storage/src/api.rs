@@ -1,5 +1,6 @@
 //! Public types of the storage engine: configuration, requests, outcomes, errors.
 
+use crate::vfs::{RealFs, Vfs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +81,18 @@ pub trait Observer: Send + Sync {
     fn fsync(&self, _took: Duration) {}
     /// A group was written: records, events stored, bytes written.
     fn appended(&self, _records: u64, _events: u64, _bytes: u64) {}
+    /// A segment was sealed (its index file written) after `took`.
+    fn sealed(&self, _took: Duration) {}
+    /// Retention removed a segment of `bytes` (log and index file).
+    fn retained(&self, _bytes: u64) {}
+}
+
+/// `retention.*` (SPEC §5): whole sealed segments are removed, oldest first, once older than
+/// `max_age` (by their newest append time) or while the log is larger than `max_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub max_age: Option<Duration>,
+    pub max_bytes: Option<u64>,
 }
 
 /// Engine configuration (the `storage.*` and dedup keys of SPEC §1).
@@ -92,6 +105,10 @@ pub struct StorageConfig {
     pub fsync_interval: Duration,
     /// A segment is rolled once it reaches this size.
     pub segment_bytes: u64,
+    /// A segment is also rolled once its in-memory index (spans) reaches this many bytes, so
+    /// that the active segment's index stays bounded whatever the request sizes.
+    pub active_index_bytes: u64,
+    pub retention: Retention,
     pub dedup_window: Duration,
     pub dedup_memory: u64,
     pub max_streams: u64,
@@ -100,6 +117,8 @@ pub struct StorageConfig {
     /// Truncate a bad record outside the active tail instead of refusing to start.
     pub repair: bool,
     pub observer: Option<Arc<dyn Observer>>,
+    /// The file system under the log: the real disk, or a simulated one in tests.
+    pub vfs: Arc<dyn Vfs>,
 }
 
 impl StorageConfig {
@@ -110,12 +129,15 @@ impl StorageConfig {
             fsync: FsyncMode::Always,
             fsync_interval: Duration::from_millis(100),
             segment_bytes: 128 << 20,
+            active_index_bytes: 16 << 20,
+            retention: Retention::default(),
             dedup_window: Duration::from_secs(600),
             dedup_memory: 64 << 20,
             max_streams: 1_000_000,
             channel_capacity: 4096,
             repair: false,
             observer: None,
+            vfs: Arc::new(RealFs),
         }
     }
 }
@@ -156,8 +178,22 @@ pub enum WriteError {
     Poisoned(String),
     #[error("stream limit reached: storage.max_streams is {max}")]
     TooManyStreams { max: u64 },
+    /// A record over the log's limit; config checks at start-up make it unreachable.
+    #[error("{0}")]
+    TooLarge(#[from] crate::record::TooLarge),
+    /// `DELETE` of a stream that does not exist (or is deleted already).
+    #[error("unknown stream {stream:?}")]
+    NotFound { stream: String },
     #[error("the storage engine is shutting down")]
     ShuttingDown,
+}
+
+/// A stream deleted (SPEC §5 `DELETE /v1/streams/{stream}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// The stream's last seq: a later write continues at `last_seq + 1`.
+    pub last_seq: u64,
+    pub durability: Durability,
 }
 
 /// What start-up found and did.
@@ -169,6 +205,12 @@ pub struct RecoveryReport {
     pub streams: u64,
     /// Bytes cut off the active segment's torn tail (warned about).
     pub truncated_bytes: u64,
+    /// Index files read, and segments scanned record by record (the active one, those whose
+    /// index was missing, and those holding ids within the dedup window).
+    pub index_files: u64,
+    pub scanned_segments: u64,
+    /// Stray files of an interrupted roll or write that were removed.
+    pub removed_strays: u64,
     pub took: Duration,
 }
 
@@ -193,6 +235,8 @@ pub enum OpenError {
     },
     #[error("bad metadata in {path}: {reason}")]
     Meta { path: PathBuf, reason: String },
+    #[error("{key}: {reason}")]
+    Config { key: String, reason: String },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -212,6 +256,19 @@ pub struct StreamInfo {
     pub bytes: u64,
     pub first_ts: Option<i64>,
     pub last_ts: Option<i64>,
+}
+
+/// What retention and the log look like now (for metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub segments: u64,
+    pub bytes: u64,
+    /// Append time of the oldest retained record, ms since the epoch.
+    pub oldest_append_ms: Option<i64>,
+    pub retained_segments: u64,
+    pub retained_bytes: u64,
+    /// Descriptors of sealed segments and index files open for readers.
+    pub open_files: u64,
 }
 
 /// A replay query (SPEC §5); the engine applies every filter.

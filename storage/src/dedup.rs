@@ -66,6 +66,11 @@ impl DedupTable {
         }
     }
 
+    /// How many ids the table remembers at most.
+    pub fn capacity(&self) -> usize {
+        self.max_entries
+    }
+
     /// Append time of the oldest remembered id: how far back dedup reaches.
     pub fn oldest_ms(&self) -> Option<i64> {
         self.order.front().map(|&(_, at)| at)

@@ -1,112 +1,350 @@
-//! The reader-facing index: per shard, each stream's metadata and its run index (where each
-//! run of its events lives in the log), plus a sorted name list for `GET /v1/streams`.
+//! The reader-facing index in memory: per shard, each stream's bounded metadata and the spans
+//! of its events in the active segment, plus a sorted name list for `GET /v1/streams`.
 //! Written only by the writer thread (after a record reached the visibility level), read by
-//! request handlers; readers never block the writer for long (short read locks).
+//! request handlers under short per-shard read locks.
+//!
+//! What memory holds per stream does not depend on how much of it is stored: counters, the
+//! newest sealed node of its chain ([`crate::chain::Head`]), and its spans in the *active*
+//! segment only. Sealed segments' spans live in their index files ([`crate::idxfile`]).
+//!
+//! # Spans
+//! A span is a stretch of one segment holding consecutive runs of one stream: it starts at
+//! the stream's run header (with the end of that run's record noted, so a reader knows where
+//! the next record header is) and ends after the stream's last run in it. Runs are appended to
+//! the stream's last span while the gap from the span's end is at most [`SPAN_GAP`] and the
+//! span stays within [`SPAN_MAX`]: a dense stream costs one span per ~256 KiB of log, a sparse
+//! one a span per run, and a reader reads a span with one `pread`, skipping the other streams'
+//! runs inside it.
 
 use crate::api::StreamInfo;
+use crate::chain::Head;
+use crate::idxfile::{Agg, Span};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 
-/// Where one run of a stream's events lives.
+/// Largest gap of other streams' bytes a span bridges.
+pub const SPAN_GAP: u32 = 16 << 10;
+/// Largest span (a single run may be larger; it is then a span of its own).
+pub const SPAN_MAX: u32 = 256 << 10;
+/// Bytes one span costs in memory (what the active index budget counts).
+pub const SPAN_BYTES: usize = std::mem::size_of::<Span>();
+
+/// Whether the min/max `ts` over a stream's retained sealed nodes is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunLoc {
-    pub first_seq: u64,
-    pub count: u32,
-    /// Bytes of the run's events.
-    pub events_len: u32,
-    /// First LSN of the segment holding the run.
-    pub segment: u64,
-    /// File offset of the run's first event.
-    pub offset: u64,
-    /// Min and max `ts` of the run's events, so time filters skip whole runs.
-    pub min_ts: i64,
-    pub max_ts: i64,
+pub enum SealedTs {
+    Known(Agg),
+    /// Retention removed the node that held the min or the max: recomputed on the next read.
+    Stale,
 }
 
-#[derive(Default, Debug)]
+/// One stream's metadata (visible events only).
+#[derive(Debug)]
 pub struct StreamIdx {
-    pub runs: Vec<RunLoc>,
+    pub last_seq: u64,
+    /// Every seq ≤ floor was deleted (a tombstone).
+    pub floor: u64,
+    /// Tombstoned and not written since.
+    pub deleted: bool,
+    /// First retained seq (meaningful while `events > 0`).
+    pub first_seq: u64,
     pub events: u64,
     pub bytes: u64,
-    pub first_ts: Option<i64>,
-    pub last_ts: Option<i64>,
+    /// Newest sealed node holding events of the stream above its floor.
+    pub head: Option<Head>,
+    /// Depth of the oldest retained node above the floor (head's depth + 1 when none).
+    pub first_depth: u64,
+    pub sealed_ts: SealedTs,
+    /// Spans in the active segment, in seq order.
+    pub active: Vec<Span>,
+    pub active_agg: Agg,
+    pub active_count: u64,
+    pub active_bytes: u64,
+    /// A tombstone written in the active segment (its floor), for the segment's index.
+    pub active_tombstone: Option<u64>,
 }
 
 impl StreamIdx {
-    pub fn first_seq(&self) -> u64 {
-        self.runs.first().map_or(0, |r| r.first_seq)
+    pub fn new(floor: u64) -> Self {
+        StreamIdx {
+            last_seq: floor,
+            floor,
+            deleted: false,
+            first_seq: floor + 1,
+            events: 0,
+            bytes: 0,
+            head: None,
+            first_depth: 1,
+            sealed_ts: SealedTs::Known(Agg::EMPTY),
+            active: Vec::new(),
+            active_agg: Agg::EMPTY,
+            active_count: 0,
+            active_bytes: 0,
+            active_tombstone: None,
+        }
     }
 
-    pub fn last_seq(&self) -> u64 {
-        self.runs
-            .last()
-            .map_or(0, |r| r.first_seq + u64::from(r.count) - 1)
+    /// First seq of the active segment's spans.
+    pub fn active_first(&self) -> Option<u64> {
+        self.active.first().map(|s| s.first_seq)
     }
 
-    /// The run holding `seq`, or the first run after it.
-    pub fn run_at(&self, seq: u64) -> Option<RunLoc> {
-        let i = self
-            .runs
-            .partition_point(|r| r.first_seq + u64::from(r.count) <= seq);
-        self.runs.get(i).copied()
+    /// The active span holding `seq`, or the first one after it.
+    pub fn active_span_at(&self, seq: u64) -> Option<Span> {
+        let i = self.active.partition_point(|s| s.last_seq() < seq);
+        self.active.get(i).copied()
     }
+}
+
+/// One run just made visible, at its place in the active segment.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed {
+    pub first_seq: u64,
+    pub count: u32,
+    /// Offset of the run header in the segment, its length (header and events), and the end
+    /// offset of its record.
+    pub off: u32,
+    pub len: u32,
+    pub rec_end: u32,
+    pub min_ts: i64,
+    pub max_ts: i64,
+    /// Bytes of the events.
+    pub bytes: u64,
+}
+
+/// One shard's streams, and the segment their active spans are in.
+pub struct ShardIdx {
+    pub streams: HashMap<Box<str>, StreamIdx>,
+    pub active_seg: u64,
 }
 
 pub struct Index {
-    shards: Vec<RwLock<HashMap<Box<str>, StreamIdx>>>,
+    shards: Vec<RwLock<ShardIdx>>,
+    /// Listed (not deleted) streams in memory, sorted bytewise, with their shard.
     names: RwLock<BTreeMap<Box<str>, u32>>,
 }
 
+/// What a reader needs to start reading a stream.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamView {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub head: Option<Head>,
+}
+
 impl Index {
-    pub fn new(shards: u32) -> Self {
+    pub fn new(shards: u32, active_seg: u64) -> Self {
         Index {
-            shards: (0..shards).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..shards)
+                .map(|_| {
+                    RwLock::new(ShardIdx {
+                        streams: HashMap::new(),
+                        active_seg,
+                    })
+                })
+                .collect(),
             names: RwLock::new(BTreeMap::new()),
         }
     }
 
-    /// Record a run that became visible.
-    pub fn apply(&self, shard: u32, stream: &str, run: RunLoc, bytes: u64) {
-        let Some(lock) = self.shards.get(shard as usize) else {
-            return;
+    pub fn shard(&self, shard: u32) -> Option<&RwLock<ShardIdx>> {
+        self.shards.get(shard as usize)
+    }
+
+    /// Make `stream` exist (with `floor` if it is new) and listed; runs `f` on it.
+    pub fn upsert<R>(
+        &self,
+        shard: u32,
+        stream: &str,
+        floor: u64,
+        f: impl FnOnce(&mut StreamIdx) -> R,
+    ) -> Option<R> {
+        let mut g = self.shard(shard)?.write();
+        let s = match g.streams.get_mut(stream) {
+            Some(s) => s,
+            None => g
+                .streams
+                .entry(stream.into())
+                .or_insert_with(|| StreamIdx::new(floor)),
         };
-        let mut g = lock.write();
-        let idx = match g.get_mut(stream) {
-            Some(idx) => idx,
-            None => {
-                self.names.write().insert(stream.into(), shard);
-                g.entry(stream.into()).or_default()
+        let was_deleted = s.deleted;
+        let r = f(s);
+        let listed = !s.deleted;
+        drop(g);
+        if listed {
+            self.names.write().entry(stream.into()).or_insert(shard);
+        } else if !was_deleted {
+            self.names.write().remove(stream);
+        }
+        Some(r)
+    }
+
+    /// Record a run that became visible; returns true if it started a new span.
+    pub fn apply_run(&self, shard: u32, stream: &str, floor: u64, p: Placed) -> bool {
+        self.upsert(shard, stream, floor, |s| {
+            s.deleted = false;
+            if s.events == 0 {
+                s.first_seq = p.first_seq;
             }
-        };
-        idx.runs.push(run);
-        idx.events += u64::from(run.count);
-        idx.bytes += bytes;
-        idx.first_ts = Some(idx.first_ts.map_or(run.min_ts, |t| t.min(run.min_ts)));
-        idx.last_ts = Some(idx.last_ts.map_or(run.max_ts, |t| t.max(run.max_ts)));
-    }
-
-    /// Run `f` on a stream's index under its shard's read lock.
-    pub fn with<R>(&self, shard: u32, stream: &str, f: impl FnOnce(&StreamIdx) -> R) -> Option<R> {
-        let g = self.shards.get(shard as usize)?.read();
-        g.get(stream).map(f)
-    }
-
-    pub fn info(&self, shard: u32, stream: &str) -> Option<StreamInfo> {
-        self.with(shard, stream, |s| StreamInfo {
-            stream: stream.to_string(),
-            shard,
-            first_seq: s.first_seq(),
-            last_seq: s.last_seq(),
-            events: s.events,
-            bytes: s.bytes,
-            first_ts: s.first_ts,
-            last_ts: s.last_ts,
+            s.last_seq = s.last_seq.max(p.first_seq + u64::from(p.count) - 1);
+            s.events += u64::from(p.count);
+            s.bytes += p.bytes;
+            s.active_count += u64::from(p.count);
+            s.active_bytes += p.bytes;
+            s.active_agg = s.active_agg.merge(Agg {
+                min_ts: p.min_ts,
+                max_ts: p.max_ts,
+            });
+            if let Some(last) = s.active.last_mut() {
+                let end = last.off.saturating_add(last.len);
+                let fits = p.off >= end
+                    && p.off - end <= SPAN_GAP
+                    && p.off.saturating_add(p.len) - last.off <= SPAN_MAX
+                    && last.last_seq() + 1 == p.first_seq;
+                if fits {
+                    last.len = p.off + p.len - last.off;
+                    last.count += p.count;
+                    last.min_ts = last.min_ts.min(p.min_ts);
+                    last.max_ts = last.max_ts.max(p.max_ts);
+                    return false;
+                }
+            }
+            s.active.push(Span {
+                first_seq: p.first_seq,
+                min_ts: p.min_ts,
+                max_ts: p.max_ts,
+                count: p.count,
+                off: p.off,
+                len: p.len,
+                rec_end: p.rec_end,
+            });
+            true
         })
+        .unwrap_or(false)
     }
 
-    /// Names with `prefix`, after `after`, in bytewise order; at most `limit` plus whether more
-    /// follow.
+    /// A tombstone became visible: every seq ≤ `last_seq` is gone.
+    pub fn apply_tombstone(&self, shard: u32, stream: &str, last_seq: u64) {
+        self.upsert(shard, stream, last_seq, |s| {
+            s.deleted = true;
+            s.floor = last_seq;
+            s.last_seq = s.last_seq.max(last_seq);
+            s.first_seq = last_seq + 1;
+            s.events = 0;
+            s.bytes = 0;
+            s.first_depth = s.head.map_or(1, |h| h.node.depth + 1);
+            s.sealed_ts = SealedTs::Known(Agg::EMPTY);
+            s.active.clear();
+            s.active_agg = Agg::EMPTY;
+            s.active_count = 0;
+            s.active_bytes = 0;
+            s.active_tombstone = Some(last_seq);
+        });
+    }
+
+    /// Forget a stream (moved to the carry file).
+    pub fn remove(&self, shard: u32, stream: &str) {
+        if let Some(lock) = self.shard(shard) {
+            lock.write().streams.remove(stream);
+        }
+        self.names.write().remove(stream);
+    }
+
+    /// Run `f` on a stream under its shard's read lock.
+    pub fn with<R>(&self, shard: u32, stream: &str, f: impl FnOnce(&StreamIdx) -> R) -> Option<R> {
+        let g = self.shard(shard)?.read();
+        g.streams.get(stream).map(f)
+    }
+
+    /// A listed stream's view for a reader; `None` if unknown or deleted.
+    pub fn view(&self, shard: u32, stream: &str) -> Option<StreamView> {
+        self.with(shard, stream, |s| {
+            (!s.deleted).then_some(StreamView {
+                first_seq: if s.events == 0 {
+                    s.last_seq + 1
+                } else {
+                    s.first_seq
+                },
+                last_seq: s.last_seq,
+                head: s.head,
+            })
+        })
+        .flatten()
+    }
+
+    /// The active span holding `seq` (or the first after it) and the active segment; `None`
+    /// when `seq` is before the active segment's spans or past them.
+    pub fn active_span(&self, shard: u32, stream: &str, seq: u64) -> Option<(u64, Span)> {
+        let g = self.shard(shard)?.read();
+        let s = g.streams.get(stream)?;
+        if s.active_first().is_none_or(|f| seq < f) {
+            return None;
+        }
+        s.active_span_at(seq).map(|sp| (g.active_seg, sp))
+    }
+
+    /// The metadata of SPEC §5 for a listed stream. `sealed_ts` is `Stale` when the caller
+    /// must recompute the retained sealed min/max (see [`Index::set_sealed_ts`]).
+    pub fn info(
+        &self,
+        shard: u32,
+        stream: &str,
+    ) -> Option<(StreamInfo, SealedTs, Option<Head>, u64)> {
+        self.with(shard, stream, |s| {
+            if s.deleted {
+                return None;
+            }
+            let ts = match s.sealed_ts {
+                SealedTs::Known(a) => a.merge(s.active_agg),
+                SealedTs::Stale => s.active_agg,
+            };
+            let nonempty = s.events > 0 && !ts.is_empty();
+            Some((
+                StreamInfo {
+                    stream: stream.to_string(),
+                    shard,
+                    first_seq: if s.events == 0 {
+                        s.last_seq + 1
+                    } else {
+                        s.first_seq
+                    },
+                    last_seq: s.last_seq,
+                    events: s.events,
+                    bytes: s.bytes,
+                    first_ts: nonempty.then_some(ts.min_ts),
+                    last_ts: nonempty.then_some(ts.max_ts),
+                },
+                s.sealed_ts,
+                s.head,
+                s.first_depth,
+            ))
+        })
+        .flatten()
+    }
+
+    /// Cache a recomputed sealed min/max, if the stream's chain did not change meanwhile.
+    pub fn set_sealed_ts(
+        &self,
+        shard: u32,
+        stream: &str,
+        head: Option<Head>,
+        first_depth: u64,
+        agg: Agg,
+    ) {
+        if let Some(lock) = self.shard(shard) {
+            let mut g = lock.write();
+            if let Some(s) = g.streams.get_mut(stream)
+                && s.head == head
+                && s.first_depth == first_depth
+                && s.sealed_ts == SealedTs::Stale
+            {
+                s.sealed_ts = SealedTs::Known(agg);
+            }
+        }
+    }
+
+    /// Listed names with `prefix`, after `after`, in bytewise order; at most `limit`, and
+    /// whether more follow.
     pub fn names(
         &self,
         prefix: &str,
@@ -134,60 +372,68 @@ impl Index {
         (out, more)
     }
 
-    pub fn stream_count(&self) -> usize {
+    /// Listed streams in memory.
+    pub fn listed(&self) -> usize {
         self.names.read().len()
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
-    fn run(first_seq: u64, count: u32) -> RunLoc {
-        RunLoc {
+    fn placed(first_seq: u64, count: u32, off: u32, len: u32) -> Placed {
+        Placed {
             first_seq,
             count,
-            events_len: 10,
-            segment: 1,
-            offset: 0,
+            off,
+            len,
+            rec_end: len + 10,
             min_ts: first_seq as i64,
             max_ts: first_seq as i64 + 1,
+            bytes: u64::from(len),
         }
     }
 
     #[test]
-    fn runs_and_names() {
-        let ix = Index::new(2);
-        ix.apply(0, "b", run(1, 3), 30);
-        ix.apply(0, "b", run(4, 2), 20);
-        ix.apply(1, "a", run(1, 1), 10);
-        ix.apply(1, "c", run(1, 1), 10);
-        let info = ix.info(0, "b").unwrap_or_else(|| panic!("missing"));
-        assert_eq!(
-            (info.first_seq, info.last_seq, info.events, info.bytes),
-            (1, 5, 5, 50)
-        );
-        assert_eq!(
-            ix.with(0, "b", |s| s.run_at(4).map(|r| r.first_seq))
-                .flatten(),
-            Some(4)
-        );
-        assert_eq!(
-            ix.with(0, "b", |s| s.run_at(3).map(|r| r.first_seq))
-                .flatten(),
-            Some(1)
-        );
-        assert_eq!(ix.with(0, "b", |s| s.run_at(6)).flatten(), None);
+    fn runs_coalesce_into_spans_and_names_list() {
+        let ix = Index::new(2, 1);
+        assert!(ix.apply_run(0, "b", 0, placed(1, 3, 0, 100)));
+        // Close behind: same span.
+        assert!(!ix.apply_run(0, "b", 0, placed(4, 2, 200, 100)));
+        // Far away: a new span.
+        assert!(ix.apply_run(0, "b", 0, placed(6, 1, 200 + SPAN_GAP + 500, 100)));
+        ix.apply_run(1, "a", 0, placed(1, 1, 0, 10));
+        ix.apply_run(1, "c", 0, placed(1, 1, 10, 10));
+        let (info, _, _, _) = ix.info(0, "b").unwrap();
+        assert_eq!((info.first_seq, info.last_seq, info.events), (1, 6, 6));
+        assert_eq!((info.first_ts, info.last_ts), (Some(1), Some(7)));
+        let spans = ix.with(0, "b", |s| s.active.clone()).unwrap();
+        assert_eq!(spans.len(), 2);
+        assert_eq!((spans[0].count, spans[0].len), (5, 300));
+        assert_eq!(ix.active_span(0, "b", 5).unwrap().1.first_seq, 1);
+        assert_eq!(ix.active_span(0, "b", 6).unwrap().1.first_seq, 6);
+        assert!(ix.active_span(0, "b", 7).is_none());
         let (names, more) = ix.names("", None, 2);
-        assert_eq!(
-            names.iter().map(|n| &*n.0).collect::<Vec<_>>(),
-            vec!["a", "b"]
-        );
+        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), ["a", "b"]);
         assert!(more);
         let (names, more) = ix.names("", Some("b"), 2);
-        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), vec!["c"]);
+        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), ["c"]);
         assert!(!more);
-        let (names, _) = ix.names("b", None, 10);
-        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_tombstone_hides_and_a_new_write_continues() {
+        let ix = Index::new(1, 1);
+        ix.apply_run(0, "s", 0, placed(1, 5, 0, 100));
+        ix.apply_tombstone(0, "s", 5);
+        assert!(ix.info(0, "s").is_none());
+        assert!(ix.view(0, "s").is_none());
+        assert_eq!(ix.listed(), 0);
+        ix.apply_run(0, "s", 5, placed(6, 1, 500, 10));
+        let (info, _, _, _) = ix.info(0, "s").unwrap();
+        assert_eq!((info.first_seq, info.last_seq, info.events), (6, 6, 1));
+        assert_eq!(ix.listed(), 1);
     }
 }

@@ -1,36 +1,87 @@
 //! `vx-storage` owns durability and the read path: the node-wide append-only log (segments,
-//! record format, checksums, group commit, recovery), per-stream `seq` and run index, the dedup
-//! table, and replay cursors over the log. It knows nothing of HTTP or input formats.
+//! record format, checksums, group commit, recovery), per-stream `seq`, the index (spans of
+//! the active segment in memory, index files of sealed segments, each stream's chain of
+//! nodes), retention and stream deletion, the dedup table, and replay cursors over the log.
+//! It knows nothing of HTTP or input formats.
 //!
 //! # Layout
 //! - [`api`]: configuration, requests, outcomes and errors.
-//! - `record`: the on-disk record format (documented byte by byte there).
-//! - `segment`: segment files, naming, rolling, the data-dir lock and metadata.
-//! - `recovery`: scanning the log at start-up, truncating a torn tail.
-//! - `index`: the reader-facing per-shard stream index and run index.
-//! - `dedup`: per-shard tables of remembered ids.
-//! - `writer`: the single writer thread (group commit).
-//! - `reader`: replay cursors.
+//! - [`vfs`]: the I/O seam every file operation goes through, the real backend and the
+//!   bounded descriptor cache; [`sim`]: the simulated disk of the crash tests.
+//! - [`record`]: the on-disk record format (documented byte by byte there).
+//! - `segment`: the data dir, its lock and metadata, file names, the segment registry.
+//! - [`idxfile`]: the index file of a sealed segment (byte by byte there); `chain`: how a
+//!   stream's nodes across index files link up; `index`: what memory keeps per stream.
+//! - `carry`: the carry file of deleted and retained-away streams.
+//! - `engine`: the writer's state; sealing, retention. `writer`: the thread (group commit).
+//! - `recovery`: start-up. `reader`: replay cursors. `dedup`: per-shard remembered ids.
 
 pub mod api;
+mod carry;
+mod chain;
 mod dedup;
+mod engine;
+pub mod idxfile;
 mod index;
 mod reader;
 pub mod record;
 mod recovery;
 mod segment;
+pub mod sim;
+pub mod vfs;
 mod writer;
 
 pub use api::*;
 pub use reader::Cursor;
-pub use segment::{DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
+pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
 
+use engine::Shared;
+use index::SealedTs;
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
-use writer::{Msg, Shared, Writer};
+use vx_proto::Batch;
+use writer::Msg;
+
+/// The largest `storage.segment_bytes`: offsets inside a segment are 32-bit in the index
+/// (a segment may pass its size by one group of records, up to 1 GiB).
+pub const MAX_SEGMENT_BYTES: u64 = 2 << 30;
+/// The smallest `storage.segment_bytes`.
+pub const MIN_SEGMENT_BYTES: u64 = 512;
+/// The largest `ingest.max_body_bytes`: a request is one record of at most 1 GiB.
+pub const MAX_BODY_BYTES: u64 = (record::MAX_RECORD_LEN as u64) - (1 << 20);
+
+/// Check the engine's settings against what the formats can hold (SPEC §1 keys).
+pub fn check_config(cfg: &StorageConfig) -> Result<(), OpenError> {
+    let bad = |key: &str, reason: String| OpenError::Config {
+        key: key.to_string(),
+        reason,
+    };
+    if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&cfg.segment_bytes) {
+        return Err(bad(
+            "storage.segment_bytes",
+            format!(
+                "{} is outside {MIN_SEGMENT_BYTES}..={MAX_SEGMENT_BYTES} bytes",
+                cfg.segment_bytes
+            ),
+        ));
+    }
+    if cfg.active_index_bytes < 4096 {
+        return Err(bad(
+            "storage.active_index_bytes",
+            "must be at least 4096 bytes".into(),
+        ));
+    }
+    if cfg.retention.max_bytes == Some(0) {
+        return Err(bad(
+            "retention.max_bytes",
+            "must be more than 0 (unset it to keep everything)".into(),
+        ));
+    }
+    Ok(())
+}
 
 /// Handle to the storage engine; cheap to clone and share.
 #[derive(Clone)]
@@ -43,6 +94,7 @@ struct Inner {
     shared: Arc<Shared>,
     shards: u32,
     mode: FsyncMode,
+    dedup_key: u64,
     closed: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -50,57 +102,28 @@ struct Inner {
 impl Store {
     /// Lock the data dir, recover the log and start the writer thread. Blocking.
     pub fn open(cfg: StorageConfig) -> Result<(Store, RecoveryReport), OpenError> {
-        let dir = segment::DataDir::open(&cfg.data_dir, cfg.shards)?;
-        let shards = dir.meta.shards;
-        let shared = Arc::new(Shared {
-            index: index::Index::new(shards),
-            segments: segment::Segments::default(),
-            poisoned: AtomicBool::new(false),
-            poison_reason: Mutex::new(String::new()),
-            horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),
-        });
-        let rec = recovery::recover(
-            &dir,
-            &cfg,
-            &shared.index,
-            &shared.segments,
-            writer::now_ms(),
-        )?;
-        for (i, t) in rec.dedup.iter().enumerate() {
-            if let (Some(h), Some(oldest)) = (shared.horizons.get(i), t.oldest_ms()) {
-                h.store(oldest, Ordering::Relaxed);
-            }
-        }
-        let report = rec.report.clone();
+        check_config(&cfg)?;
+        let capacity = cfg.channel_capacity.max(1);
+        let mode = cfg.fsync;
+        let (engine, report) = recovery::open(cfg, writer::now_ms())?;
         tracing::info!(
             segments = report.segments,
+            index_files = report.index_files,
+            scanned_segments = report.scanned_segments,
             records = report.records,
-            events = report.events,
             streams = report.streams,
             truncated_bytes = report.truncated_bytes,
-            took_ms = report.took.as_millis() as u64,
+            removed_strays = report.removed_strays,
+            took_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
             "log recovered"
         );
-        let (tx, rx) = flume::bounded(cfg.channel_capacity.max(1));
-        let mode = cfg.fsync;
-        let w = Writer {
-            shared: Arc::clone(&shared),
-            shards,
-            dedup_key: dir.meta.dedup_key,
-            log_dir: dir.log_dir(),
-            active: rec.active,
-            active_path: rec.active_path,
-            active_len: rec.active_len,
-            active_first: rec.active_first,
-            next_lsn: rec.next_lsn,
-            streams: rec.streams,
-            dedup: rec.dedup,
-            cfg,
-            _dir: dir,
-        };
+        let shared = Arc::clone(&engine.shared);
+        let shards = engine.shards;
+        let dedup_key = engine.dedup_key;
+        let (tx, rx) = flume::bounded(capacity);
         let thread = std::thread::Builder::new()
             .name("vx-log-writer".into())
-            .spawn(move || w.run(rx))
+            .spawn(move || engine.run(rx))
             .map_err(|source| OpenError::Io {
                 context: "starting the log writer thread".into(),
                 source,
@@ -112,6 +135,7 @@ impl Store {
                     shared,
                     shards,
                     mode,
+                    dedup_key,
                     closed: AtomicBool::new(false),
                     thread: Mutex::new(Some(thread)),
                 }),
@@ -132,15 +156,33 @@ impl Store {
         vx_proto::shard::shard_of(stream, self.inner.shards)
     }
 
-    /// Append a request; resolves once it reached its durability level (or failed).
-    pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, WriteError> {
+    /// Compute a batch's shards and dedup keys, off the writer thread (the router calls this
+    /// before admission, which needs the shards anyway).
+    pub fn prepare(&self, batch: &mut Batch) {
+        let seed = self.inner.dedup_key;
+        batch.prepare(self.inner.shards, |stream, id| dedup::key(seed, stream, id));
+    }
+
+    fn refuse_early(&self) -> Option<WriteError> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Err(WriteError::ShuttingDown);
+            return Some(WriteError::ShuttingDown);
         }
         if self.is_poisoned() {
-            return Err(WriteError::Poisoned(
+            return Some(WriteError::Poisoned(
                 self.inner.shared.poison_reason.lock().clone(),
             ));
+        }
+        None
+    }
+
+    /// Append a request (prepared here unless [`Store::prepare`] ran); resolves once it
+    /// reached its durability level (or failed).
+    pub async fn write(&self, mut req: WriteRequest) -> Result<WriteOutcome, WriteError> {
+        if let Some(e) = self.refuse_early() {
+            return Err(e);
+        }
+        if !req.batch.is_prepared_for(self.inner.shards) {
+            self.prepare(&mut req.batch);
         }
         let (tx, rx) = oneshot::channel();
         self.inner
@@ -151,47 +193,153 @@ impl Store {
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))
     }
 
-    /// One stream's metadata, if it exists (visible events only).
+    /// Delete a stream (SPEC §5): a durable tombstone; `NotFound` if it does not exist.
+    pub async fn delete(
+        &self,
+        stream: &str,
+        durability: Option<Durability>,
+    ) -> Result<DeleteOutcome, WriteError> {
+        if let Some(e) = self.refuse_early() {
+            return Err(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send_async(Msg::Delete {
+                stream: stream.to_string(),
+                durability,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| WriteError::ShuttingDown)?;
+        rx.await.unwrap_or(Err(WriteError::ShuttingDown))
+    }
+
+    /// One listed stream's metadata (visible events only): in memory, or an orphan in the
+    /// carry file (all its events retained away). Blocking (may read index files).
     pub fn stream(&self, name: &str) -> Option<StreamInfo> {
-        self.inner.shared.index.info(self.shard_of(name), name)
+        let shared = &self.inner.shared;
+        let shard = self.shard_of(name);
+        if let Some((mut info, sealed, head, first_depth)) = shared.index.info(shard, name) {
+            if let (SealedTs::Stale, Some(h)) = (sealed, head) {
+                let read = &mut |r| shared.segments.entry(r, name);
+                match chain::aggregate(&h, first_depth, read) {
+                    Ok(agg) => {
+                        shared
+                            .index
+                            .set_sealed_ts(shard, name, head, first_depth, agg);
+                        let merged = agg.merge(idxfile::Agg {
+                            min_ts: info.first_ts.unwrap_or(i64::MAX),
+                            max_ts: info.last_ts.unwrap_or(i64::MIN),
+                        });
+                        if info.events > 0 && !merged.is_empty() {
+                            info.first_ts = Some(merged.min_ts);
+                            info.last_ts = Some(merged.max_ts);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(stream = name, error = %e, "cannot read the stream's ts range");
+                    }
+                }
+            }
+            return Some(info);
+        }
+        if shared.index.with(shard, name, |_| ()).is_some() {
+            return None; // deleted
+        }
+        match shared.carry_get(name) {
+            Ok(Some(e)) if !e.is_tombstone() => Some(orphan(&e, shard)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(stream = name, error = %e, "cannot read the carry file");
+                None
+            }
+        }
     }
 
     /// Streams sorted bytewise by name, starting after `after`, at most `limit`; the second
-    /// value is the name to pass as `after` for the next page, if there are more.
+    /// value is the name to pass as `after` for the next page, if there are more. Blocking.
     pub fn list_streams(
         &self,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
     ) -> (Vec<StreamInfo>, Option<String>) {
-        let index = &self.inner.shared.index;
-        let (names, more) = index.names(prefix, after, limit);
-        let infos: Vec<StreamInfo> = names
-            .iter()
-            .filter_map(|(name, shard)| index.info(*shard, name))
-            .collect();
-        let next = if more {
-            infos.last().map(|i| i.stream.clone())
+        let shared = &self.inner.shared;
+        let (mem, _) = shared.index.names(prefix, after, limit.saturating_add(1));
+        let carry = shared.carry.read().clone();
+        let mut carried: Vec<StreamInfo> = Vec::new();
+        if carry.orphans() > 0 {
+            let (start, exclusive) = match after {
+                Some(a) if a >= prefix => (a, true),
+                _ => (prefix, false),
+            };
+            let scanned = carry.scan(start, exclusive, |e| {
+                if !e.name.starts_with(prefix) {
+                    return false;
+                }
+                let shard = self.shard_of(&e.name);
+                if !e.is_tombstone() && shared.index.with(shard, &e.name, |_| ()).is_none() {
+                    carried.push(orphan(e, shard));
+                }
+                carried.len() <= limit
+            });
+            if let Err(e) = scanned {
+                tracing::warn!(error = %e, "cannot read the carry file");
+            }
+        }
+        let mut out: Vec<StreamInfo> = Vec::with_capacity(limit.min(1024));
+        let mut carried = carried.into_iter().peekable();
+        let mut mem = mem.into_iter().peekable();
+        while out.len() <= limit {
+            let take_mem = match (mem.peek(), carried.peek()) {
+                (Some((m, _)), Some(c)) => **m < *c.stream,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_mem {
+                if let Some((name, _)) = mem.next()
+                    && let Some(info) = self.stream(&name)
+                {
+                    out.push(info);
+                }
+            } else if let Some(c) = carried.next() {
+                out.push(c);
+            }
+        }
+        let next = if out.len() > limit {
+            out.truncate(limit);
+            out.last().map(|i| i.stream.clone())
         } else {
             None
         };
-        (infos, next)
+        (out, next)
     }
 
-    /// Number of streams.
+    /// Number of listed streams (with events, or all retained away).
     pub fn stream_count(&self) -> usize {
-        self.inner.shared.index.stream_count()
+        let shared = &self.inner.shared;
+        shared.index.listed() + usize::try_from(shared.carry.read().orphans()).unwrap_or(0)
     }
 
-    /// Open a replay cursor; `None` for an unknown stream. Blocking I/O happens in
+    /// Open a replay cursor; `None` for an unknown or deleted stream. Blocking I/O happens in
     /// [`Cursor::next_event`]: call it from a blocking context.
     pub fn read(&self, stream: &str, q: ReadQuery) -> Option<Cursor> {
-        Cursor::open(
-            Arc::clone(&self.inner.shared),
-            self.shard_of(stream),
-            stream,
-            q,
-        )
+        let shared = &self.inner.shared;
+        let shard = self.shard_of(stream);
+        if let Some(view) = shared.index.view(shard, stream) {
+            return Some(Cursor::open(
+                Arc::clone(shared),
+                shard,
+                stream,
+                view.first_seq,
+                view.last_seq,
+                q,
+            ));
+        }
+        self.stream(stream)
+            .map(|info| Cursor::empty(stream, shard, info.last_seq, q))
     }
 
     /// Requests waiting in the channel to the writer.
@@ -203,7 +351,8 @@ impl Store {
         self.inner.tx.capacity().unwrap_or(0)
     }
 
-    /// True after a failed fsync: the store refuses writes until restart.
+    /// True after a failed fsync (or a failed truncation): the store refuses writes until
+    /// restart.
     pub fn is_poisoned(&self) -> bool {
         self.inner.shared.poisoned.load(Ordering::Acquire)
     }
@@ -219,6 +368,20 @@ impl Store {
         (v != i64::MIN).then_some(v)
     }
 
+    /// The log's size, what retention removed, and the oldest retained append time.
+    pub fn log_stats(&self) -> LogStats {
+        let s = &self.inner.shared;
+        let all = s.segments.all();
+        LogStats {
+            segments: all.len() as u64,
+            bytes: all.iter().map(|i| i.log_len + i.idx_len).sum(),
+            oldest_append_ms: all.iter().map(|i| i.min_append_ms).find(|&m| m != i64::MAX),
+            retained_segments: s.retained_segments.load(Ordering::Relaxed),
+            retained_bytes: s.retained_bytes.load(Ordering::Relaxed),
+            open_files: s.segments.open_files() as u64,
+        }
+    }
+
     /// Stop accepting writes, drain the channel, fsync, and join the writer thread. Blocking;
     /// idempotent.
     pub fn shutdown(&self) {
@@ -230,5 +393,19 @@ impl Store {
         if handle.join().is_err() {
             tracing::error!("the log writer thread panicked");
         }
+    }
+}
+
+/// The metadata of a stream whose events were all retained away.
+fn orphan(e: &carry::CarryEntry, shard: u32) -> StreamInfo {
+    StreamInfo {
+        stream: e.name.clone(),
+        shard,
+        first_seq: e.last_seq + 1,
+        last_seq: e.last_seq,
+        events: 0,
+        bytes: 0,
+        first_ts: None,
+        last_ts: None,
     }
 }

@@ -1,62 +1,269 @@
 //! Replay cursors: read one stream's events in `seq` order straight from the log segments
-//! (`pread`), locating each run through the stream's run index, with a bounded buffer
-//! (a window of the current run, never the whole range).
+//! (`pread`), with a bounded buffer (a window of the current span, never the whole range).
+//!
+//! A cursor finds the span holding the next `seq` in the active segment's spans in memory, or
+//! else through the stream's chain of sealed nodes ([`crate::chain::locate`], O(log n) index
+//! reads) and a binary search of that node's spans in its index file. Reading a span starts at
+//! the stream's run header; after that run it jumps to the end of its record and then walks
+//! whole records, skipping other streams' runs, to the span's end.
+//!
+//! Retention may remove a segment while a cursor reads: the cursor then moves on to the first
+//! retained `seq` (SPEC §5: replay starts at the first retained seq).
 
 use crate::api::{ReadError, ReadQuery};
-use crate::index::{Index, RunLoc};
-use crate::record::{self, Decode};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use crate::chain;
+use crate::engine::Shared;
+use crate::idxfile::{self, Entry, IdxHeader, Span};
+use crate::record::{self, Decode, HEADER_LEN, RecordType};
+use crate::segment;
+use crate::vfs::VFile;
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use vx_proto::EventView;
+use vx_proto::packed::{self, EVENT_HEADER_LEN};
 
 /// Bytes read from the log at a time.
 const READ_CHUNK: usize = 256 << 10;
+/// Spans of a sealed node read at a time.
+const SPAN_CHUNK: u32 = 64;
+/// Bound on how often a cursor starts over after the segments moved under it.
+const MAX_RETRIES: u32 = 16;
 
 pub struct Cursor {
-    pub(crate) index: Arc<crate::writer::Shared>,
-    pub(crate) stream: Box<str>,
-    pub(crate) shard: u32,
-    pub(crate) first_seq: u64,
-    pub(crate) last_seq: u64,
-    pub(crate) start_seq: u64,
+    shared: Option<Arc<Shared>>,
+    stream: Box<str>,
+    shard: u32,
+    first_seq: u64,
+    last_seq: u64,
+    start_seq: u64,
     /// Next seq to look at.
-    pub(crate) next_seq: u64,
+    next_seq: u64,
     /// Last seq of the range (inclusive).
-    pub(crate) end_seq: u64,
-    pub(crate) remaining: u64,
-    pub(crate) q: ReadQuery,
-    run: Option<RunState>,
+    end_seq: u64,
+    remaining: u64,
+    q: ReadQuery,
+    node: Option<Node>,
+    walk: Option<Walk>,
 }
 
-struct RunState {
-    loc: RunLoc,
-    file: Arc<File>,
+/// The sealed node being read, and a chunk of its spans.
+struct Node {
+    seg: u64,
+    entry: Entry,
+    file: Arc<dyn VFile>,
+    header: IdxHeader,
+    chunk: Vec<Span>,
+    chunk_at: u32,
+}
+
+/// Where the cursor is inside a span.
+enum At {
+    /// At the stream's run header at the span's start.
+    RunHeader,
+    /// Inside the stream's run: `left` events to go, ending at `run_end`; then jump to
+    /// `after` (the end of the record).
+    Events {
+        left: u32,
+        after: u64,
+    },
+    /// At a record header.
+    Record,
+    /// Inside a record at its next run header, with `left` runs to go before `rec_end`.
+    Runs {
+        left: u32,
+        rec_end: u64,
+    },
+    Done,
+}
+
+/// Reading one span.
+struct Walk {
+    span: Span,
+    file: Arc<dyn VFile>,
     path: PathBuf,
-    /// Seq of the event at `pos`.
+    /// File offsets: the span's end, the end of its first record, the next byte to read.
+    end: u64,
+    first_rec_end: u64,
+    pos: u64,
+    /// Seq of the next event of the stream.
     seq: u64,
-    /// File offset of `buf[0]`.
-    buf_off: u64,
+    at: At,
     buf: Vec<u8>,
-    /// Position in `buf` of the next event.
-    pos: usize,
+    buf_off: u64,
+}
+
+impl Walk {
+    fn corrupt(&self, at: u64, reason: impl Into<String>) -> ReadError {
+        ReadError::Corrupt {
+            file: self.path.clone(),
+            offset: at,
+            reason: reason.into(),
+        }
+    }
+
+    /// Make `need` bytes at `self.pos` available in the buffer; returns their start.
+    fn ensure(&mut self, need: usize) -> Result<usize, ReadError> {
+        let pos = self.pos;
+        if pos >= self.buf_off && (pos - self.buf_off) as usize + need <= self.buf.len() {
+            return Ok((pos - self.buf_off) as usize);
+        }
+        let left = usize::try_from(self.end.saturating_sub(pos)).unwrap_or(usize::MAX);
+        if need > left {
+            return Err(self.corrupt(pos, "an item extends past its span"));
+        }
+        let want = need.max(READ_CHUNK).min(left);
+        self.buf.clear();
+        self.buf.resize(want, 0);
+        self.file.read_exact_at(&mut self.buf, pos)?;
+        self.buf_off = pos;
+        Ok(0)
+    }
+
+    fn run_header(&mut self) -> Result<record::RunHead<'_>, ReadError> {
+        // A run header is at most 2 + 256 + 16 bytes; read what the span has of that.
+        let max = (2 + vx_proto::event::MAX_STREAM_LEN + 16) as u64;
+        let need = usize::try_from(max.min(self.end - self.pos)).unwrap_or(0);
+        let at = self.ensure(need)?;
+        let pos = self.pos;
+        record::parse_run(&self.buf[at..at + need]).map_err(|e| self.corrupt(pos, decode(e)))
+    }
+
+    /// The next event of the stream in this span, as (seq, buffer position, length).
+    fn next(&mut self, stream: &str) -> Result<Option<(u64, usize, usize)>, ReadError> {
+        loop {
+            match self.at {
+                At::Done => return Ok(None),
+                At::RunHeader => {
+                    let h = self.run_header()?;
+                    let (head_len, count, base, events_len, is_ours) = (
+                        h.head_len,
+                        h.count,
+                        h.base_seq,
+                        h.events_len,
+                        h.stream == stream,
+                    );
+                    if !is_ours {
+                        return Err(
+                            self.corrupt(self.pos, "the span does not start at the stream's run")
+                        );
+                    }
+                    if base != self.seq {
+                        return Err(self.corrupt(
+                            self.pos,
+                            format!("run seq {base} where {} was expected", self.seq),
+                        ));
+                    }
+                    // After the span's first run, the next record starts where its record
+                    // ends (other streams' runs of that record are not needed).
+                    let after = self
+                        .first_rec_end
+                        .max(self.pos + (head_len + events_len) as u64);
+                    self.pos += head_len as u64;
+                    self.at = At::Events { left: count, after };
+                }
+                At::Events { left: 0, after } => {
+                    self.pos = after;
+                    self.at = if after >= self.end {
+                        At::Done
+                    } else {
+                        At::Record
+                    };
+                }
+                At::Events { left, after } => {
+                    let at = self.ensure(EVENT_HEADER_LEN)?;
+                    let pos = self.pos;
+                    let n = packed::event_len(&self.buf[at..])
+                        .map_err(|e| self.corrupt(pos, decode(e.into())))?;
+                    let at = self.ensure(n)?;
+                    self.pos += n as u64;
+                    self.at = At::Events {
+                        left: left - 1,
+                        after,
+                    };
+                    let seq = self.seq;
+                    self.seq += 1;
+                    return Ok(Some((seq, at, n)));
+                }
+                At::Record => {
+                    let at = self.ensure(HEADER_LEN)?;
+                    let pos = self.pos;
+                    let h = record::parse_header(&self.buf[at..at + HEADER_LEN])
+                        .map_err(|e| self.corrupt(pos, decode(e)))?;
+                    let rec_end = self.pos + h.len as u64;
+                    if h.ty != RecordType::Events {
+                        self.pos = rec_end;
+                        self.at = if rec_end >= self.end {
+                            At::Done
+                        } else {
+                            At::Record
+                        };
+                        continue;
+                    }
+                    self.pos += HEADER_LEN as u64;
+                    self.at = At::Runs { left: h.n, rec_end };
+                }
+                At::Runs { left: 0, rec_end } => {
+                    self.pos = rec_end;
+                    self.at = if rec_end >= self.end {
+                        At::Done
+                    } else {
+                        At::Record
+                    };
+                }
+                At::Runs { left, rec_end } => {
+                    if self.pos >= self.end {
+                        self.at = At::Done;
+                        continue;
+                    }
+                    let h = self.run_header()?;
+                    let (head_len, len, count, base, is_ours) =
+                        (h.head_len, h.len(), h.count, h.base_seq, h.stream == stream);
+                    if is_ours {
+                        if base != self.seq {
+                            return Err(self.corrupt(
+                                self.pos,
+                                format!("run seq {base} where {} was expected", self.seq),
+                            ));
+                        }
+                        self.pos += head_len as u64;
+                        self.at = At::Events {
+                            left: count,
+                            after: rec_end.min(self.end),
+                        };
+                    } else {
+                        self.pos += len as u64;
+                        self.at = At::Runs {
+                            left: left - 1,
+                            rec_end,
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn decode(e: Decode) -> String {
+    match e {
+        Decode::Bad(w) => w.to_string(),
+        Decode::Incomplete(_) => "truncated".to_string(),
+    }
 }
 
 impl Cursor {
     pub(crate) fn open(
-        shared: Arc<crate::writer::Shared>,
+        shared: Arc<Shared>,
         shard: u32,
         stream: &str,
+        first_seq: u64,
+        last_seq: u64,
         q: ReadQuery,
-    ) -> Option<Cursor> {
-        let (first_seq, last_seq) = shared
-            .index
-            .with(shard, stream, |s| (s.first_seq(), s.last_seq()))?;
+    ) -> Cursor {
         let start_seq = q.from.unwrap_or(first_seq).max(first_seq);
         let end_seq = q.to.map_or(last_seq, |to| to.min(last_seq));
-        Some(Cursor {
-            index: shared,
+        Cursor {
+            shared: Some(shared),
             stream: stream.into(),
             shard,
             first_seq,
@@ -66,8 +273,28 @@ impl Cursor {
             end_seq,
             remaining: q.limit,
             q,
-            run: None,
-        })
+            node: None,
+            walk: None,
+        }
+    }
+
+    /// A cursor over a stream with no retained events: nothing to read.
+    pub(crate) fn empty(stream: &str, shard: u32, last_seq: u64, q: ReadQuery) -> Cursor {
+        let start_seq = q.from.unwrap_or(last_seq + 1).max(last_seq + 1);
+        Cursor {
+            shared: None,
+            stream: stream.into(),
+            shard,
+            first_seq: last_seq + 1,
+            last_seq,
+            start_seq,
+            next_seq: start_seq,
+            end_seq: last_seq,
+            remaining: 0,
+            q,
+            node: None,
+            walk: None,
+        }
     }
 
     pub fn first_seq(&self) -> u64 {
@@ -102,10 +329,6 @@ impl Cursor {
         self.start_seq + in_range.min(self.q.limit)
     }
 
-    fn index(&self) -> &Index {
-        &self.index.index
-    }
-
     fn matches(&self, ev: &EventView<'_>) -> bool {
         if let Some(since) = self.q.since
             && ev.ts < since
@@ -130,142 +353,201 @@ impl Cursor {
         true
     }
 
-    /// Position the cursor on the run holding `next_seq`; false at the end.
-    fn load_run(&mut self) -> Result<bool, ReadError> {
+    /// Whole spans or nodes whose ts range lies outside `since`/`until` are skipped unread.
+    fn outside(&self, min_ts: i64, max_ts: i64) -> bool {
+        self.q.since.is_some_and(|s| max_ts < s) || self.q.until.is_some_and(|u| min_ts >= u)
+    }
+
+    /// The span holding `next_seq` (or the first after it), with its segment.
+    fn next_span(&mut self, shared: &Shared) -> Result<Option<(u64, Span)>, ReadError> {
+        let mut retries = 0;
         loop {
             if self.next_seq > self.end_seq {
-                return Ok(false);
+                return Ok(None);
             }
-            let Some(loc) = self
-                .index()
-                .with(self.shard, &self.stream, |s| s.run_at(self.next_seq))
-                .flatten()
-            else {
-                return Ok(false);
+            let Some(view) = shared.index.view(self.shard, &self.stream) else {
+                return Ok(None); // deleted meanwhile
             };
-            let run_end = loc.first_seq + u64::from(loc.count);
-            // Whole runs outside the time filter are skipped without reading them.
-            let outside = self.q.since.is_some_and(|s| loc.max_ts < s)
-                || self.q.until.is_some_and(|u| loc.min_ts >= u);
-            if outside {
-                self.next_seq = run_end;
-                continue;
+            self.next_seq = self.next_seq.max(view.first_seq);
+            if self.next_seq > self.end_seq {
+                return Ok(None);
             }
-            let Some((file, path)) = self.index.segments.get(loc.segment) else {
-                return Err(ReadError::Corrupt {
-                    file: PathBuf::from(format!("segment {}", loc.segment)),
-                    offset: loc.offset,
-                    reason: "segment is not open".into(),
-                });
+            if let Some(found) = shared
+                .index
+                .active_span(self.shard, &self.stream, self.next_seq)
+            {
+                return Ok(Some(found));
+            }
+            match self.sealed_span(shared, view.head) {
+                Ok(Some(found)) => return Ok(Some(found)),
+                Ok(None) => {}
+                Err(ReadError::Io(e))
+                    if e.kind() == io::ErrorKind::NotFound && retries < MAX_RETRIES =>
+                {
+                    // A segment went (retention) or the active one was sealed: start over.
+                    self.node = None;
+                }
+                Err(e) => return Err(e),
+            }
+            retries += 1;
+            if retries > MAX_RETRIES {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The span holding `next_seq` among the sealed nodes; `None` to look again.
+    fn sealed_span(
+        &mut self,
+        shared: &Shared,
+        head: Option<chain::Head>,
+    ) -> Result<Option<(u64, Span)>, ReadError> {
+        let covers = |n: &Node, seq: u64| n.entry.first_seq <= seq && seq <= n.entry.last_seq;
+        if !self.node.as_ref().is_some_and(|n| covers(n, self.next_seq)) {
+            self.node = None;
+            let Some(head) = head else {
+                return Ok(None);
             };
-            self.next_seq = self.next_seq.max(loc.first_seq);
-            self.run = Some(RunState {
-                loc,
+            let stream = self.stream.clone();
+            let located = chain::locate(&head, self.next_seq, &mut |r| {
+                shared.segments.entry(r, &stream)
+            })?;
+            let Some((at, entry)) = located else {
+                return Ok(None);
+            };
+            if entry.last_seq < self.next_seq {
+                // Between this node and the active spans: a seal moved them; look again.
+                return Ok(None);
+            }
+            if entry.first_seq > self.next_seq {
+                self.next_seq = entry.first_seq;
+            }
+            if let Some(own) = entry.own
+                && self.outside(own.min_ts, own.max_ts)
+            {
+                self.next_seq = entry.last_seq + 1;
+                return Ok(None);
+            }
+            let (file, header) = shared.segments.idx(at.seg)?;
+            self.node = Some(Node {
+                seg: at.seg,
+                entry,
                 file,
-                path,
-                seq: loc.first_seq,
-                buf_off: loc.offset,
-                buf: Vec::new(),
-                pos: 0,
+                header,
+                chunk: Vec::new(),
+                chunk_at: 0,
             });
-            return Ok(true);
+        }
+        let Some(node) = self.node.as_mut() else {
+            return Ok(None);
+        };
+        let seq = self.next_seq;
+        let in_chunk = node
+            .chunk
+            .first()
+            .is_some_and(|f| f.first_seq <= seq || node.chunk_at == 0)
+            && node.chunk.last().is_some_and(|l| l.last_seq() >= seq);
+        if !in_chunk {
+            // Binary search the node's spans for the first one ending at or after `seq`.
+            let (mut lo, mut hi) = (0u32, node.entry.spans_n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let s = idxfile::read_spans(&*node.file, &node.header, &node.entry, mid, 1)?;
+                match s.first() {
+                    Some(s) if s.last_seq() < seq => lo = mid + 1,
+                    _ => hi = mid,
+                }
+            }
+            node.chunk =
+                idxfile::read_spans(&*node.file, &node.header, &node.entry, lo, SPAN_CHUNK)?;
+            node.chunk_at = lo;
+        }
+        let i = node.chunk.partition_point(|s| s.last_seq() < seq);
+        match node.chunk.get(i) {
+            Some(&span) => Ok(Some((node.seg, span))),
+            None => {
+                // Past this node's spans: the next node holds the rest.
+                self.next_seq = self.next_seq.max(node.entry.last_seq + 1);
+                self.node = None;
+                Ok(None)
+            }
         }
     }
 
     /// Next matching event with its seq; `None` at the end of the range or the limit.
     pub fn next_event(&mut self) -> Result<Option<(u64, EventView<'_>)>, ReadError> {
+        let Some(shared) = self.shared.clone() else {
+            return Ok(None);
+        };
         loop {
             if self.remaining == 0 || self.next_seq > self.end_seq {
                 return Ok(None);
             }
-            let need_run = match &self.run {
-                Some(r) => r.seq >= r.loc.first_seq + u64::from(r.loc.count),
-                None => true,
-            };
-            if need_run {
-                self.run = None;
-                if !self.load_run()? {
+            if self.walk.is_none() {
+                let Some((seg, span)) = self.next_span(&shared)? else {
                     return Ok(None);
+                };
+                if self.outside(span.min_ts, span.max_ts) {
+                    self.next_seq = self.next_seq.max(span.last_seq() + 1);
+                    continue;
                 }
+                let file = match shared.segments.log_file(seg) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        // Retained away just now: the next lookup starts at the first
+                        // retained seq.
+                        self.node = None;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let off = u64::from(span.off);
+                self.walk = Some(Walk {
+                    span,
+                    file,
+                    path: segment::segment_path(&shared.segments.log_dir, seg),
+                    end: off + u64::from(span.len),
+                    first_rec_end: off + u64::from(span.rec_end),
+                    pos: off,
+                    seq: span.first_seq,
+                    at: At::RunHeader,
+                    buf: Vec::new(),
+                    buf_off: 0,
+                });
             }
-            let Some(run) = self.run.as_mut() else {
-                return Ok(None);
+            let Some(walk) = self.walk.as_mut() else {
+                continue;
             };
-            let (pos, len) = run.next_event(&self.stream)?;
-            let seq = run.seq;
-            run.seq += 1;
-            run.pos = pos + len;
+            let Some((seq, at, n)) = walk.next(&self.stream)? else {
+                let last = walk.span.last_seq();
+                self.walk = None;
+                self.next_seq = self.next_seq.max(last + 1);
+                continue;
+            };
             if seq < self.next_seq {
-                continue; // before `from` inside the first run
+                continue; // before `from` inside the span
             }
             self.next_seq = seq + 1;
-            // Decode twice (cheap, no allocation) so the borrow checker lets the loop go on
-            // past filtered-out events.
             let matched = {
-                let run = self
-                    .run
+                let walk = self
+                    .walk
                     .as_ref()
-                    .ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
-                let (ev, _) = decode_at(run, pos, &self.stream)?;
+                    .ok_or_else(|| ReadError::Io(io::ErrorKind::Other.into()))?;
+                let (ev, _) = packed::decode_event(&walk.buf[at..at + n], &self.stream)
+                    .map_err(|e| walk.corrupt(walk.buf_off + at as u64, decode(e.into())))?;
                 self.matches(&ev)
             };
             if !matched {
                 continue;
             }
             self.remaining -= 1;
-            let run = self
-                .run
+            let walk = self
+                .walk
                 .as_ref()
-                .ok_or_else(|| ReadError::Io(std::io::ErrorKind::Other.into()))?;
-            let (ev, _) = decode_at(run, pos, &self.stream)?;
+                .ok_or_else(|| ReadError::Io(io::ErrorKind::Other.into()))?;
+            let (ev, _) = packed::decode_event(&walk.buf[at..at + n], &self.stream)
+                .map_err(|e| walk.corrupt(walk.buf_off + at as u64, decode(e.into())))?;
             return Ok(Some((seq, ev)));
-        }
-    }
-}
-
-fn decode_at<'a>(
-    run: &'a RunState,
-    pos: usize,
-    stream: &'a str,
-) -> Result<(EventView<'a>, usize), ReadError> {
-    let bytes = run.buf.get(pos..).unwrap_or(&[]);
-    record::decode_event(bytes, stream).map_err(|e| run.corrupt(pos, e))
-}
-
-impl RunState {
-    fn corrupt(&self, pos: usize, e: Decode) -> ReadError {
-        ReadError::Corrupt {
-            file: self.path.clone(),
-            offset: self.buf_off + pos as u64,
-            reason: match e {
-                Decode::Bad(w) => w.to_string(),
-                Decode::Incomplete(_) => "event extends past its run".into(),
-            },
-        }
-    }
-
-    /// Make sure the next event is in the buffer; returns its position and length.
-    fn next_event(&mut self, stream: &str) -> Result<(usize, usize), ReadError> {
-        let run_end = self.loc.offset + u64::from(self.loc.events_len);
-        loop {
-            let avail = self.buf.get(self.pos..).unwrap_or(&[]);
-            let need = match record::decode_event(avail, stream) {
-                Ok((_, n)) => return Ok((self.pos, n)),
-                Err(Decode::Incomplete(n)) => n,
-                Err(e) => return Err(self.corrupt(self.pos, e)),
-            };
-            // Slide the window: keep the unread part, read at least what the event needs.
-            let from = self.buf_off + self.pos as u64;
-            let left_in_run = run_end.saturating_sub(from) as usize;
-            if need > left_in_run {
-                return Err(self.corrupt(self.pos, Decode::Incomplete(need)));
-            }
-            let want = need.max(READ_CHUNK).min(left_in_run);
-            self.buf.clear();
-            self.buf.resize(want, 0);
-            self.file.read_exact_at(&mut self.buf, from)?;
-            self.buf_off = from;
-            self.pos = 0;
         }
     }
 }

@@ -1,160 +1,61 @@
-//! The on-disk record format. All integers are little-endian.
+//! The on-disk record format, version 2. All integers are little-endian.
 //!
-//! A record is one request (SPEC §3 atomicity): either all of it is in the log or none.
+//! A record is one request (SPEC §3 atomicity): either all of it is in the log or none. An
+//! event batch's runs are the request's [`vx_proto::Batch`] runs, copied as they are (the event
+//! layout is documented in `vx_proto::packed`); only duplicates dropped by the writer make it
+//! copy a run event by event.
 //!
 //! ```text
 //! record header (32 bytes)
-//!   0   u32  len        bytes of the whole record, header included
-//!   4   u32  crc32c     of bytes [8, len)
-//!   8   u8   version    1
-//!   9   u8   type       1 = event batch (2 feature put, 3 feature delete, 4 stream tombstone
-//!                       are reserved for later record types)
+//!   0   u32  len        bytes of the whole record, header included (32 ..= 1 GiB)
+//!   4   u32  crc32c     CRC-32C (Castagnoli) of bytes [8, len)
+//!   8   u8   version    2
+//!   9   u8   type       1 = event batch, 4 = stream tombstone
+//!                       (2 feature put, 3 feature delete: reserved)
 //!   10  u16  flags      0 (reserved: codec of the body)
 //!   12  u64  lsn        log sequence number: 1, 2, 3 … with no gaps across segments
 //!   20  i64  append_ms  server append time, ms since the Unix epoch
-//!   28  u32  runs       number of stream runs that follow
-//! run (one per stream of the request, events of one stream are contiguous)
-//!   u16  stream_len, stream bytes (UTF-8)
+//!   28  u32  n          event batch: number of runs; tombstone: 1
+//! event batch: n runs, one per stream of the request
+//!   u16  stream_len, then the stream's bytes (UTF-8)
 //!   u64  base_seq       seq of the run's first event; the i-th event has base_seq + i
-//!   u32  count          events in the run
+//!   u32  count          events in the run (≥ 1)
 //!   u32  events_len     bytes of the events that follow (lets readers skip a run)
-//!   events
-//! event
-//!   u8   kind           0 event, 1 counter, 2 gauge
-//!   u8   flags          1 value, 2 value is f64 (else i64), 4 id, 8 data, 16 entity
-//!   i64  ts             ms since the Unix epoch
-//!   [u64 value]         i64 or f64 bits, if flag 1
-//!   u8   type_len, type bytes
-//!   [u16 entity_len, entity bytes]   if flag 16
-//!   [u8 id_len, id bytes]            if flag 4
-//!   [u32 data_len, data bytes]       if flag 8 (compact JSON)
+//!   events              `count` events in the layout of vx_proto::packed
+//! tombstone
+//!   u16  stream_len, then the stream's bytes
+//!   u64  last_seq       the stream's last seq when it was deleted: every seq ≤ it is gone,
+//!                       and a later write continues at last_seq + 1
 //! ```
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
-use vx_proto::{EventView, Kind, Num};
+use vx_proto::packed::DecodeError;
 
 pub const HEADER_LEN: usize = 32;
-pub const VERSION: u8 = 1;
-pub const TYPE_EVENTS: u8 = 1;
-/// Largest record recovery will believe in; anything longer is corruption.
+pub const VERSION: u8 = 2;
+/// Largest record recovery will believe in; anything longer is corruption. Config checks at
+/// start-up keep every request's record below it (`ingest.max_body_bytes`).
 pub const MAX_RECORD_LEN: usize = 1 << 30;
 
-const F_VALUE: u8 = 1;
-const F_FLOAT: u8 = 2;
-const F_ID: u8 = 4;
-const F_DATA: u8 = 8;
-const F_ENTITY: u8 = 16;
-
-/// Builds one record at the end of a reusable buffer (the buffer is passed to each call so
-/// that several records can be built into one group buffer).
-pub struct RecordBuilder {
-    start: usize,
-    runs: u32,
-    run_start: usize,
+/// The record types of version 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordType {
+    Events = 1,
+    Tombstone = 4,
 }
 
-impl RecordBuilder {
-    pub fn begin(buf: &mut Vec<u8>, lsn: u64, append_ms: i64) -> Self {
-        let start = buf.len();
-        buf.extend_from_slice(&[0u8; 8]);
-        buf.push(VERSION);
-        buf.push(TYPE_EVENTS);
-        buf.extend_from_slice(&0u16.to_le_bytes());
-        buf.extend_from_slice(&lsn.to_le_bytes());
-        buf.extend_from_slice(&append_ms.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        RecordBuilder {
-            start,
-            runs: 0,
-            run_start: 0,
+impl RecordType {
+    fn from_u8(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(Self::Events),
+            4 => Some(Self::Tombstone),
+            _ => None,
         }
-    }
-
-    /// Start a run; returns the offset of its first event relative to the record start.
-    pub fn begin_run(
-        &mut self,
-        buf: &mut Vec<u8>,
-        stream: &str,
-        base_seq: u64,
-        count: u32,
-    ) -> usize {
-        buf.extend_from_slice(&(stream.len() as u16).to_le_bytes());
-        buf.extend_from_slice(stream.as_bytes());
-        buf.extend_from_slice(&base_seq.to_le_bytes());
-        buf.extend_from_slice(&count.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        self.run_start = buf.len();
-        self.runs += 1;
-        self.run_start - self.start
-    }
-
-    /// Close the current run (fills in its byte length).
-    pub fn end_run(&mut self, buf: &mut [u8]) {
-        let len = (buf.len() - self.run_start) as u32;
-        let at = self.run_start - 4;
-        buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
-    }
-
-    /// Seal the record: fill in length, run count and checksum. Returns the record length.
-    pub fn finish(self, buf: &mut [u8]) -> usize {
-        let len = buf.len() - self.start;
-        let s = self.start;
-        buf[s..s + 4].copy_from_slice(&(len as u32).to_le_bytes());
-        buf[s + 28..s + 32].copy_from_slice(&self.runs.to_le_bytes());
-        let crc = crc32c::crc32c(&buf[s + 8..]);
-        buf[s + 4..s + 8].copy_from_slice(&crc.to_le_bytes());
-        len
     }
 }
 
-/// Append one event; returns its encoded size.
-pub fn encode_event(b: &mut Vec<u8>, ev: &EventView<'_>) -> usize {
-    let before = b.len();
-    let mut f = 0u8;
-    let value = match ev.value {
-        Some(Num::Int(i)) => {
-            f |= F_VALUE;
-            Some(i as u64)
-        }
-        Some(Num::Float(x)) => {
-            f |= F_VALUE | F_FLOAT;
-            Some(x.to_bits())
-        }
-        None => None,
-    };
-    if ev.id.is_some() {
-        f |= F_ID;
-    }
-    if ev.data.is_some() {
-        f |= F_DATA;
-    }
-    if ev.entity.is_some() {
-        f |= F_ENTITY;
-    }
-    b.push(ev.kind as u8);
-    b.push(f);
-    b.extend_from_slice(&ev.ts.to_le_bytes());
-    if let Some(v) = value {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    b.push(ev.ty.len() as u8);
-    b.extend_from_slice(ev.ty.as_bytes());
-    if let Some(e) = ev.entity {
-        b.extend_from_slice(&(e.len() as u16).to_le_bytes());
-        b.extend_from_slice(e.as_bytes());
-    }
-    if let Some(id) = ev.id {
-        b.push(id.len() as u8);
-        b.extend_from_slice(id.as_bytes());
-    }
-    if let Some(d) = ev.data {
-        b.extend_from_slice(&(d.len() as u32).to_le_bytes());
-        b.extend_from_slice(d.as_bytes());
-    }
-    b.len() - before
-}
-
-/// Why bytes could not be decoded.
+/// Why bytes are not a valid record or run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decode {
     /// More bytes are needed (at least this many in total from the start of the item).
@@ -163,14 +64,118 @@ pub enum Decode {
     Bad(&'static str),
 }
 
+impl From<DecodeError> for Decode {
+    fn from(e: DecodeError) -> Self {
+        match e {
+            DecodeError::Incomplete(n) => Decode::Incomplete(n),
+            DecodeError::Bad(w) => Decode::Bad(w),
+        }
+    }
+}
+
+/// A record that would be longer than the format allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a record of {len} bytes is longer than the log's limit of {MAX_RECORD_LEN} bytes")]
+pub struct TooLarge {
+    pub len: usize,
+}
+
+/// Builds one record at the end of a reusable buffer (several records of a group are built
+/// into one buffer and written with one `pwrite`).
+pub struct RecordBuilder {
+    start: usize,
+    n: u32,
+    run_start: usize,
+}
+
+impl RecordBuilder {
+    pub fn begin(buf: &mut Vec<u8>, ty: RecordType, lsn: u64, append_ms: i64) -> Self {
+        let start = buf.len();
+        buf.extend_from_slice(&[0u8; 8]);
+        buf.push(VERSION);
+        buf.push(ty as u8);
+        buf.extend_from_slice(&0u16.to_le_bytes());
+        buf.extend_from_slice(&lsn.to_le_bytes());
+        buf.extend_from_slice(&append_ms.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        RecordBuilder {
+            start,
+            n: 0,
+            run_start: 0,
+        }
+    }
+
+    /// Offset of this record's first byte in the buffer.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    fn stream(buf: &mut Vec<u8>, stream: &str) {
+        // Streams are 1–256 bytes (SPEC §2, checked by every decoder).
+        let len = u16::try_from(stream.len()).unwrap_or(u16::MAX);
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&stream.as_bytes()[..usize::from(len).min(stream.len())]);
+    }
+
+    /// Start a run; the caller appends its events, then calls [`RecordBuilder::end_run`].
+    /// Returns the offset of the run header in the buffer.
+    pub fn begin_run(
+        &mut self,
+        buf: &mut Vec<u8>,
+        stream: &str,
+        base_seq: u64,
+        count: u32,
+    ) -> usize {
+        let at = buf.len();
+        Self::stream(buf, stream);
+        buf.extend_from_slice(&base_seq.to_le_bytes());
+        buf.extend_from_slice(&count.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        self.run_start = buf.len();
+        self.n += 1;
+        at
+    }
+
+    /// Close the current run (fills in its byte length).
+    pub fn end_run(&mut self, buf: &mut [u8]) -> Result<(), TooLarge> {
+        let len = buf.len() - self.run_start;
+        let len32 = u32::try_from(len).map_err(|_| TooLarge { len })?;
+        let at = self.run_start - 4;
+        buf[at..at + 4].copy_from_slice(&len32.to_le_bytes());
+        Ok(())
+    }
+
+    /// A tombstone record's body.
+    pub fn tombstone(&mut self, buf: &mut Vec<u8>, stream: &str, last_seq: u64) {
+        Self::stream(buf, stream);
+        buf.extend_from_slice(&last_seq.to_le_bytes());
+        self.n = 1;
+    }
+
+    /// Seal the record: fill in length, count and checksum. Returns the record length.
+    pub fn finish(self, buf: &mut [u8]) -> Result<usize, TooLarge> {
+        let len = buf.len() - self.start;
+        if len > MAX_RECORD_LEN {
+            return Err(TooLarge { len });
+        }
+        let len32 = u32::try_from(len).map_err(|_| TooLarge { len })?;
+        let s = self.start;
+        buf[s..s + 4].copy_from_slice(&len32.to_le_bytes());
+        buf[s + 28..s + 32].copy_from_slice(&self.n.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[s + 8..]);
+        buf[s + 4..s + 8].copy_from_slice(&crc.to_le_bytes());
+        Ok(len)
+    }
+}
+
 /// A little cursor over a byte slice.
-struct Rd<'a> {
-    b: &'a [u8],
-    pos: usize,
+pub(crate) struct Rd<'a> {
+    pub b: &'a [u8],
+    pub pos: usize,
 }
 
 impl<'a> Rd<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
         let end = self
             .pos
             .checked_add(n)
@@ -179,70 +184,27 @@ impl<'a> Rd<'a> {
         self.pos = end;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, Decode> {
-        Ok(self.take(1)?[0])
-    }
-    fn arr<const N: usize>(&mut self) -> Result<[u8; N], Decode> {
+    pub fn arr<const N: usize>(&mut self) -> Result<[u8; N], Decode> {
         let s = self.take(N)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
         Ok(a)
     }
-    fn str(&mut self, n: usize) -> Result<&'a str, Decode> {
+    pub fn u16(&mut self) -> Result<u16, Decode> {
+        Ok(u16::from_le_bytes(self.arr()?))
+    }
+    pub fn u32(&mut self) -> Result<u32, Decode> {
+        Ok(u32::from_le_bytes(self.arr()?))
+    }
+    pub fn u64(&mut self) -> Result<u64, Decode> {
+        Ok(u64::from_le_bytes(self.arr()?))
+    }
+    pub fn i64(&mut self) -> Result<i64, Decode> {
+        Ok(i64::from_le_bytes(self.arr()?))
+    }
+    pub fn str(&mut self, n: usize) -> Result<&'a str, Decode> {
         std::str::from_utf8(self.take(n)?).map_err(|_| Decode::Bad("invalid UTF-8"))
     }
-}
-
-/// Decode one event from the start of `b` (whose stream is known from its run). Returns the
-/// event and the bytes it used.
-pub fn decode_event<'a>(b: &'a [u8], stream: &'a str) -> Result<(EventView<'a>, usize), Decode> {
-    let mut r = Rd { b, pos: 0 };
-    let kind = Kind::from_u8(r.u8()?).ok_or(Decode::Bad("unknown event kind"))?;
-    let f = r.u8()?;
-    let ts = i64::from_le_bytes(r.arr()?);
-    let value = if f & F_VALUE != 0 {
-        let bits = u64::from_le_bytes(r.arr()?);
-        Some(if f & F_FLOAT != 0 {
-            Num::Float(f64::from_bits(bits))
-        } else {
-            Num::Int(bits as i64)
-        })
-    } else {
-        None
-    };
-    let tl = usize::from(r.u8()?);
-    let ty = r.str(tl)?;
-    let entity = if f & F_ENTITY != 0 {
-        let n = usize::from(u16::from_le_bytes(r.arr()?));
-        Some(r.str(n)?)
-    } else {
-        None
-    };
-    let id = if f & F_ID != 0 {
-        let n = usize::from(r.u8()?);
-        Some(r.str(n)?)
-    } else {
-        None
-    };
-    let data = if f & F_DATA != 0 {
-        let n = u32::from_le_bytes(r.arr()?) as usize;
-        Some(r.str(n)?)
-    } else {
-        None
-    };
-    Ok((
-        EventView {
-            stream,
-            entity,
-            ty,
-            ts,
-            kind,
-            value,
-            id,
-            data,
-        },
-        r.pos,
-    ))
 }
 
 /// A parsed record header.
@@ -250,40 +212,39 @@ pub fn decode_event<'a>(b: &'a [u8], stream: &'a str) -> Result<(EventView<'a>, 
 pub struct Header {
     pub len: usize,
     pub crc: u32,
-    pub version: u8,
-    pub kind: u8,
+    pub ty: RecordType,
     pub lsn: u64,
     pub append_ms: i64,
-    pub runs: u32,
+    pub n: u32,
 }
 
 pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
     let mut r = Rd { b, pos: 0 };
-    let len = u32::from_le_bytes(r.arr()?) as usize;
-    let crc = u32::from_le_bytes(r.arr()?);
-    let version = r.u8()?;
-    let kind = r.u8()?;
-    let _flags = u16::from_le_bytes(r.arr()?);
-    let lsn = u64::from_le_bytes(r.arr()?);
-    let append_ms = i64::from_le_bytes(r.arr()?);
-    let runs = u32::from_le_bytes(r.arr()?);
+    let len = usize::try_from(r.u32()?).map_err(|_| Decode::Bad("record length"))?;
+    let crc = r.u32()?;
+    let version = r.arr::<1>()?[0];
+    let ty = r.arr::<1>()?[0];
+    let flags = r.u16()?;
+    let lsn = r.u64()?;
+    let append_ms = r.i64()?;
+    let n = r.u32()?;
     if !(HEADER_LEN..=MAX_RECORD_LEN).contains(&len) {
         return Err(Decode::Bad("record length out of range"));
     }
     if version != VERSION {
         return Err(Decode::Bad("unknown record version"));
     }
-    if kind != TYPE_EVENTS {
-        return Err(Decode::Bad("unknown record type"));
+    let ty = RecordType::from_u8(ty).ok_or(Decode::Bad("unknown record type"))?;
+    if flags != 0 {
+        return Err(Decode::Bad("unknown record flags"));
     }
     Ok(Header {
         len,
         crc,
-        version,
-        kind,
+        ty,
         lsn,
         append_ms,
-        runs,
+        n,
     })
 }
 
@@ -295,42 +256,76 @@ pub fn crc_ok(h: &Header, rec: &[u8]) -> bool {
             .is_some_and(|body| crc32c::crc32c(body) == h.crc)
 }
 
+/// The header of one run, parsed from the bytes at its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunHead<'a> {
+    pub stream: &'a str,
+    pub base_seq: u64,
+    pub count: u32,
+    /// Bytes of the run header (the events start here, relative to the run).
+    pub head_len: usize,
+    pub events_len: usize,
+}
+
+impl RunHead<'_> {
+    /// Bytes of the whole run, header and events.
+    #[expect(clippy::len_without_is_empty, reason = "a run is never empty")]
+    pub fn len(&self) -> usize {
+        self.head_len + self.events_len
+    }
+}
+
+/// Parse a run header at the start of `b`.
+pub fn parse_run(b: &[u8]) -> Result<RunHead<'_>, Decode> {
+    let mut r = Rd { b, pos: 0 };
+    let sl = usize::from(r.u16()?);
+    let stream = r.str(sl)?;
+    let base_seq = r.u64()?;
+    let count = r.u32()?;
+    let events_len = usize::try_from(r.u32()?).map_err(|_| Decode::Bad("run length"))?;
+    Ok(RunHead {
+        stream,
+        base_seq,
+        count,
+        head_len: r.pos,
+        events_len,
+    })
+}
+
 /// One run of a record, borrowed from the record bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Run<'a> {
     pub stream: &'a str,
     pub base_seq: u64,
     pub count: u32,
-    /// Offset of the run's first event within the record.
-    pub events_at: usize,
+    /// Offset of the run header within the record.
+    pub at: usize,
+    /// Bytes of the whole run (header and events).
+    pub len: usize,
     pub events: &'a [u8],
 }
 
-/// Iterate the runs of a checksum-verified record.
+/// Iterate the runs of a checksum-verified event-batch record.
 pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut pos = HEADER_LEN;
     let mut left = n;
     std::iter::from_fn(move || {
         if left == 0 {
             return None;
         }
         left -= 1;
-        let mut one = || -> Result<Run<'_>, Decode> {
-            let sl = usize::from(u16::from_le_bytes(r.arr()?));
-            let stream = r.str(sl)?;
-            let base_seq = u64::from_le_bytes(r.arr()?);
-            let count = u32::from_le_bytes(r.arr()?);
-            let el = u32::from_le_bytes(r.arr()?) as usize;
-            let events_at = r.pos;
-            let events = r.take(el)?;
+        let one = || -> Result<Run<'_>, Decode> {
+            let rest = rec.get(pos..).ok_or(Decode::Bad("run past the record"))?;
+            let h = parse_run(rest)?;
+            let events = rest
+                .get(h.head_len..h.len())
+                .ok_or(Decode::Bad("run extends past the record"))?;
             Ok(Run {
-                stream,
-                base_seq,
-                count,
-                events_at,
+                stream: h.stream,
+                base_seq: h.base_seq,
+                count: h.count,
+                at: pos,
+                len: h.len(),
                 events,
             })
         };
@@ -339,21 +334,38 @@ pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>>
             Decode::Incomplete(_) => Decode::Bad("run extends past the record"),
             bad => bad,
         });
-        if res.is_err() {
-            left = 0;
+        match &res {
+            Ok(run) => pos += run.len,
+            Err(_) => left = 0,
         }
         Some(res)
     })
+}
+
+/// The body of a tombstone record: the stream and its last seq.
+pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
+    let mut r = Rd {
+        b: rec,
+        pos: HEADER_LEN,
+    };
+    let sl = usize::from(r.u16()?);
+    let stream = r.str(sl)?;
+    let last_seq = r.u64()?;
+    if r.pos != rec.len() {
+        return Err(Decode::Bad("tombstone record length"));
+    }
+    Ok((stream, last_seq))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use vx_proto::{EventView, Kind, Num};
 
-    fn ev<'a>(stream: &'a str, id: Option<&'a str>) -> EventView<'a> {
+    fn ev(id: Option<&str>) -> EventView<'_> {
         EventView {
-            stream,
+            stream: "s1",
             entity: Some("p1"),
             ty: "hit",
             ts: 42,
@@ -364,46 +376,94 @@ mod tests {
         }
     }
 
+    fn sample() -> Vec<u8> {
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::Events, 7, 1000);
+        rb.begin_run(&mut buf, "s1", 10, 2);
+        vx_proto::packed::encode_event(&mut buf, &ev(Some("a"))).unwrap();
+        vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
+        rb.end_run(&mut buf).unwrap();
+        rb.begin_run(&mut buf, "s2", 1, 1);
+        vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
+        rb.end_run(&mut buf).unwrap();
+        rb.finish(&mut buf).unwrap();
+        buf
+    }
+
     #[test]
     fn record_round_trip() {
         let mut buf = vec![9u8; 3]; // records are appended after existing bytes
-        let mut rb = RecordBuilder::begin(&mut buf, 7, 1000);
-        rb.begin_run(&mut buf, "s1", 10, 2);
-        encode_event(&mut buf, &ev("s1", Some("a")));
-        encode_event(&mut buf, &ev("s1", None));
-        rb.end_run(&mut buf);
-        rb.begin_run(&mut buf, "s2", 1, 1);
-        encode_event(&mut buf, &ev("s2", None));
-        rb.end_run(&mut buf);
-        let len = rb.finish(&mut buf);
+        buf.extend_from_slice(&sample());
         let rec = &buf[3..];
-        assert_eq!(rec.len(), len);
         let h = parse_header(rec).unwrap();
-        assert_eq!((h.lsn, h.append_ms, h.runs, h.len), (7, 1000, 2, len));
+        assert_eq!((h.lsn, h.append_ms, h.n, h.len), (7, 1000, 2, rec.len()));
         assert!(crc_ok(&h, rec));
-        let runs: Vec<_> = runs(rec, h.runs).collect::<Result<_, _>>().unwrap();
+        let runs: Vec<_> = runs(rec, h.n).collect::<Result<_, _>>().unwrap();
         assert_eq!(runs[0].stream, "s1");
-        assert_eq!((runs[0].base_seq, runs[0].count), (10, 2));
-        let (e0, n0) = decode_event(runs[0].events, "s1").unwrap();
-        assert_eq!(e0, ev("s1", Some("a")));
-        let (e1, _) = decode_event(&runs[0].events[n0..], "s1").unwrap();
-        assert_eq!(e1, ev("s1", None));
+        assert_eq!((runs[0].base_seq, runs[0].count, runs[0].at), (10, 2, 32));
+        let evs: Vec<_> = vx_proto::packed::events(runs[0].events, "s1")
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(evs, vec![ev(Some("a")), ev(None)]);
         assert_eq!(runs[1].stream, "s2");
+        assert_eq!(runs[1].at, runs[0].at + runs[0].len);
         let mut bad = rec.to_vec();
         bad[40] ^= 1;
         assert!(!crc_ok(&h, &bad));
     }
 
     #[test]
-    fn truncated_event_is_incomplete() {
-        let mut b = Vec::new();
-        encode_event(&mut b, &ev("s", Some("x")));
-        for cut in 0..b.len() {
-            assert!(matches!(
-                decode_event(&b[..cut], "s"),
-                Err(Decode::Incomplete(_))
-            ));
-        }
-        assert!(decode_event(&b, "s").is_ok());
+    fn tombstone_round_trip() {
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::Tombstone, 3, 5);
+        rb.tombstone(&mut buf, "gone", 41);
+        let len = rb.finish(&mut buf).unwrap();
+        let h = parse_header(&buf).unwrap();
+        assert_eq!((h.ty, h.len, h.n), (RecordType::Tombstone, len, 1));
+        assert_eq!(tombstone(&buf).unwrap(), ("gone", 41));
+    }
+
+    /// The record of `sample()` byte by byte, as docs/ARCHITECTURE.md describes it.
+    #[test]
+    fn golden_bytes() {
+        let rec = sample();
+        let mut want: Vec<u8> = Vec::new();
+        let body_len = rec.len() as u32;
+        want.extend_from_slice(&body_len.to_le_bytes());
+        want.extend_from_slice(&rec[4..8]); // crc, checked below
+        want.extend_from_slice(&[2, 1, 0, 0]);
+        want.extend_from_slice(&7u64.to_le_bytes());
+        want.extend_from_slice(&1000i64.to_le_bytes());
+        want.extend_from_slice(&2u32.to_le_bytes());
+        let event = |id: Option<&str>| {
+            let mut e = vec![1u8, 1 | 8 | 16 | if id.is_some() { 4 } else { 0 }, 3];
+            e.push(id.map_or(0, |i| i.len() as u8));
+            e.extend_from_slice(&2u16.to_le_bytes());
+            e.extend_from_slice(&7u32.to_le_bytes());
+            e.extend_from_slice(&42i64.to_le_bytes());
+            e.extend_from_slice(&(-5i64).to_le_bytes());
+            e.extend_from_slice(b"hitp1");
+            e.extend_from_slice(id.unwrap_or("").as_bytes());
+            e.extend_from_slice(b"{\"a\":1}");
+            e
+        };
+        let run = |stream: &str, base: u64, evs: &[Vec<u8>]| {
+            let mut r = Vec::new();
+            r.extend_from_slice(&(stream.len() as u16).to_le_bytes());
+            r.extend_from_slice(stream.as_bytes());
+            r.extend_from_slice(&base.to_le_bytes());
+            r.extend_from_slice(&(evs.len() as u32).to_le_bytes());
+            let body: Vec<u8> = evs.concat();
+            r.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            r.extend_from_slice(&body);
+            r
+        };
+        want.extend_from_slice(&run("s1", 10, &[event(Some("a")), event(None)]));
+        want.extend_from_slice(&run("s2", 1, &[event(None)]));
+        assert_eq!(rec, want);
+        assert_eq!(
+            u32::from_le_bytes(rec[4..8].try_into().unwrap()),
+            crc32c::crc32c(&rec[8..])
+        );
     }
 }

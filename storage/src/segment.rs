@@ -1,19 +1,29 @@
-//! The data directory: its lock, its metadata (shard count and hash, recorded at creation),
-//! and the log's segment files `log/<first lsn, 20 digits>.log`, sortable by name.
+//! The data directory and its files: the lock, the metadata (shard count and hash, recorded at
+//! creation), the log's segments `log/<first LSN, 20 digits>.log` (sortable by name) with
+//! their index files `log/<first LSN>.idx`, and the carry file `log/streams.carry`; and the
+//! registry of segments that readers resolve a segment's first LSN through (per segment a few
+//! fixed fields in memory; files are opened on demand through a bounded descriptor cache).
 
 use crate::api::OpenError;
+use crate::idxfile::{self, Entry, IdxHeader, NodeRef};
+use crate::vfs::{DirLock, FileCache, OpenMode, VFile, Vfs};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const META_FILE: &str = "meta.json";
 pub const LOCK_FILE: &str = "LOCK";
 pub const LOG_DIR: &str = "log";
+pub const CARRY_FILE: &str = "streams.carry";
 pub const DEFAULT_SHARDS: u32 = 128;
+/// The data-dir format this build writes and reads: 2 (record version 2, index files).
+pub const FORMAT: u32 = 2;
+/// Descriptors of sealed segments and index files kept open for readers.
+pub const FILE_CACHE: usize = 256;
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> OpenError {
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> OpenError {
     let context = context.into();
     move |source| OpenError::Io { context, source }
 }
@@ -35,48 +45,51 @@ pub struct Meta {
 pub struct DataDir {
     pub root: PathBuf,
     pub meta: Meta,
-    _lock: File,
+    _lock: Box<dyn DirLock>,
 }
 
 impl DataDir {
     /// Create or open the data dir, take its lock, and check/record the shard count.
-    pub fn open(root: &Path, shards: Option<u32>) -> Result<DataDir, OpenError> {
-        fs::create_dir_all(root.join(LOG_DIR))
-            .map_err(io(format!("creating data dir {}", root.display())))?;
+    pub fn open(vfs: Arc<dyn Vfs>, root: &Path, shards: Option<u32>) -> Result<DataDir, OpenError> {
+        vfs.create_dir_all(&root.join(LOG_DIR))
+            .map_err(io_err(format!("creating data dir {}", root.display())))?;
         let lock_path = root.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io(format!("opening {}", lock_path.display())))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(OpenError::Locked {
-                    path: root.to_path_buf(),
-                });
-            }
-            Err(fs::TryLockError::Error(e)) => {
-                return Err(io(format!("locking {}", lock_path.display()))(e));
-            }
-        }
-        let meta_path = root.join(META_FILE);
-        let meta = if meta_path.exists() {
-            let text = fs::read_to_string(&meta_path)
-                .map_err(io(format!("reading {}", meta_path.display())))?;
-            let meta: Meta = serde_json::from_str(&text).map_err(|e| OpenError::Meta {
-                path: meta_path.clone(),
-                reason: e.to_string(),
+        let lock = vfs
+            .lock(&lock_path)
+            .map_err(io_err(format!("locking {}", lock_path.display())))?
+            .ok_or_else(|| OpenError::Locked {
+                path: root.to_path_buf(),
             })?;
-            if meta.hash != vx_proto::shard::HASH_NAME || meta.format != 1 || meta.shards == 0 {
-                return Err(OpenError::Meta {
-                    path: meta_path,
-                    reason: format!(
-                        "unsupported format {} / hash {:?} / shards {}",
-                        meta.format, meta.hash, meta.shards
-                    ),
-                });
+        let meta_path = root.join(META_FILE);
+        let meta_err = |reason: String| OpenError::Meta {
+            path: meta_path.clone(),
+            reason,
+        };
+        let exists = vfs
+            .exists(&meta_path)
+            .map_err(io_err(format!("reading {}", meta_path.display())))?;
+        let meta = if exists {
+            let f = vfs
+                .open(&meta_path, OpenMode::Read)
+                .map_err(io_err(format!("reading {}", meta_path.display())))?;
+            let text = f
+                .read_all()
+                .map_err(io_err(format!("reading {}", meta_path.display())))?;
+            let meta: Meta = serde_json::from_slice(&text).map_err(|e| meta_err(e.to_string()))?;
+            if meta.format == 1 {
+                return Err(meta_err(
+                    "this data dir was written by an earlier development version (format 1, \
+                     log records of version 1); this version reads format 2 only: export its \
+                     streams with the earlier version and ingest them again"
+                        .into(),
+                ));
+            }
+            if meta.hash != vx_proto::shard::HASH_NAME || meta.format != FORMAT || meta.shards == 0
+            {
+                return Err(meta_err(format!(
+                    "unsupported format {} / hash {:?} / shards {}",
+                    meta.format, meta.hash, meta.shards
+                )));
             }
             if let Some(requested) = shards
                 && requested != meta.shards
@@ -90,24 +103,18 @@ impl DataDir {
             meta
         } else {
             let meta = Meta {
-                format: 1,
+                format: FORMAT,
                 shards: shards.unwrap_or(DEFAULT_SHARDS).max(1),
                 hash: vx_proto::shard::HASH_NAME.to_string(),
                 writers: 1,
                 dedup_key: random_u64(),
             };
-            let text = serde_json::to_string_pretty(&meta).map_err(|e| OpenError::Meta {
-                path: meta_path.clone(),
-                reason: e.to_string(),
-            })?;
-            // Write-then-rename so a crash never leaves a half-written meta file.
+            let text = serde_json::to_vec_pretty(&meta).map_err(|e| meta_err(e.to_string()))?;
+            // Write, sync, rename, sync the directory: a crash never leaves a half-written
+            // meta file, and a created data dir stays created.
             let tmp = root.join("meta.json.tmp");
-            fs::write(&tmp, text).map_err(io(format!("writing {}", tmp.display())))?;
-            File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io(format!("syncing {}", tmp.display())))?;
-            fs::rename(&tmp, &meta_path).map_err(io(format!("renaming {}", tmp.display())))?;
-            sync_dir(root).map_err(io(format!("syncing {}", root.display())))?;
+            write_durably(&*vfs, &tmp, &meta_path, &text)
+                .map_err(io_err(format!("writing {}", meta_path.display())))?;
             meta
         };
         Ok(DataDir {
@@ -120,34 +127,58 @@ impl DataDir {
     pub fn log_dir(&self) -> PathBuf {
         self.root.join(LOG_DIR)
     }
+}
 
-    /// Segment files in LSN order: (first lsn, path).
-    pub fn list_segments(&self) -> Result<Vec<(u64, PathBuf)>, OpenError> {
-        let dir = self.log_dir();
-        let mut out = Vec::new();
-        let entries = fs::read_dir(&dir).map_err(io(format!("listing {}", dir.display())))?;
-        for entry in entries {
-            let entry = entry.map_err(io(format!("listing {}", dir.display())))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(stem) = name.strip_suffix(".log") else {
-                continue;
-            };
-            if let Ok(lsn) = stem.parse::<u64>() {
-                out.push((lsn, entry.path()));
-            }
-        }
-        out.sort_unstable_by_key(|&(lsn, _)| lsn);
-        Ok(out)
+/// Write `bytes` to `tmp`, fsync it, rename it over `to`, fsync the directory.
+pub fn write_durably(vfs: &dyn Vfs, tmp: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
+    if vfs.exists(tmp)? {
+        vfs.remove(tmp)?;
     }
+    let f = vfs.open(tmp, OpenMode::CreateNew)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()?;
+    drop(f);
+    vfs.rename(tmp, to)?;
+    let dir = to.parent().unwrap_or(Path::new("."));
+    vfs.sync_dir(dir)
 }
 
 pub fn segment_path(log_dir: &Path, first_lsn: u64) -> PathBuf {
     log_dir.join(format!("{first_lsn:020}.log"))
 }
 
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+pub fn idx_path(log_dir: &Path, first_lsn: u64) -> PathBuf {
+    log_dir.join(format!("{first_lsn:020}.idx"))
+}
+
+/// What a file in the log dir is, by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogFile {
+    Segment(u64),
+    Index(u64),
+    Carry,
+    /// A temporary file of an interrupted write (`*.tmp`).
+    Temp(String),
+    Other(String),
+}
+
+pub fn classify(name: &str) -> LogFile {
+    let lsn = |stem: &str| {
+        (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| stem.parse::<u64>().ok())
+            .flatten()
+    };
+    if name == CARRY_FILE {
+        LogFile::Carry
+    } else if name.ends_with(".tmp") {
+        LogFile::Temp(name.to_string())
+    } else if let Some(n) = name.strip_suffix(".log").and_then(lsn) {
+        LogFile::Segment(n)
+    } else if let Some(n) = name.strip_suffix(".idx").and_then(lsn) {
+        LogFile::Index(n)
+    } else {
+        LogFile::Other(name.to_string())
+    }
 }
 
 /// A random seed without a dependency: std's RandomState is seeded from the OS.
@@ -156,18 +187,119 @@ fn random_u64() -> u64 {
     RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
-/// Open segment files shared with readers, by first LSN.
-#[derive(Default)]
+/// What memory keeps about one segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegInfo {
+    pub first_lsn: u64,
+    /// Bytes of the segment (of the active one: as of the last update).
+    pub log_len: u64,
+    pub idx_len: u64,
+    pub min_append_ms: i64,
+    pub max_append_ms: i64,
+    /// The sealed segment's index header; `None` for the active segment.
+    pub idx: Option<IdxHeader>,
+}
+
+/// The segments readers can reach, by first LSN.
 pub struct Segments {
-    files: RwLock<BTreeMap<u64, (Arc<File>, PathBuf)>>,
+    pub log_dir: PathBuf,
+    map: RwLock<BTreeMap<u64, SegInfo>>,
+    files: FileCache,
 }
 
 impl Segments {
-    pub fn insert(&self, first_lsn: u64, file: Arc<File>, path: PathBuf) {
-        self.files.write().insert(first_lsn, (file, path));
+    pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf) -> Self {
+        Segments {
+            log_dir,
+            map: RwLock::new(BTreeMap::new()),
+            files: FileCache::new(vfs, FILE_CACHE),
+        }
     }
 
-    pub fn get(&self, first_lsn: u64) -> Option<(Arc<File>, PathBuf)> {
-        self.files.read().get(&first_lsn).cloned()
+    pub fn insert(&self, info: SegInfo) {
+        self.map.write().insert(info.first_lsn, info);
+    }
+
+    pub fn update(&self, first_lsn: u64, f: impl FnOnce(&mut SegInfo)) {
+        if let Some(i) = self.map.write().get_mut(&first_lsn) {
+            f(i);
+        }
+    }
+
+    pub fn remove(&self, first_lsn: u64) -> Option<SegInfo> {
+        let info = self.map.write().remove(&first_lsn);
+        self.files.evict(&segment_path(&self.log_dir, first_lsn));
+        self.files.evict(&idx_path(&self.log_dir, first_lsn));
+        info
+    }
+
+    pub fn get(&self, first_lsn: u64) -> Option<SegInfo> {
+        self.map.read().get(&first_lsn).copied()
+    }
+
+    /// Every segment, oldest first.
+    pub fn all(&self) -> Vec<SegInfo> {
+        self.map.read().values().copied().collect()
+    }
+
+    pub fn oldest(&self) -> Option<SegInfo> {
+        self.map.read().values().next().copied()
+    }
+
+    pub fn count(&self) -> usize {
+        self.map.read().len()
+    }
+
+    /// Bytes of every segment and index file.
+    pub fn total_bytes(&self) -> u64 {
+        self.map
+            .read()
+            .values()
+            .map(|s| s.log_len + s.idx_len)
+            .sum()
+    }
+
+    /// Descriptors the cache holds now.
+    pub fn open_files(&self) -> usize {
+        self.files.len()
+    }
+
+    fn gone(first_lsn: u64) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("segment {first_lsn} was removed by retention"),
+        )
+    }
+
+    /// A segment's log file, for reading.
+    pub fn log_file(&self, first_lsn: u64) -> io::Result<Arc<dyn VFile>> {
+        if self.get(first_lsn).is_none() {
+            return Err(Self::gone(first_lsn));
+        }
+        self.files.get(&segment_path(&self.log_dir, first_lsn))
+    }
+
+    /// A sealed segment's index file and header.
+    pub fn idx(&self, first_lsn: u64) -> io::Result<(Arc<dyn VFile>, IdxHeader)> {
+        let h = self
+            .get(first_lsn)
+            .ok_or_else(|| Self::gone(first_lsn))?
+            .idx
+            .ok_or_else(|| io::Error::other(format!("segment {first_lsn} is not sealed")))?;
+        Ok((self.files.get(&idx_path(&self.log_dir, first_lsn))?, h))
+    }
+
+    /// A stream's node in a sealed segment.
+    pub fn entry(&self, node: NodeRef, stream: &str) -> io::Result<Entry> {
+        let (f, h) = self.idx(node.seg)?;
+        idxfile::lookup(&*f, &h, stream)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "index of segment {} has no entry for stream {stream:?}",
+                    node.seg
+                ),
+            )
+        })
     }
 }

@@ -1,39 +1,40 @@
 //! The single log writer thread: group commit.
 //!
 //! It blocks for the first queued request, drains whatever else is queued (bounded), and for
-//! the group: checks ids against the dedup tables *before* assigning `seq`, assigns `seq`s,
-//! encodes one record per request into one buffer, writes it with one `pwrite`, fsyncs once if
-//! the mode or any request asks for it, then applies the group to the reader index (visibility
-//! follows durability), commits the dedup entries, answers, and releases reservations.
+//! the group: per request, checks ids against the dedup tables and against each other *before*
+//! anything else (a retry whose ids are all stored is a duplicate, whatever else it asks), then
+//! the conditional write and `storage.max_streams`, assigns `seq`s and copies the request's
+//! runs into one record (event by event only where a duplicate is dropped); all records of the
+//! group go out with one `pwrite` and, if the mode or any request asks for it, one fdatasync;
+//! then the group is applied to the reader index (visibility follows durability), dedup entries
+//! are committed, requests are answered and reservations released. After the group the writer
+//! seals the segment if it is full and applies retention (also once a second when idle).
 //!
 //! A failed write truncates the partial bytes and undoes the group's `seq` assignments, so the
-//! requests are answered 507 and a retry is not mistaken for a duplicate. A failed fsync
-//! poisons the store: every later write is refused until restart.
+//! requests are answered 507 and a retry is not mistaken for a duplicate; if the truncation
+//! fails too, the store is poisoned. A failed fsync poisons the store: every later write is
+//! refused until restart.
 
 use crate::api::*;
-use crate::dedup::{self, DedupTable};
-use crate::index::{Index, RunLoc};
-use crate::record::{RecordBuilder, encode_event};
-use crate::segment::{self, Segments};
-use hashbrown::HashMap;
-use parking_lot::Mutex;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Instant;
+use crate::engine::{Engine, WState};
+use crate::index::Placed;
+use crate::record::{RecordBuilder, RecordType};
+use hashbrown::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use vx_proto::{EventView, shard::shard_of};
+use vx_proto::Batch;
 
 pub(crate) type Reply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
+pub(crate) type DeleteReply = oneshot::Sender<Result<DeleteOutcome, WriteError>>;
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "Shutdown is sent once; boxing Write would allocate per request"
-)]
 pub(crate) enum Msg {
     Write(WriteRequest, Reply),
+    Delete {
+        stream: String,
+        durability: Option<Durability>,
+        reply: DeleteReply,
+    },
     /// Finish what is queued before this, fsync, and stop.
     Shutdown,
 }
@@ -41,99 +42,152 @@ pub(crate) enum Msg {
 /// Bounds of one group: what one write carries at most.
 const GROUP_MAX_REQUESTS: usize = 1024;
 const GROUP_MAX_BYTES: usize = 32 << 20;
-
-/// State shared between the writer and the [`crate::Store`] handles.
-pub(crate) struct Shared {
-    pub index: Index,
-    pub segments: Segments,
-    pub poisoned: AtomicBool,
-    pub poison_reason: Mutex<String>,
-    /// Per shard: append time of the oldest remembered id (`i64::MIN`: none).
-    pub horizons: Vec<AtomicI64>,
-}
-
-/// Everything the writer thread owns.
-pub(crate) struct Writer {
-    pub shared: Arc<Shared>,
-    pub cfg: StorageConfig,
-    pub shards: u32,
-    pub dedup_key: u64,
-    pub log_dir: PathBuf,
-    pub active: Arc<File>,
-    pub active_path: PathBuf,
-    pub active_len: u64,
-    /// First LSN of the active segment (its name).
-    pub active_first: u64,
-    pub next_lsn: u64,
-    /// Last assigned `seq` per stream (including not-yet-visible ones).
-    pub streams: HashMap<Box<str>, u64>,
-    pub dedup: Vec<DedupTable>,
-    /// Data dir lock and metadata: held as long as the writer runs.
-    pub _dir: segment::DataDir,
-}
-
-/// A request planned within a group.
-struct Planned {
-    reply: Option<Reply>,
-    guard: Option<Box<dyn Send>>,
-    want: Durability,
-    outcome: WriteOutcome,
-    /// Runs of this request's record: (shard, stream, loc, bytes). `loc.offset` is relative to
-    /// the group buffer until the write places it.
-    runs: Vec<(u32, Box<str>, RunLoc, u64)>,
-    /// Dedup entries to commit once the record is durable: (shard, key, seq).
-    ids: Vec<(u32, u128, u64)>,
-}
+/// How often retention looks at the oldest segment when nothing else wakes the writer.
+const RETENTION_TICK: Duration = Duration::from_secs(1);
+/// How long the writer waits before trying again to seal after a failure.
+const SEAL_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-impl Writer {
+/// Who is waiting for a planned request, and with what.
+enum Answer {
+    Write(Option<Reply>, WriteOutcome),
+    Delete(Option<DeleteReply>, DeleteOutcome),
+}
+
+/// One stream's run of a planned record; offsets are relative to the group buffer until the
+/// write places them.
+struct PlannedRun {
+    run: usize,
+    shard: u32,
+    floor: u64,
+    placed: Placed,
+    /// Group-buffer offsets of the run header and of its record's end.
+    head_rel: usize,
+    rec_end_rel: usize,
+}
+
+/// A request planned within a group.
+struct Planned {
+    answer: Answer,
+    guard: Option<Box<dyn Send>>,
+    want: Durability,
+    batch: Option<Batch>,
+    runs: Vec<PlannedRun>,
+    tombstone: Option<(u32, String, u64)>,
+    /// Dedup entries to commit once the record is visible: (shard, key, seq).
+    ids: Vec<(u32, u128, u64)>,
+}
+
+impl Planned {
+    fn set_durability(&mut self, d: Durability) {
+        match &mut self.answer {
+            Answer::Write(_, o) => o.durability = d,
+            Answer::Delete(_, o) => o.durability = d,
+        }
+    }
+
+    fn owed(&self) -> bool {
+        match &self.answer {
+            Answer::Write(r, _) => r.is_some(),
+            Answer::Delete(r, _) => r.is_some(),
+        }
+    }
+
+    /// Send the answer if it is still owed. A refused request releases its reservation at
+    /// once; an accepted one keeps it until it is applied.
+    fn answer(&mut self, res: Result<(), WriteError>) {
+        if res.is_err() {
+            self.guard = None;
+        }
+        match &mut self.answer {
+            Answer::Write(reply, o) => {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(res.map(|()| o.clone()));
+                }
+            }
+            Answer::Delete(reply, o) => {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(res.map(|()| o.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Per-group scratch state, reused across groups.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    /// Prior writer states, in touch order, to undo the group if its write fails.
+    undo: Vec<(Box<str>, Option<WState>)>,
+    /// Ids assigned in this group, not yet in the dedup tables.
+    pending: HashMap<u128, u64>,
+    /// Ids of the request being planned.
+    keys: HashSet<u128>,
+}
+
+/// What planning one write request produced.
+struct WritePlan {
+    outcome: WriteOutcome,
+    runs: Vec<PlannedRun>,
+    ids: Vec<(u32, u128, u64)>,
+}
+
+fn io_full(context: &str, e: std::io::Error) -> WriteError {
+    WriteError::StorageFull(format!("{context}: {e}"))
+}
+
+impl Engine {
     pub fn run(mut self, rx: flume::Receiver<Msg>) {
         let mode = self.cfg.fsync;
         let mut unsynced = false;
         let mut last_sync = Instant::now();
-        let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
-        let mut group: Vec<(WriteRequest, Reply)> = Vec::new();
+        let mut last_retention = Instant::now();
+        let mut seal_after = Instant::now();
+        let mut scratch = Scratch {
+            buf: Vec::with_capacity(1 << 20),
+            ..Scratch::default()
+        };
+        let mut group: Vec<Msg> = Vec::new();
+        self.retention(now_ms());
         loop {
-            let first = if unsynced && mode == FsyncMode::Interval {
-                match rx.recv_deadline(last_sync + self.cfg.fsync_interval) {
-                    Ok(m) => Some(m),
-                    Err(flume::RecvTimeoutError::Timeout) => None,
-                    Err(flume::RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(m) => Some(m),
-                    Err(_) => break,
-                }
+            let mut deadline = last_retention + RETENTION_TICK;
+            if unsynced && mode == FsyncMode::Interval {
+                deadline = deadline.min(last_sync + self.cfg.fsync_interval);
+            }
+            let first = match rx.recv_deadline(deadline) {
+                Ok(m) => Some(m),
+                Err(flume::RecvTimeoutError::Timeout) => None,
+                Err(flume::RecvTimeoutError::Disconnected) => break,
             };
             let mut stop = false;
             match first {
-                None => {
-                    // Interval deadline passed with nothing new: sync what was written.
-                    self.sync(&mut unsynced, &mut last_sync);
-                    continue;
-                }
+                None => {}
                 Some(Msg::Shutdown) => stop = true,
-                Some(Msg::Write(req, reply)) => group.push((req, reply)),
+                Some(m) => group.push(m),
             }
-            let mut bytes: usize = group.iter().map(|(r, _)| r.batch.mem_bytes()).sum();
-            while !stop && group.len() < GROUP_MAX_REQUESTS && bytes < GROUP_MAX_BYTES {
+            let mut bytes: usize = group.iter().map(msg_bytes).sum();
+            while !stop
+                && !group.is_empty()
+                && group.len() < GROUP_MAX_REQUESTS
+                && bytes < GROUP_MAX_BYTES
+            {
                 match rx.try_recv() {
-                    Ok(Msg::Write(req, reply)) => {
-                        bytes += req.batch.mem_bytes();
-                        group.push((req, reply));
-                    }
                     Ok(Msg::Shutdown) => stop = true,
+                    Ok(m) => {
+                        bytes += msg_bytes(&m);
+                        group.push(m);
+                    }
                     Err(_) => break,
                 }
             }
             if !group.is_empty() {
-                self.commit_group(&mut group, &mut buf, &mut unsynced, &mut last_sync);
+                self.commit_group(&mut group, &mut scratch, &mut unsynced, &mut last_sync);
             }
             if mode == FsyncMode::Interval
                 && unsynced
@@ -141,8 +195,19 @@ impl Writer {
             {
                 self.sync(&mut unsynced, &mut last_sync);
             }
-            if buf.capacity() > GROUP_MAX_BYTES * 2 {
-                buf = Vec::with_capacity(1 << 20);
+            if self.wants_roll() && Instant::now() >= seal_after && !self.is_poisoned() {
+                if self.roll(&mut unsynced, &mut last_sync).is_err() {
+                    seal_after = Instant::now() + SEAL_BACKOFF;
+                }
+                self.retention(now_ms());
+                last_retention = Instant::now();
+            }
+            if last_retention.elapsed() >= RETENTION_TICK {
+                self.retention(now_ms());
+                last_retention = Instant::now();
+            }
+            if scratch.buf.capacity() > GROUP_MAX_BYTES * 2 {
+                scratch.buf = Vec::with_capacity(1 << 20);
             }
             if stop {
                 break;
@@ -153,25 +218,30 @@ impl Writer {
         }
         // Anything still queued arrived after shutdown began.
         while let Ok(msg) = rx.try_recv() {
-            if let Msg::Write(_, reply) = msg {
-                let _ = reply.send(Err(WriteError::ShuttingDown));
+            match msg {
+                Msg::Write(_, reply) => {
+                    let _ = reply.send(Err(WriteError::ShuttingDown));
+                }
+                Msg::Delete { reply, .. } => {
+                    let _ = reply.send(Err(WriteError::ShuttingDown));
+                }
+                Msg::Shutdown => {}
             }
         }
         tracing::info!(lsn = self.next_lsn - 1, "log writer stopped");
     }
 
+    fn is_poisoned(&self) -> bool {
+        self.shared.poisoned.load(Ordering::Acquire)
+    }
+
     fn poisoned(&self) -> Option<WriteError> {
-        if self.shared.poisoned.load(Ordering::Acquire) {
-            Some(WriteError::Poisoned(
-                self.shared.poison_reason.lock().clone(),
-            ))
-        } else {
-            None
-        }
+        self.is_poisoned()
+            .then(|| WriteError::Poisoned(self.shared.poison_reason.lock().clone()))
     }
 
     fn poison(&self, reason: String) {
-        tracing::error!(%reason, "fsync failed: refusing writes until restart");
+        tracing::error!(%reason, "refusing writes until restart");
         *self.shared.poison_reason.lock() = reason;
         self.shared.poisoned.store(true, Ordering::Release);
     }
@@ -189,117 +259,202 @@ impl Writer {
                 true
             }
             Err(e) => {
-                self.poison(format!("fdatasync {}: {e}", self.active_path.display()));
+                self.poison(format!(
+                    "fdatasync of log segment {} failed: {e}",
+                    self.active_first
+                ));
                 false
             }
         }
     }
 
+    /// Seal the active segment and start the next one.
+    fn roll(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Result<(), ()> {
+        if *unsynced && !self.sync(unsynced, last_sync) {
+            return Err(());
+        }
+        self.seal(true).map_err(|e| {
+            tracing::error!(segment = self.active_first, error = %e, "cannot seal the log segment; appending to it and retrying");
+        })
+    }
+
     fn commit_group(
         &mut self,
-        group: &mut Vec<(WriteRequest, Reply)>,
-        buf: &mut Vec<u8>,
+        group: &mut Vec<Msg>,
+        scratch: &mut Scratch,
         unsynced: &mut bool,
         last_sync: &mut Instant,
     ) {
         let mode = self.cfg.fsync;
         let visible_at = mode.durability();
         let now = now_ms();
-        buf.clear();
-        // Prior values of `streams`, in touch order, to undo the group if its write fails.
-        let mut undo: Vec<(Box<str>, Option<u64>)> = Vec::new();
-        let mut pending_ids: HashMap<u128, u64> = HashMap::new();
-        let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
+        scratch.buf.clear();
+        scratch.undo.clear();
+        scratch.pending.clear();
+        let counters = (self.live, self.carry_orphans);
         let first_lsn = self.next_lsn;
-        for (req, reply) in group.drain(..) {
-            if let Some(err) = self.poisoned() {
-                let _ = reply.send(Err(err));
-                continue;
-            }
-            let want = req.durability.unwrap_or(visible_at);
-            match self.plan(&req, now, buf, &mut undo, &mut pending_ids) {
-                Ok((outcome, runs, ids)) => {
-                    let mut p = Planned {
-                        reply: Some(reply),
-                        guard: req.guard,
-                        want,
-                        outcome,
-                        runs,
-                        ids,
-                    };
-                    if want == Durability::None {
-                        p.outcome.durability = Durability::None;
-                        answer(&mut p, Ok(()));
+        let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
+        for msg in group.drain(..) {
+            let p = match msg {
+                Msg::Write(req, reply) => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
                     }
-                    planned.push(p);
+                    let want = req.durability.unwrap_or(visible_at);
+                    match self.plan_write(&req, now, scratch) {
+                        Ok(plan) => Planned {
+                            answer: Answer::Write(Some(reply), plan.outcome),
+                            guard: req.guard,
+                            want,
+                            batch: Some(req.batch),
+                            runs: plan.runs,
+                            tombstone: None,
+                            ids: plan.ids,
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
                 }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
+                Msg::Delete {
+                    stream,
+                    durability,
+                    reply,
+                } => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    let want = durability.unwrap_or(visible_at);
+                    match self.plan_delete(&stream, now, scratch) {
+                        Ok((shard, last_seq)) => Planned {
+                            answer: Answer::Delete(
+                                Some(reply),
+                                DeleteOutcome {
+                                    last_seq,
+                                    durability: Durability::None,
+                                },
+                            ),
+                            guard: None,
+                            want,
+                            batch: None,
+                            runs: Vec::new(),
+                            tombstone: Some((shard, stream, last_seq)),
+                            ids: Vec::new(),
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
                 }
+                Msg::Shutdown => continue,
+            };
+            let mut p = p;
+            if p.want == Durability::None {
+                p.set_durability(Durability::None);
+                p.answer(Ok(()));
             }
+            planned.push(p);
         }
         let records = self.next_lsn - first_lsn;
-        if buf.is_empty() {
-            // All duplicates or refused: nothing to write, but duplicates' answers still wait
-            // for nothing.
-            for p in &mut planned {
-                p.outcome.durability = p.want;
-                p.guard = None;
-                answer(p, Ok(()));
-            }
-            return;
-        }
+        let buf = &scratch.buf;
+        // A request whose events were all duplicates wrote nothing, but `fsync` must still
+        // mean an fsync covers the originals: under `interval` they may be unsynced.
+        let wants_fsync = planned
+            .iter()
+            .any(|p| p.want == Durability::Fsync && p.owed());
+        let need_sync = (!buf.is_empty() && mode == FsyncMode::Always)
+            || (wants_fsync && (!buf.is_empty() || *unsynced));
         let at = self.active_len;
-        if let Err(e) = self.active.write_all_at(buf, at) {
-            // Cut off whatever part of the group reached the file, and forget the group.
-            let _ = self.active.set_len(at);
-            self.next_lsn = first_lsn;
-            self.undo(undo);
-            let msg = format!("write to {} failed: {e}", self.active_path.display());
-            tracing::error!("{msg}");
+        if !buf.is_empty() {
+            if let Err(e) = self.active.write_all_at(buf, at) {
+                let msg = format!("write to log segment {} failed: {e}", self.active_first);
+                tracing::error!("{msg}");
+                // Cut off whatever part of the group reached the file; if even that fails,
+                // the file's tail is unknown and nothing more may be appended.
+                if let Err(t) = self.active.set_len(at) {
+                    self.poison(format!(
+                        "{msg}; truncating the partial write failed too: {t}"
+                    ));
+                }
+                self.abort_group(first_lsn, counters, scratch);
+                let err = self.poisoned().unwrap_or(WriteError::StorageFull(msg));
+                for p in &mut planned {
+                    p.answer(Err(err.clone()));
+                }
+                return;
+            }
+            self.active_len += buf.len() as u64;
+            *unsynced = true;
+            let events: u64 = planned
+                .iter()
+                .map(|p| match &p.answer {
+                    Answer::Write(_, o) => o.accepted,
+                    Answer::Delete(..) => 0,
+                })
+                .sum();
+            if let Some(o) = &self.cfg.observer {
+                o.appended(records, events, buf.len() as u64);
+            }
+            // Requests that asked for `write` below the visibility level (mode `always`) are
+            // answered now; the rest wait until they are applied, so an acknowledged write is
+            // always visible to the reader who acknowledged it (read-your-writes).
             for p in &mut planned {
-                answer(p, Err(WriteError::StorageFull(msg.clone())));
-            }
-            return;
-        }
-        self.active_len += buf.len() as u64;
-        *unsynced = true;
-        let events: u64 = planned.iter().map(|p| p.outcome.accepted).sum();
-        if let Some(o) = &self.cfg.observer {
-            o.appended(records, events, buf.len() as u64);
-        }
-        // Requests that asked for `write` below the visibility level (mode `always`) are
-        // answered now; the rest wait until they are applied, so an acknowledged write is
-        // always visible to the reader who acknowledged it (read-your-writes).
-        for p in &mut planned {
-            if p.want == Durability::Write && p.want < visible_at {
-                p.outcome.durability = Durability::Write;
-                answer(p, Ok(()));
+                if p.want == Durability::Write && p.want < visible_at {
+                    p.set_durability(Durability::Write);
+                    p.answer(Ok(()));
+                }
             }
         }
-        let need_sync =
-            mode == FsyncMode::Always || planned.iter().any(|p| p.want == Durability::Fsync);
         if need_sync && !self.sync(unsynced, last_sync) {
             // Never pretend: the unsynced group is cut off and refused.
-            let _ = self.active.set_len(at);
-            self.active_len = at;
-            self.next_lsn = first_lsn;
-            self.undo(undo);
+            if !buf.is_empty() {
+                let _ = self.active.set_len(at);
+                self.active_len = at;
+            }
+            self.abort_group(first_lsn, counters, scratch);
             let err = self
                 .poisoned()
                 .unwrap_or(WriteError::Poisoned(String::new()));
             for p in &mut planned {
-                answer(p, Err(err.clone()));
+                p.answer(Err(err.clone()));
             }
             return;
         }
         // Visible: place runs at their file offsets and publish them.
+        if !buf.is_empty() {
+            self.active_append = self.active_append.merge(crate::idxfile::Agg {
+                min_ts: now,
+                max_ts: now,
+            });
+            self.shared.segments.update(self.active_first, |s| {
+                s.log_len = self.active_len;
+                s.min_append_ms = s.min_append_ms.min(now);
+                s.max_append_ms = s.max_append_ms.max(now);
+            });
+        }
         for p in &mut planned {
-            for (shard, stream, mut loc, bytes) in p.runs.drain(..) {
-                loc.offset += at;
-                loc.segment = self.active_first;
-                self.shared.index.apply(shard, &stream, loc, bytes);
+            if let Some(batch) = &p.batch {
+                for r in &p.runs {
+                    let Some(run) = batch.runs().get(r.run) else {
+                        continue;
+                    };
+                    let mut placed = r.placed;
+                    let off = at + r.head_rel as u64;
+                    let rec_end = (r.rec_end_rel - r.head_rel) as u64;
+                    // Segments stay below 4 GiB (storage.segment_bytes is checked at start-up).
+                    placed.off = u32::try_from(off).unwrap_or(u32::MAX);
+                    placed.rec_end = u32::try_from(rec_end).unwrap_or(u32::MAX);
+                    self.apply_run(r.shard, batch.stream(run), r.floor, placed);
+                }
             }
+            if let Some((shard, stream, last_seq)) = &p.tombstone {
+                self.apply_tombstone(*shard, stream, *last_seq);
+            }
+            self.active_ids += p.ids.len() as u64;
             for &(shard, key, seq) in &p.ids {
                 if let Some(t) = self.dedup.get_mut(shard as usize) {
                     t.insert(key, seq, now, now);
@@ -308,30 +463,32 @@ impl Writer {
             // Release the admission reservation once the request is applied and before it
             // is answered, so a producer never finds its own finished request still queued.
             p.guard = None;
-            if p.reply.is_some() {
-                p.outcome.durability = if need_sync {
+            p.batch = None;
+            if p.owed() {
+                let reached = if need_sync {
+                    Durability::Fsync
+                } else if p.want == Durability::Fsync {
+                    // Only a duplicate-only request in a group that needed no sync gets here:
+                    // nothing was unsynced, so its originals are covered by an earlier fsync.
                     Durability::Fsync
                 } else {
                     Durability::Write
                 };
-                answer(p, Ok(()));
+                p.set_durability(reached);
+                p.answer(Ok(()));
             }
         }
-        for (i, t) in self.dedup.iter().enumerate() {
-            if let Some(h) = self.shared.horizons.get(i) {
-                h.store(t.oldest_ms().unwrap_or(i64::MIN), Ordering::Relaxed);
-            }
-        }
-        if self.active_len >= self.cfg.segment_bytes {
-            self.roll(unsynced, last_sync);
-        }
+        self.publish_horizons();
     }
 
-    fn undo(&mut self, undo: Vec<(Box<str>, Option<u64>)>) {
-        for (stream, prior) in undo.into_iter().rev() {
+    /// Forget a group whose write or fsync failed: `seq` assignments, counters and LSNs.
+    fn abort_group(&mut self, first_lsn: u64, counters: (u64, u64), scratch: &mut Scratch) {
+        self.next_lsn = first_lsn;
+        (self.live, self.carry_orphans) = counters;
+        for (stream, prior) in scratch.undo.drain(..).rev() {
             match prior {
-                Some(seq) => {
-                    self.streams.insert(stream, seq);
+                Some(st) => {
+                    self.streams.insert(stream, st);
                 }
                 None => {
                     self.streams.remove(&stream);
@@ -340,183 +497,253 @@ impl Writer {
         }
     }
 
-    /// Dedup, conditional check and `seq` assignment for one request, and its record appended
-    /// to `buf` (none if every event is a duplicate).
-    #[allow(clippy::type_complexity)]
-    fn plan(
+    /// Dedup, conditional check, `storage.max_streams` and `seq` assignment for one request,
+    /// and its record appended to the group buffer (none if every event is a duplicate).
+    fn plan_write(
         &mut self,
         req: &WriteRequest,
         now: i64,
-        buf: &mut Vec<u8>,
-        undo: &mut Vec<(Box<str>, Option<u64>)>,
-        pending_ids: &mut HashMap<u128, u64>,
-    ) -> Result<
-        (
-            WriteOutcome,
-            Vec<(u32, Box<str>, RunLoc, u64)>,
-            Vec<(u32, u128, u64)>,
-        ),
-        WriteError,
-    > {
+        scratch: &mut Scratch,
+    ) -> Result<WritePlan, WriteError> {
         let batch = &req.batch;
-        let streams = batch.streams();
+        let runs = batch.runs();
+        // Pass 1: which events are duplicates, changing nothing.
+        scratch.keys.clear();
+        let total_ids: usize = runs.iter().map(|r| r.ids.len()).sum();
+        let mut dup = vec![false; total_ids];
+        let mut fresh: Vec<u32> = Vec::with_capacity(runs.len());
+        let mut dup_seq: Vec<Option<u64>> = vec![None; runs.len()];
+        let mut dups = 0u64;
+        let mut k = 0;
+        for (ri, run) in runs.iter().enumerate() {
+            let mut f = run.count;
+            for id in &run.ids {
+                let seen = scratch.pending.get(&id.key).copied().or_else(|| {
+                    self.dedup
+                        .get(run.shard as usize)
+                        .and_then(|t| t.get(id.key, now))
+                });
+                if let Some(seq) = seen {
+                    dup[k] = true;
+                    dup_seq[ri] = Some(seq);
+                } else if !scratch.keys.insert(id.key) {
+                    dup[k] = true;
+                }
+                if dup[k] {
+                    f -= 1;
+                    dups += 1;
+                }
+                k += 1;
+            }
+            fresh.push(f);
+        }
+        let mut states: Vec<Option<WState>> = Vec::with_capacity(runs.len());
+        for run in runs {
+            states.push(
+                self.state_of(batch.stream(run))
+                    .map_err(|e| io_full("reading the carry file", e))?,
+            );
+        }
+        let total_fresh: u64 = fresh.iter().map(|&f| u64::from(f)).sum();
+        if total_fresh == 0 {
+            let last_seq = runs
+                .iter()
+                .enumerate()
+                .map(|(ri, run)| {
+                    let last = states[ri].map_or(0, |s| s.last);
+                    (batch.stream(run).to_string(), dup_seq[ri].unwrap_or(last))
+                })
+                .collect();
+            return Ok(WritePlan {
+                outcome: WriteOutcome {
+                    accepted: 0,
+                    duplicates: dups,
+                    last_seq,
+                    durability: Durability::None,
+                },
+                runs: Vec::new(),
+                ids: Vec::new(),
+            });
+        }
         if let Some(expected) = req.expected_last_seq {
-            for sc in streams {
-                let name = batch.name(sc.stream);
-                let last = self.streams.get(name).copied().unwrap_or(0);
+            for (ri, run) in runs.iter().enumerate() {
+                let last = states[ri].map_or(0, |s| s.last);
                 if last != expected {
                     return Err(WriteError::Conflict {
-                        stream: name.to_string(),
+                        stream: batch.stream(run).to_string(),
                         expected,
                         last_seq: last,
                     });
                 }
             }
         }
-        let new_streams = streams
+        let becoming_live = runs
             .iter()
-            .filter(|sc| !self.streams.contains_key(batch.name(sc.stream)))
+            .enumerate()
+            .filter(|&(ri, _)| fresh[ri] > 0 && states[ri].is_none_or(|s| s.deleted))
             .count() as u64;
-        if new_streams > 0 && self.streams.len() as u64 + new_streams > self.cfg.max_streams {
+        if becoming_live > 0
+            && self.live + self.carry_orphans + becoming_live > self.cfg.max_streams
+        {
             return Err(WriteError::TooManyStreams {
                 max: self.cfg.max_streams,
             });
         }
-        // Group the request's events by stream (runs are per stream).
-        let mut per: Vec<Vec<EventView<'_>>> = vec![Vec::new(); streams.len()];
-        for (h, ev) in batch.headers().iter().zip(batch.iter()) {
-            if let Some(slot) = batch.stream_slot(h.stream) {
-                per[slot].push(ev);
-            }
-        }
-        let mut outcome = WriteOutcome {
-            accepted: 0,
-            duplicates: 0,
-            last_seq: Vec::with_capacity(streams.len()),
-            durability: Durability::None,
-        };
-        let mut runs = Vec::new();
-        let mut ids = Vec::new();
-        let mut fresh: Vec<(usize, u64)> = Vec::new(); // (event index in `per[slot]`, seq)
-        let mut rb: Option<RecordBuilder> = None;
-        let rec_start = buf.len();
+        // Pass 2: assign seqs and copy the runs.
         let lsn = self.next_lsn;
-        for (slot, evs) in per.iter().enumerate() {
-            let name = batch.name(streams[slot].stream);
-            let shard = shard_of(name, self.shards);
-            let prior = self.streams.get(name).copied();
-            let mut last = prior.unwrap_or(0);
-            let mut dup_seq = None;
-            fresh.clear();
-            for (i, ev) in evs.iter().enumerate() {
-                if let Some(id) = ev.id {
-                    let key = dedup::key(self.dedup_key, name, id);
-                    let seen = pending_ids
-                        .get(&key)
-                        .copied()
-                        .or_else(|| self.dedup.get(shard as usize).and_then(|t| t.get(key, now)));
-                    if let Some(seq) = seen {
-                        outcome.duplicates += 1;
-                        dup_seq = Some(seq);
-                        continue;
-                    }
-                    last += 1;
-                    pending_ids.insert(key, last);
-                    ids.push((shard, key, last));
-                } else {
-                    last += 1;
-                }
-                fresh.push((i, last));
-            }
-            if fresh.is_empty() {
-                outcome
-                    .last_seq
-                    .push((name.to_string(), dup_seq.unwrap_or(last)));
+        let buf = &mut scratch.buf;
+        let rec_start = buf.len();
+        let mut rb = RecordBuilder::begin(buf, RecordType::Events, lsn, now);
+        let mut planned_runs = Vec::with_capacity(runs.len());
+        let mut ids = Vec::new();
+        let mut last_seq = Vec::with_capacity(runs.len());
+        let mut k = 0;
+        for (ri, run) in runs.iter().enumerate() {
+            let name = batch.stream(run);
+            let run_dups = &dup[k..k + run.ids.len()];
+            k += run.ids.len();
+            if fresh[ri] == 0 {
+                let last = states[ri].map_or(0, |s| s.last);
+                last_seq.push((name.to_string(), dup_seq[ri].unwrap_or(last)));
                 continue;
             }
-            // Undo is replayed in reverse, so a stream touched twice in a group gets its
-            // first-touch value back last: no need to look for an earlier entry.
-            undo.push((name.into(), prior));
-            self.streams.insert(name.into(), last);
-            let base = fresh[0].1;
-            let count = fresh.len() as u32;
-            let builder = match &mut rb {
-                Some(b) => b,
-                None => rb.insert(RecordBuilder::begin(buf, lsn, now)),
-            };
-            let events_at = builder.begin_run(buf, name, base, count);
-            let mut bytes = 0u64;
-            let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
-            for &(i, _) in &fresh {
-                let ev = &evs[i];
-                bytes += encode_event(buf, ev) as u64;
-                min_ts = min_ts.min(ev.ts);
-                max_ts = max_ts.max(ev.ts);
+            let prior = self.streams.get(name).copied();
+            let carried = if prior.is_none() { states[ri] } else { None };
+            let st = self.load(name, carried);
+            scratch.undo.push((name.into(), prior));
+            let base = st.last + 1;
+            let head_rel = rb.begin_run(buf, name, base, fresh[ri]);
+            let events_at = buf.len();
+            let (mut min_ts, mut max_ts) = (run.min_ts, run.max_ts);
+            if run_dups.iter().any(|&d| d) {
+                // Copy the run without its duplicates; the ts range is that of what is kept.
+                (min_ts, max_ts) = (i64::MAX, i64::MIN);
+                let mut pos = 0usize;
+                let mut dropped = 0u64;
+                for (id, &is_dup) in run.ids.iter().zip(run_dups) {
+                    if !is_dup {
+                        let seq = base + u64::from(id.idx) - dropped;
+                        scratch.pending.insert(id.key, seq);
+                        ids.push((run.shard, id.key, seq));
+                        continue;
+                    }
+                    let at = id.at as usize;
+                    copy_kept(buf, &run.events[pos..at], &mut min_ts, &mut max_ts);
+                    pos = at + id.len as usize;
+                    dropped += 1;
+                }
+                copy_kept(buf, &run.events[pos..], &mut min_ts, &mut max_ts);
+            } else {
+                buf.extend_from_slice(&run.events);
+                for id in &run.ids {
+                    let seq = base + u64::from(id.idx);
+                    scratch.pending.insert(id.key, seq);
+                    ids.push((run.shard, id.key, seq));
+                }
             }
-            builder.end_run(buf);
-            outcome.accepted += u64::from(count);
-            outcome.last_seq.push((name.to_string(), last));
-            runs.push((
-                shard,
-                Box::<str>::from(name),
-                RunLoc {
+            let bytes = (buf.len() - events_at) as u64;
+            rb.end_run(buf)?;
+            let last = base + u64::from(fresh[ri]) - 1;
+            self.set_state(
+                name,
+                WState {
+                    last,
+                    floor: st.floor,
+                    deleted: false,
+                },
+            );
+            last_seq.push((name.to_string(), last));
+            planned_runs.push(PlannedRun {
+                run: ri,
+                shard: run.shard,
+                floor: st.floor,
+                placed: Placed {
                     first_seq: base,
-                    count,
-                    events_len: bytes as u32,
-                    segment: 0,
-                    offset: (rec_start + events_at) as u64,
+                    count: fresh[ri],
+                    off: 0,
+                    len: u32::try_from(buf.len() - head_rel).unwrap_or(u32::MAX),
+                    rec_end: 0,
                     min_ts,
                     max_ts,
+                    bytes,
                 },
-                bytes,
-            ));
+                head_rel,
+                rec_end_rel: 0,
+            });
         }
-        if let Some(b) = rb {
-            b.finish(buf);
-            self.next_lsn += 1;
+        let len = rb.finish(buf)?;
+        for r in &mut planned_runs {
+            r.rec_end_rel = rec_start + len;
         }
-        Ok((outcome, runs, ids))
+        self.next_lsn += 1;
+        Ok(WritePlan {
+            outcome: WriteOutcome {
+                accepted: total_fresh,
+                duplicates: dups,
+                last_seq,
+                durability: Durability::None,
+            },
+            runs: planned_runs,
+            ids,
+        })
     }
 
-    /// Close the active segment (synced) and start the next one.
-    fn roll(&mut self, unsynced: &mut bool, last_sync: &mut Instant) {
-        if *unsynced && !self.sync(unsynced, last_sync) {
-            return;
+    /// A tombstone record for `stream`; returns its shard and last seq.
+    fn plan_delete(
+        &mut self,
+        stream: &str,
+        now: i64,
+        scratch: &mut Scratch,
+    ) -> Result<(u32, u64), WriteError> {
+        let not_found = || WriteError::NotFound {
+            stream: stream.to_string(),
+        };
+        let st = self
+            .state_of(stream)
+            .map_err(|e| io_full("reading the carry file", e))?
+            .ok_or_else(not_found)?;
+        if st.deleted {
+            return Err(not_found());
         }
-        let path = segment::segment_path(&self.log_dir, self.next_lsn);
-        let opened = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .and_then(|f| segment::sync_dir(&self.log_dir).map(|()| f));
-        match opened {
-            Ok(file) => {
-                let file = Arc::new(file);
-                self.shared
-                    .segments
-                    .insert(self.next_lsn, Arc::clone(&file), path.clone());
-                tracing::debug!(segment = %path.display(), "rolled log segment");
-                self.active = file;
-                self.active_path = path;
-                self.active_len = 0;
-                self.active_first = self.next_lsn;
-            }
-            Err(e) => {
-                // Keep appending to the current segment; rolling is retried after the next group.
-                tracing::error!(segment = %path.display(), "cannot create log segment: {e}");
-            }
-        }
+        let prior = self.streams.get(stream).copied();
+        self.load(stream, if prior.is_none() { Some(st) } else { None });
+        scratch.undo.push((stream.into(), prior));
+        let buf = &mut scratch.buf;
+        let mut rb = RecordBuilder::begin(buf, RecordType::Tombstone, self.next_lsn, now);
+        rb.tombstone(buf, stream, st.last);
+        rb.finish(buf)?;
+        self.next_lsn += 1;
+        self.set_state(
+            stream,
+            WState {
+                last: st.last,
+                floor: st.last,
+                deleted: true,
+            },
+        );
+        Ok((vx_proto::shard::shard_of(stream, self.shards), st.last))
     }
 }
 
-/// Send the answer if it is still owed. A refused request releases its reservation at once;
-/// an accepted one keeps it until it is applied.
-fn answer(p: &mut Planned, res: Result<(), WriteError>) {
-    if res.is_err() {
-        p.guard = None;
+/// Append kept events (whole events, back to back) and widen the ts range by theirs.
+fn copy_kept(buf: &mut Vec<u8>, events: &[u8], min_ts: &mut i64, max_ts: &mut i64) {
+    let mut pos = 0;
+    while let Some(rest) = events.get(pos..).filter(|r| r.len() >= 18) {
+        let ts = i64::from_le_bytes(rest[10..18].try_into().unwrap_or([0; 8]));
+        *min_ts = (*min_ts).min(ts);
+        *max_ts = (*max_ts).max(ts);
+        match vx_proto::packed::event_len(rest) {
+            Ok(n) if n > 0 => pos += n,
+            _ => break,
+        }
     }
-    if let Some(reply) = p.reply.take() {
-        let _ = reply.send(res.map(|()| p.outcome.clone()));
+    buf.extend_from_slice(events);
+}
+
+fn msg_bytes(m: &Msg) -> usize {
+    match m {
+        Msg::Write(req, _) => req.batch.mem_bytes(),
+        Msg::Delete { stream, .. } => stream.len(),
+        Msg::Shutdown => 0,
     }
 }

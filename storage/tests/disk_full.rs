@@ -31,7 +31,8 @@ fn batch(n: usize, tag: usize) -> WriteRequest {
             value: None,
             id: Some(&id),
             data: Some(&data),
-        });
+        })
+        .unwrap();
     }
     WriteRequest {
         batch: b,

@@ -29,7 +29,7 @@ fn cfg(dir: &Path) -> StorageConfig {
 fn req(events: &[EventView<'_>]) -> WriteRequest {
     let mut b = Batch::new();
     for e in events {
-        b.push(e);
+        b.push(e).unwrap();
     }
     WriteRequest {
         batch: b,
@@ -200,6 +200,7 @@ fn segments(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir.join(LOG_DIR))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
         .collect();
     v.sort();
     v

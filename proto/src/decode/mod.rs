@@ -163,7 +163,10 @@ impl Sink {
     ) -> Result<(), InputError> {
         match self.parser.parse(bytes, self.now_ms) {
             Ok(ev) => {
-                out.push(&ev);
+                if let Err(e) = out.push(&ev) {
+                    let e = InputError::from_encode(e).at_index(self.index);
+                    return Err(self.fail(e));
+                }
                 self.index += 1;
                 Ok(())
             }

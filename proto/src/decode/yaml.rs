@@ -418,7 +418,12 @@ impl Documents {
                     .map_err(|p| self.problem(p, pos))?;
                 if done {
                     match self.event.finish(self.now_ms) {
-                        Ok(ev) => out.push(&ev),
+                        Ok(ev) => {
+                            if let Err(e) = out.push(&ev) {
+                                let err = InputError::from_encode(e).at_index(self.index);
+                                return Err(self.locate(err, self.event_pos));
+                            }
+                        }
                         Err(p) => return Err(self.problem(p, self.event_pos)),
                     }
                     if out.mem_bytes() > self.max_batch_bytes {

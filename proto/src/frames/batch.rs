@@ -223,7 +223,11 @@ impl BatchDecoder {
             };
             let bytes = rest.get(..n).unwrap_or_default();
             match self.events.decode(bytes, self.now_ms) {
-                Ok(ev) => out.push(&ev),
+                Ok(ev) => {
+                    if let Err(e) = out.push(&ev) {
+                        return (pos, Err(InputError::from_encode(e).at_index(self.index)));
+                    }
+                }
                 Err(e) => return (pos, Err(e.at_index(self.index))),
             }
             self.index += 1;

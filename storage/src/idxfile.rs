@@ -1,0 +1,746 @@
+//! Index files: where each stream's events lie in one sealed segment, written once when the
+//! segment is sealed, fsynced, and read with `pread` (never loaded whole, except to verify
+//! and fold them at start-up). In the spirit of Kafka's offset and time indexes, but for a
+//! log shared by every stream: per stream, sparse *spans* of the segment (a span covers
+//! consecutive runs of the stream that lie close together, see [`crate::index`]), and per
+//! stream a *node* linking to the stream's previous index entries, so that memory keeps only
+//! the newest node of each stream (see [`crate::chain`]).
+//!
+//! # Layout of `log/<first LSN, 20 digits>.idx` (all integers little-endian)
+//!
+//! ```text
+//! header (80 bytes)
+//!   0  [u8;4] magic "VXIX"
+//!   4  u16    version 1
+//!   6  u16    0
+//!   8  u64    segment: first LSN of the segment (its name)
+//!  16  u64    next_lsn: the LSN after the segment's last record
+//!  24  u64    log_len: bytes of the segment
+//!  32  i64    min_append_ms  (i64::MAX for a segment without records)
+//!  40  i64    max_append_ms  (i64::MIN likewise)
+//!  48  u64    ids: events with an id in the segment (sizes the dedup rebuild)
+//!  56  u32    entries
+//!  60  u32    slots: a power of two ≥ 2 × entries (at least 1)
+//!  64  u64    entries_len: bytes of the entries region
+//!  72  u64    spans: number of spans
+//! slots (slots × 8 bytes): open addressing over xxh3-64 of the stream name, linear probing
+//!   u32 tag      the hash's high 32 bits
+//!   u32 entry    offset of the entry in the entries region + 1 (0: empty slot)
+//! entries region: one entry per stream present in the segment (events or a tombstone)
+//!   0  u16 name_len     8  u64 spans_at (index of its first span)   4 u32 spans_n
+//!   2  u16 flags: 1 has events, 2 tombstone
+//!  16  u64 first_seq   24 u64 last_seq    32 u64 count   40 u64 bytes (of its events)
+//!  48  i64 min_ts      56 i64 max_ts      (own events; i64::MAX / i64::MIN without events)
+//!  64  u64 floor       a tombstone's last seq (every seq ≤ floor is deleted), else 0
+//!  72  u64 depth       1-based position of this node in the stream's chain (0: no events)
+//!  80  ref parent     104 ref jump     128 ref jj (the jump's jump)
+//!        a ref is u64 segment (0: none), u64 depth, u64 first_seq
+//! 152  agg            i64 min_ts, i64 max_ts over the nodes (jump, this]
+//! 168  agg jump_agg   the jump node's own agg
+//! 184  name bytes
+//! spans region (spans × 40 bytes), each stream's spans contiguous and in seq order
+//!   0  u64 first_seq   8 i64 min_ts   16 i64 max_ts
+//!  24  u32 count       28 u32 off: offset in the segment of the stream's first run header
+//!  32  u32 len: bytes from off to the end of the span's last run
+//!  36  u32 rec_end: bytes from off to the end of that first run's record
+//! footer
+//!   u32 crc32c of every byte before it
+//! ```
+
+use crate::record::{Decode, Rd};
+use crate::vfs::VFile;
+use std::io;
+
+pub const MAGIC: [u8; 4] = *b"VXIX";
+pub const VERSION: u16 = 1;
+pub const HEADER_LEN: usize = 80;
+pub const ENTRY_FIXED: usize = 184;
+pub const SPAN_LEN: usize = 40;
+const SLOT_LEN: usize = 8;
+
+pub const F_EVENTS: u16 = 1;
+pub const F_TOMBSTONE: u16 = 2;
+
+/// A node of a stream's chain: its entry in one sealed segment's index file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeRef {
+    /// First LSN of the segment; 0 means "no node" (LSNs start at 1).
+    pub seg: u64,
+    pub depth: u64,
+    pub first_seq: u64,
+}
+
+impl NodeRef {
+    pub fn is_none(&self) -> bool {
+        self.seg == 0
+    }
+}
+
+/// Min and max `ts` of some events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Agg {
+    pub min_ts: i64,
+    pub max_ts: i64,
+}
+
+impl Agg {
+    pub const EMPTY: Agg = Agg {
+        min_ts: i64::MAX,
+        max_ts: i64::MIN,
+    };
+
+    pub fn merge(self, o: Agg) -> Agg {
+        Agg {
+            min_ts: self.min_ts.min(o.min_ts),
+            max_ts: self.max_ts.max(o.max_ts),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.min_ts > self.max_ts
+    }
+}
+
+/// Where some events of a stream lie in a segment: the runs of the stream from the run header
+/// at `off` to `off + len`, with other streams' runs in between (see [`crate::index`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub first_seq: u64,
+    pub min_ts: i64,
+    pub max_ts: i64,
+    pub count: u32,
+    pub off: u32,
+    pub len: u32,
+    /// Bytes from `off` to the end of the first run's record.
+    pub rec_end: u32,
+}
+
+impl Span {
+    pub fn last_seq(&self) -> u64 {
+        self.first_seq + u64::from(self.count).saturating_sub(1)
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.first_seq.to_le_bytes());
+        out.extend_from_slice(&self.min_ts.to_le_bytes());
+        out.extend_from_slice(&self.max_ts.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.off.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.rec_end.to_le_bytes());
+    }
+
+    fn parse(b: &[u8]) -> Result<Span, Decode> {
+        let mut r = Rd { b, pos: 0 };
+        Ok(Span {
+            first_seq: r.u64()?,
+            min_ts: r.i64()?,
+            max_ts: r.i64()?,
+            count: r.u32()?,
+            off: r.u32()?,
+            len: r.u32()?,
+            rec_end: r.u32()?,
+        })
+    }
+}
+
+/// One stream's entry in a sealed segment's index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub flags: u16,
+    pub spans_at: u64,
+    pub spans_n: u32,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub count: u64,
+    pub bytes: u64,
+    pub own: Option<Agg>,
+    pub floor: u64,
+    pub depth: u64,
+    pub parent: NodeRef,
+    pub jump: NodeRef,
+    pub jj: NodeRef,
+    pub agg: Option<Agg>,
+    pub jump_agg: Option<Agg>,
+}
+
+impl Entry {
+    pub fn has_events(&self) -> bool {
+        self.flags & F_EVENTS != 0
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        self.flags & F_TOMBSTONE != 0
+    }
+
+    /// This entry as a node reference (for a segment `seg`).
+    pub fn node(&self, seg: u64) -> NodeRef {
+        NodeRef {
+            seg,
+            depth: self.depth,
+            first_seq: self.first_seq,
+        }
+    }
+}
+
+fn put_ref(out: &mut Vec<u8>, r: &NodeRef) {
+    out.extend_from_slice(&r.seg.to_le_bytes());
+    out.extend_from_slice(&r.depth.to_le_bytes());
+    out.extend_from_slice(&r.first_seq.to_le_bytes());
+}
+
+fn put_agg(out: &mut Vec<u8>, a: Option<Agg>) {
+    let a = a.unwrap_or(Agg::EMPTY);
+    out.extend_from_slice(&a.min_ts.to_le_bytes());
+    out.extend_from_slice(&a.max_ts.to_le_bytes());
+}
+
+fn get_ref(r: &mut Rd<'_>) -> Result<NodeRef, Decode> {
+    Ok(NodeRef {
+        seg: r.u64()?,
+        depth: r.u64()?,
+        first_seq: r.u64()?,
+    })
+}
+
+fn get_agg(r: &mut Rd<'_>) -> Result<Option<Agg>, Decode> {
+    let a = Agg {
+        min_ts: r.i64()?,
+        max_ts: r.i64()?,
+    };
+    Ok((!a.is_empty()).then_some(a))
+}
+
+fn name_hash(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+}
+
+/// What an index file says about its segment as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdxHeader {
+    pub segment: u64,
+    pub next_lsn: u64,
+    pub log_len: u64,
+    pub min_append_ms: i64,
+    pub max_append_ms: i64,
+    pub ids: u64,
+    pub entries: u32,
+    pub slots: u32,
+    pub entries_len: u64,
+    pub spans: u64,
+}
+
+impl IdxHeader {
+    fn entries_at(&self) -> u64 {
+        HEADER_LEN as u64 + u64::from(self.slots) * SLOT_LEN as u64
+    }
+
+    fn spans_at(&self) -> u64 {
+        self.entries_at() + self.entries_len
+    }
+
+    /// Bytes of the whole file, footer included.
+    pub fn file_len(&self) -> u64 {
+        self.spans_at() + self.spans * SPAN_LEN as u64 + 4
+    }
+
+    fn parse(b: &[u8]) -> Result<IdxHeader, Decode> {
+        let mut r = Rd { b, pos: 0 };
+        if r.arr::<4>()? != MAGIC {
+            return Err(Decode::Bad("not an index file"));
+        }
+        if r.u16()? != VERSION {
+            return Err(Decode::Bad("unknown index file version"));
+        }
+        r.u16()?;
+        let h = IdxHeader {
+            segment: r.u64()?,
+            next_lsn: r.u64()?,
+            log_len: r.u64()?,
+            min_append_ms: r.i64()?,
+            max_append_ms: r.i64()?,
+            ids: r.u64()?,
+            entries: r.u32()?,
+            slots: r.u32()?,
+            entries_len: r.u64()?,
+            spans: r.u64()?,
+        };
+        if !h.slots.is_power_of_two() || u64::from(h.slots) < u64::from(h.entries) {
+            return Err(Decode::Bad("index slot table is too small"));
+        }
+        Ok(h)
+    }
+}
+
+/// Builds one index file in memory (the writer knows the segment's streams at seal time).
+pub struct IdxBuilder {
+    entries: Vec<u8>,
+    /// (hash, offset in the entries region) per entry.
+    offsets: Vec<(u64, u32)>,
+    spans: Vec<u8>,
+    span_count: u64,
+}
+
+impl Default for IdxBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IdxBuilder {
+    pub fn new() -> Self {
+        IdxBuilder {
+            entries: Vec::new(),
+            offsets: Vec::new(),
+            spans: Vec::new(),
+            span_count: 0,
+        }
+    }
+
+    /// Add one stream's entry with its spans (`e.spans_at`/`spans_n` are filled in here).
+    pub fn add(&mut self, e: &Entry, spans: &[Span]) -> io::Result<()> {
+        let off = u32::try_from(self.entries.len())
+            .map_err(|_| io::Error::other("index file entries over 4 GiB"))?;
+        let name_len = u16::try_from(e.name.len())
+            .map_err(|_| io::Error::other("stream name too long for the index"))?;
+        let spans_n = u32::try_from(spans.len())
+            .map_err(|_| io::Error::other("too many spans for one stream"))?;
+        self.offsets.push((name_hash(&e.name), off));
+        let out = &mut self.entries;
+        out.extend_from_slice(&name_len.to_le_bytes());
+        out.extend_from_slice(&e.flags.to_le_bytes());
+        out.extend_from_slice(&spans_n.to_le_bytes());
+        out.extend_from_slice(&self.span_count.to_le_bytes());
+        for v in [e.first_seq, e.last_seq, e.count, e.bytes] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_agg(out, e.own);
+        out.extend_from_slice(&e.floor.to_le_bytes());
+        out.extend_from_slice(&e.depth.to_le_bytes());
+        put_ref(out, &e.parent);
+        put_ref(out, &e.jump);
+        put_ref(out, &e.jj);
+        put_agg(out, e.agg);
+        put_agg(out, e.jump_agg);
+        out.extend_from_slice(e.name.as_bytes());
+        for s in spans {
+            s.write(&mut self.spans);
+        }
+        self.span_count += u64::from(spans_n);
+        Ok(())
+    }
+
+    /// The finished file's bytes.
+    pub fn finish(self, seg: &SegSummary) -> io::Result<Vec<u8>> {
+        let entries = u32::try_from(self.offsets.len())
+            .map_err(|_| io::Error::other("too many index entries"))?;
+        let slots = (u32::try_from(self.offsets.len() * 2).unwrap_or(u32::MAX))
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or_else(|| io::Error::other("index slot table too large"))?;
+        let mut table = vec![0u8; slots as usize * SLOT_LEN];
+        let mask = u64::from(slots - 1);
+        for &(h, off) in &self.offsets {
+            let mut i = usize::try_from(h & mask).unwrap_or(0);
+            loop {
+                let at = i * SLOT_LEN;
+                if table[at + 4..at + 8] == [0; 4] {
+                    table[at..at + 4].copy_from_slice(&((h >> 32) as u32).to_le_bytes());
+                    table[at + 4..at + 8].copy_from_slice(&(off + 1).to_le_bytes());
+                    break;
+                }
+                i = (i + 1) & (slots as usize - 1);
+            }
+        }
+        let mut out = Vec::with_capacity(
+            HEADER_LEN + table.len() + self.entries.len() + self.spans.len() + 4,
+        );
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&seg.segment.to_le_bytes());
+        out.extend_from_slice(&seg.next_lsn.to_le_bytes());
+        out.extend_from_slice(&seg.log_len.to_le_bytes());
+        out.extend_from_slice(&seg.min_append_ms.to_le_bytes());
+        out.extend_from_slice(&seg.max_append_ms.to_le_bytes());
+        out.extend_from_slice(&seg.ids.to_le_bytes());
+        out.extend_from_slice(&entries.to_le_bytes());
+        out.extend_from_slice(&slots.to_le_bytes());
+        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        out.extend_from_slice(&self.span_count.to_le_bytes());
+        out.extend_from_slice(&table);
+        out.extend_from_slice(&self.entries);
+        out.extend_from_slice(&self.spans);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        Ok(out)
+    }
+}
+
+/// What the index header records about the segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegSummary {
+    pub segment: u64,
+    pub next_lsn: u64,
+    pub log_len: u64,
+    pub min_append_ms: i64,
+    pub max_append_ms: i64,
+    pub ids: u64,
+}
+
+fn bad(e: Decode) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        match e {
+            Decode::Bad(w) => w.to_string(),
+            Decode::Incomplete(_) => "index file is truncated".to_string(),
+        },
+    )
+}
+
+fn parse_entry(b: &[u8]) -> Result<(Entry, usize), Decode> {
+    let mut r = Rd { b, pos: 0 };
+    let name_len = usize::from(r.u16()?);
+    let flags = r.u16()?;
+    let spans_n = r.u32()?;
+    let spans_at = r.u64()?;
+    let first_seq = r.u64()?;
+    let last_seq = r.u64()?;
+    let count = r.u64()?;
+    let bytes = r.u64()?;
+    let own = get_agg(&mut r)?;
+    let floor = r.u64()?;
+    let depth = r.u64()?;
+    let parent = get_ref(&mut r)?;
+    let jump = get_ref(&mut r)?;
+    let jj = get_ref(&mut r)?;
+    let agg = get_agg(&mut r)?;
+    let jump_agg = get_agg(&mut r)?;
+    let name = r.str(name_len)?.to_string();
+    Ok((
+        Entry {
+            name,
+            flags,
+            spans_at,
+            spans_n,
+            first_seq,
+            last_seq,
+            count,
+            bytes,
+            own,
+            floor,
+            depth,
+            parent,
+            jump,
+            jj,
+            agg,
+            jump_agg,
+        },
+        r.pos,
+    ))
+}
+
+/// A verified index file read whole (start-up folds every one of them).
+pub struct IdxContents {
+    pub header: IdxHeader,
+    bytes: Vec<u8>,
+}
+
+impl IdxContents {
+    /// Read, check the checksum and the header. `Err` names what is wrong.
+    pub fn read(file: &dyn VFile) -> io::Result<IdxContents> {
+        let bytes = file.read_all()?;
+        let body_len = bytes
+            .len()
+            .checked_sub(4)
+            .ok_or_else(|| bad(Decode::Bad("index file is truncated")))?;
+        let crc = u32::from_le_bytes(
+            bytes[body_len..]
+                .try_into()
+                .map_err(|_| bad(Decode::Bad("index file is truncated")))?,
+        );
+        if crc32c::crc32c(&bytes[..body_len]) != crc {
+            return Err(bad(Decode::Bad("index file checksum mismatch")));
+        }
+        let header = IdxHeader::parse(&bytes).map_err(bad)?;
+        if header.file_len() != bytes.len() as u64 {
+            return Err(bad(Decode::Bad(
+                "index file length does not match its header",
+            )));
+        }
+        Ok(IdxContents { header, bytes })
+    }
+
+    /// The header of an index file's bytes (as just built).
+    pub fn header_of(bytes: &[u8]) -> io::Result<IdxHeader> {
+        IdxHeader::parse(bytes).map_err(bad)
+    }
+
+    /// Every entry, in file order.
+    pub fn entries(&self) -> io::Result<Vec<Entry>> {
+        let at = usize::try_from(self.header.entries_at()).map_err(io::Error::other)?;
+        let len = usize::try_from(self.header.entries_len).map_err(io::Error::other)?;
+        let region = self
+            .bytes
+            .get(at..at + len)
+            .ok_or_else(|| bad(Decode::Bad("index entries past the end")))?;
+        let mut out = Vec::with_capacity(self.header.entries as usize);
+        let mut pos = 0;
+        while pos < region.len() {
+            let (e, n) = parse_entry(&region[pos..]).map_err(bad)?;
+            out.push(e);
+            pos += n;
+        }
+        if out.len() != self.header.entries as usize {
+            return Err(bad(Decode::Bad(
+                "index entry count does not match its header",
+            )));
+        }
+        Ok(out)
+    }
+
+    /// The spans of one entry.
+    pub fn spans(&self, e: &Entry) -> io::Result<Vec<Span>> {
+        let mut out = Vec::with_capacity(e.spans_n as usize);
+        let base = self.header.spans_at() + e.spans_at * SPAN_LEN as u64;
+        for i in 0..u64::from(e.spans_n) {
+            let at = usize::try_from(base + i * SPAN_LEN as u64).map_err(io::Error::other)?;
+            let b = self
+                .bytes
+                .get(at..at + SPAN_LEN)
+                .ok_or_else(|| bad(Decode::Bad("span past the end")))?;
+            out.push(Span::parse(b).map_err(bad)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Read the header of an index file (80 bytes).
+pub fn read_header(file: &dyn VFile) -> io::Result<IdxHeader> {
+    let mut b = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut b, 0)?;
+    IdxHeader::parse(&b).map_err(bad)
+}
+
+/// Find a stream's entry with a few `pread`s (probe the slot table, then read the entry).
+pub fn lookup(file: &dyn VFile, h: &IdxHeader, name: &str) -> io::Result<Option<Entry>> {
+    let hash = name_hash(name);
+    let tag = (hash >> 32) as u32;
+    let slots = u64::from(h.slots);
+    let mut i = hash & (slots - 1);
+    let mut probes = 0u64;
+    // Slots are read 8 at a time: most lookups need one read.
+    let mut block = [0u8; 8 * SLOT_LEN];
+    let mut block_at = u64::MAX;
+    while probes < slots {
+        let blk = i / 8;
+        if blk != block_at {
+            let n = (slots - blk * 8).min(8) as usize * SLOT_LEN;
+            file.read_exact_at(
+                &mut block[..n],
+                HEADER_LEN as u64 + blk * 8 * SLOT_LEN as u64,
+            )?;
+            block_at = blk;
+        }
+        let at = (i % 8) as usize * SLOT_LEN;
+        let slot_tag = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+        let off = u32::from_le_bytes([block[at + 4], block[at + 5], block[at + 6], block[at + 7]]);
+        if off == 0 {
+            return Ok(None);
+        }
+        if slot_tag == tag {
+            let mut buf = vec![0u8; ENTRY_FIXED + name.len()];
+            let n = file.read_full_at(&mut buf, h.entries_at() + u64::from(off - 1))?;
+            if let Ok((e, _)) = parse_entry(&buf[..n])
+                && e.name == name
+            {
+                return Ok(Some(e));
+            }
+        }
+        i = (i + 1) & (slots - 1);
+        probes += 1;
+    }
+    Ok(None)
+}
+
+/// Read `n` spans of an entry starting at its `i`-th.
+pub fn read_spans(
+    file: &dyn VFile,
+    h: &IdxHeader,
+    e: &Entry,
+    i: u32,
+    n: u32,
+) -> io::Result<Vec<Span>> {
+    let n = n.min(e.spans_n.saturating_sub(i));
+    let mut buf = vec![0u8; n as usize * SPAN_LEN];
+    let at = h.spans_at() + (e.spans_at + u64::from(i)) * SPAN_LEN as u64;
+    file.read_exact_at(&mut buf, at)?;
+    buf.chunks_exact(SPAN_LEN)
+        .map(|c| Span::parse(c).map_err(bad))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::vfs::{OpenMode, Vfs};
+    use std::path::Path;
+
+    fn span(first_seq: u64, count: u32) -> Span {
+        Span {
+            first_seq,
+            min_ts: 1,
+            max_ts: 2,
+            count,
+            off: 100,
+            len: 50,
+            rec_end: 60,
+        }
+    }
+
+    fn summary() -> SegSummary {
+        SegSummary {
+            segment: 5,
+            next_lsn: 9,
+            log_len: 4096,
+            min_append_ms: 10,
+            max_append_ms: 20,
+            ids: 3,
+        }
+    }
+
+    fn entry(name: &str, first_seq: u64) -> Entry {
+        Entry {
+            name: name.into(),
+            flags: F_EVENTS,
+            first_seq,
+            last_seq: first_seq + 9,
+            count: 10,
+            bytes: 500,
+            own: Some(Agg {
+                min_ts: 1,
+                max_ts: 2,
+            }),
+            depth: 3,
+            parent: NodeRef {
+                seg: 2,
+                depth: 2,
+                first_seq: 1,
+            },
+            jump: NodeRef {
+                seg: 1,
+                depth: 1,
+                first_seq: 1,
+            },
+            agg: Some(Agg {
+                min_ts: 0,
+                max_ts: 2,
+            }),
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn write_read_lookup() {
+        let fs = crate::sim::SimFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let mut b = IdxBuilder::new();
+        let names: Vec<String> = (0..100).map(|i| format!("stream-{i}")).collect();
+        for (i, n) in names.iter().enumerate() {
+            let spans: Vec<Span> = (0..i % 3 + 1)
+                .map(|k| span(k as u64 * 10 + 1, 10))
+                .collect();
+            let mut e = entry(n, 1);
+            e.spans_n = spans.len() as u32;
+            b.add(&e, &spans).unwrap();
+        }
+        let bytes = b.finish(&summary()).unwrap();
+        let f = fs.open(Path::new("/d/x.idx"), OpenMode::CreateNew).unwrap();
+        f.write_all_at(&bytes, 0).unwrap();
+        let all = IdxContents::read(&*f).unwrap();
+        assert_eq!(all.header.entries, 100);
+        let entries = all.entries().unwrap();
+        assert_eq!(entries[7].name, "stream-7");
+        assert_eq!(all.spans(&entries[8]).unwrap().len(), 3);
+        let h = read_header(&*f).unwrap();
+        assert_eq!(h, all.header);
+        for (i, n) in names.iter().enumerate() {
+            let e = lookup(&*f, &h, n).unwrap().unwrap();
+            assert_eq!(e.name, *n);
+            assert_eq!(e.spans_n as usize, i % 3 + 1);
+            assert_eq!(e.parent.seg, 2);
+            let spans = read_spans(&*f, &h, &e, 0, 10).unwrap();
+            assert_eq!(spans.len(), i % 3 + 1);
+            assert_eq!(spans.last().unwrap().first_seq, (i % 3) as u64 * 10 + 1);
+        }
+        assert_eq!(lookup(&*f, &h, "missing").unwrap(), None);
+        let mut bad = bytes.clone();
+        bad[100] ^= 1;
+        f.write_all_at(&bad, 0).unwrap();
+        assert!(IdxContents::read(&*f).is_err());
+    }
+
+    #[test]
+    fn golden_bytes_of_an_empty_index() {
+        let bytes = IdxBuilder::new().finish(&summary()).unwrap();
+        let mut want = b"VXIX".to_vec();
+        want.extend_from_slice(&[1, 0, 0, 0]);
+        for v in [5u64, 9, 4096] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        want.extend_from_slice(&10i64.to_le_bytes());
+        want.extend_from_slice(&20i64.to_le_bytes());
+        want.extend_from_slice(&3u64.to_le_bytes());
+        want.extend_from_slice(&0u32.to_le_bytes()); // entries
+        want.extend_from_slice(&1u32.to_le_bytes()); // slots
+        want.extend_from_slice(&0u64.to_le_bytes()); // entries_len
+        want.extend_from_slice(&0u64.to_le_bytes()); // spans
+        want.extend_from_slice(&[0u8; 8]); // one empty slot
+        let crc = crc32c::crc32c(&want);
+        want.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn golden_bytes_of_one_entry() {
+        let mut b = IdxBuilder::new();
+        let mut e = entry("ab", 11);
+        e.floor = 4;
+        e.flags = F_EVENTS | F_TOMBSTONE;
+        b.add(&e, &[span(11, 10)]).unwrap();
+        let bytes = b.finish(&summary()).unwrap();
+        let h = IdxHeader::parse(&bytes).unwrap();
+        assert_eq!((h.entries, h.slots, h.spans), (1, 2, 1));
+        let at = HEADER_LEN + 2 * SLOT_LEN;
+        let mut want = Vec::new();
+        want.extend_from_slice(&2u16.to_le_bytes());
+        want.extend_from_slice(&3u16.to_le_bytes());
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&0u64.to_le_bytes());
+        for v in [11u64, 20, 10, 500] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [1i64, 2] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [4u64, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [0i64, 2, i64::MAX, i64::MIN] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        want.extend_from_slice(b"ab");
+        assert_eq!(bytes[at..at + want.len()], want[..]);
+        let s = &bytes[at + want.len()..at + want.len() + SPAN_LEN];
+        let mut ws = Vec::new();
+        ws.extend_from_slice(&11u64.to_le_bytes());
+        ws.extend_from_slice(&1i64.to_le_bytes());
+        ws.extend_from_slice(&2i64.to_le_bytes());
+        for v in [10u32, 100, 50, 60] {
+            ws.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(s, &ws[..]);
+    }
+}

@@ -1,0 +1,313 @@
+//! The storage I/O seam: every file operation of the log, the index files, the carry file and
+//! the data dir's metadata goes through [`Vfs`] and [`VFile`], so that tests can replace the
+//! disk with [`crate::sim::SimFs`], which loses unsynced bytes on a simulated power cut and
+//! fails on command (the approach of redb's crash-consistency backend).
+//!
+//! [`RealFs`] is the production backend: `std::fs` with positional I/O (`pread`/`pwrite`),
+//! `fdatasync`, a directory fsync by opening the directory, and `flock` for the data-dir lock.
+//!
+//! [`FileCache`] keeps readers' descriptors of sealed segments and index files open on
+//! demand, at most a fixed number at a time, so the number of segments never bounds how many
+//! descriptors the process needs (a reader that holds a file keeps it alive past eviction).
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How to open a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// An existing file, read only.
+    Read,
+    /// An existing file, read and write.
+    Write,
+    /// A new file, read and write; fails if it exists.
+    CreateNew,
+    /// Create it if missing (never truncate), read and write.
+    Create,
+}
+
+/// A file: positional reads and writes, a data sync, truncation.
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "the length of a file, not of a collection"
+)]
+pub trait VFile: Send + Sync {
+    /// Read at most `buf.len()` bytes at `off`; 0 at or past the end.
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize>;
+    /// Write all of `buf` at `off`. On error, any prefix of `buf` may have been written.
+    fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// `fdatasync`: the bytes written so far survive a power cut.
+    fn sync_data(&self) -> io::Result<()>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+
+    /// Fill `buf` from `off`, or fail with `UnexpectedEof`.
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let n = self.read_full_at(buf, off)?;
+        if n < buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{} bytes at offset {off}, {n} available", buf.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Read until `buf` is full or the end of the file; returns the bytes read.
+    fn read_full_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let at = off.saturating_add(n as u64);
+            match self.read_at(&mut buf[n..], at) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// The whole file.
+    fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len()?)
+            .map_err(|_| io::Error::other("file larger than the address space"))?;
+        let mut buf = vec![0u8; len];
+        let n = self.read_full_at(&mut buf, 0)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+}
+
+/// A held data-dir lock; released when dropped.
+pub trait DirLock: Send + Sync {}
+impl<T: Send + Sync> DirLock for T {}
+
+/// The file system under the storage engine. Paths are absolute or relative to the process.
+pub trait Vfs: Send + Sync {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// The names of the entries of `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn open(&self, path: &Path, how: OpenMode) -> io::Result<Arc<dyn VFile>>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically replace `to` with `from`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// fsync a directory: its entries (creates, removes, renames) survive a power cut.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// Take the exclusive lock of `path` (created if missing); `None` if another process holds it.
+    fn lock(&self, path: &Path) -> io::Result<Option<Box<dyn DirLock>>>;
+}
+
+/// The real disk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+struct RealFile(File);
+
+impl VFile for RealFile {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.0.read_at(buf, off)
+    }
+    fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, off)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Vfs for RealFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                out.push(name.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    fn open(&self, path: &Path, how: OpenMode) -> io::Result<Arc<dyn VFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true);
+        match how {
+            OpenMode::Read => {}
+            OpenMode::Write => {
+                o.write(true);
+            }
+            OpenMode::CreateNew => {
+                o.write(true).create_new(true);
+            }
+            OpenMode::Create => {
+                o.write(true).create(true).truncate(false);
+            }
+        }
+        Ok(Arc::new(RealFile(o.open(path)?)))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Option<Box<dyn DirLock>>> {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        match f.try_lock() {
+            Ok(()) => Ok(Some(Box::new(f))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+/// Raise the soft limit on open descriptors to the hard limit, so that connections and the
+/// descriptor cache never meet a low default. Returns the (soft, hard) limits now in force.
+pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        lim.current = lim.maximum;
+        setrlimit(Resource::Nofile, lim).map_err(io::Error::from)?;
+    }
+    let lim = getrlimit(Resource::Nofile);
+    Ok((
+        lim.current.unwrap_or(u64::MAX),
+        lim.maximum.unwrap_or(u64::MAX),
+    ))
+}
+
+/// Open descriptors of read-only files (sealed segments, index files), at most `capacity`,
+/// least recently used evicted first. A reader keeps the `Arc` it got for as long as it reads.
+pub struct FileCache {
+    vfs: Arc<dyn Vfs>,
+    capacity: usize,
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    tick: u64,
+    files: HashMap<PathBuf, (Arc<dyn VFile>, u64)>,
+}
+
+impl FileCache {
+    pub fn new(vfs: Arc<dyn Vfs>, capacity: usize) -> Self {
+        FileCache {
+            vfs,
+            capacity: capacity.max(1),
+            inner: Mutex::new(CacheInner::default()),
+        }
+    }
+
+    /// The open file at `path`, opened read-only if it is not cached.
+    pub fn get(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
+        {
+            let mut g = self.inner.lock();
+            g.tick += 1;
+            let tick = g.tick;
+            if let Some((f, used)) = g.files.get_mut(path) {
+                *used = tick;
+                return Ok(Arc::clone(f));
+            }
+        }
+        // Opened outside the lock: opening may block on the disk.
+        let f = self.vfs.open(path, OpenMode::Read)?;
+        let mut g = self.inner.lock();
+        g.tick += 1;
+        let tick = g.tick;
+        if g.files.len() >= self.capacity
+            && let Some(oldest) = g
+                .files
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(p, _)| p.clone())
+        {
+            g.files.remove(&oldest);
+        }
+        g.files.insert(path.to_path_buf(), (Arc::clone(&f), tick));
+        Ok(f)
+    }
+
+    /// Forget `path` (it was removed or replaced).
+    pub fn evict(&self, path: &Path) {
+        self.inner.lock().files.remove(path);
+    }
+
+    /// Descriptors held by the cache now.
+    pub fn len(&self) -> usize {
+        self.inner.lock().files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let vfs: Arc<dyn Vfs> = Arc::new(RealFs);
+        for i in 0..5 {
+            std::fs::write(dir.path().join(i.to_string()), [i]).unwrap();
+        }
+        let cache = FileCache::new(Arc::clone(&vfs), 3);
+        let p = |i: u8| dir.path().join(i.to_string());
+        for i in 0..3 {
+            cache.get(&p(i)).unwrap();
+        }
+        cache.get(&p(0)).unwrap(); // 1 is now the least recently used
+        cache.get(&p(3)).unwrap();
+        assert_eq!(cache.len(), 3);
+        let held = cache.get(&p(4)).unwrap(); // evicts 2
+        assert_eq!(cache.len(), 3);
+        let mut b = [0u8; 1];
+        held.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(b, [4]);
+        cache.evict(&p(4));
+        // Evicted but still held: the reader's descriptor stays valid.
+        held.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
+        let (soft, hard) = raise_nofile_limit().unwrap();
+        assert_eq!(soft, hard);
+    }
+}
