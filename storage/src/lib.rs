@@ -220,29 +220,37 @@ impl Store {
     pub fn stream(&self, name: &str) -> Option<StreamInfo> {
         let shared = &self.inner.shared;
         let shard = self.shard_of(name);
-        if let Some((mut info, sealed, head, first_depth)) = shared.index.info(shard, name) {
-            if let (SealedTs::Stale, Some(h)) = (sealed, head) {
-                let read = &mut |r| shared.segments.entry(r, name);
-                match chain::aggregate(&h, first_depth, read) {
-                    Ok(agg) => {
-                        shared
-                            .index
-                            .set_sealed_ts(shard, name, head, first_depth, agg);
-                        let merged = agg.merge(idxfile::Agg {
-                            min_ts: info.first_ts.unwrap_or(i64::MAX),
-                            max_ts: info.last_ts.unwrap_or(i64::MIN),
-                        });
-                        if info.events > 0 && !merged.is_empty() {
-                            info.first_ts = Some(merged.min_ts);
-                            info.last_ts = Some(merged.max_ts);
-                        }
+        // Retention may remove the oldest node between reading the metadata and reading the
+        // chain; the metadata is then re-read (it moved past that node), a bounded few times.
+        for attempt in 0..8 {
+            let Some((mut info, sealed, head, first_depth)) = shared.index.info(shard, name) else {
+                break;
+            };
+            let (SealedTs::Stale, Some(h)) = (sealed, head) else {
+                return Some(info);
+            };
+            let read = &mut |r| shared.segments.entry(r, name);
+            match chain::aggregate(&h, first_depth, read) {
+                Ok(agg) => {
+                    shared
+                        .index
+                        .set_sealed_ts(shard, name, head, first_depth, agg);
+                    let merged = agg.merge(idxfile::Agg {
+                        min_ts: info.first_ts.unwrap_or(i64::MAX),
+                        max_ts: info.last_ts.unwrap_or(i64::MIN),
+                    });
+                    if info.events > 0 && !merged.is_empty() {
+                        info.first_ts = Some(merged.min_ts);
+                        info.last_ts = Some(merged.max_ts);
                     }
-                    Err(e) => {
-                        tracing::warn!(stream = name, error = %e, "cannot read the stream's ts range");
-                    }
+                    return Some(info);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 7 => continue,
+                Err(e) => {
+                    tracing::warn!(stream = name, error = %e, "cannot read the stream's ts range");
+                    return Some(info);
                 }
             }
-            return Some(info);
         }
         if shared.index.with(shard, name, |_| ()).is_some() {
             return None; // deleted

@@ -378,12 +378,12 @@ impl Cursor {
             {
                 return Ok(Some(found));
             }
+            let before = self.next_seq;
             match self.sealed_span(shared, view.head) {
                 Ok(Some(found)) => return Ok(Some(found)),
+                Ok(None) if self.next_seq > before => continue, // skipped ahead: progress
                 Ok(None) => {}
-                Err(ReadError::Io(e))
-                    if e.kind() == io::ErrorKind::NotFound && retries < MAX_RETRIES =>
-                {
+                Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                     // A segment went (retention) or the active one was sealed: start over.
                     self.node = None;
                 }

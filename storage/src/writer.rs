@@ -507,7 +507,15 @@ impl Engine {
     ) -> Result<WritePlan, WriteError> {
         let batch = &req.batch;
         let runs = batch.runs();
-        // Pass 1: which events are duplicates, changing nothing.
+        let mut states: Vec<Option<WState>> = Vec::with_capacity(runs.len());
+        for run in runs {
+            states.push(
+                self.state_of(batch.stream(run))
+                    .map_err(|e| io_full("reading the carry file", e))?,
+            );
+        }
+        // Pass 1: which events are duplicates, changing nothing. An id whose event was
+        // deleted with its stream (seq ≤ the stream's floor) is not a duplicate any more.
         scratch.keys.clear();
         let total_ids: usize = runs.iter().map(|r| r.ids.len()).sum();
         let mut dup = vec![false; total_ids];
@@ -516,13 +524,19 @@ impl Engine {
         let mut dups = 0u64;
         let mut k = 0;
         for (ri, run) in runs.iter().enumerate() {
+            let floor = states[ri].map_or(0, |s| s.floor);
             let mut f = run.count;
             for id in &run.ids {
-                let seen = scratch.pending.get(&id.key).copied().or_else(|| {
-                    self.dedup
-                        .get(run.shard as usize)
-                        .and_then(|t| t.get(id.key, now))
-                });
+                let seen = scratch
+                    .pending
+                    .get(&id.key)
+                    .copied()
+                    .or_else(|| {
+                        self.dedup
+                            .get(run.shard as usize)
+                            .and_then(|t| t.get(id.key, now))
+                    })
+                    .filter(|&seq| seq > floor);
                 if let Some(seq) = seen {
                     dup[k] = true;
                     dup_seq[ri] = Some(seq);
@@ -536,13 +550,6 @@ impl Engine {
                 k += 1;
             }
             fresh.push(f);
-        }
-        let mut states: Vec<Option<WState>> = Vec::with_capacity(runs.len());
-        for run in runs {
-            states.push(
-                self.state_of(batch.stream(run))
-                    .map_err(|e| io_full("reading the carry file", e))?,
-            );
         }
         let total_fresh: u64 = fresh.iter().map(|&f| u64::from(f)).sum();
         if total_fresh == 0 {

@@ -1,0 +1,142 @@
+//! Storage faults on the simulated disk (SPEC §7): a full disk, failed writes, fsyncs,
+//! truncations, directory syncs and creates, each at the moment the engine meets it, and what
+//! the engine answers and keeps.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use support::*;
+use vx_storage::sim::{Fault, SimFs};
+use vx_storage::*;
+
+fn one(stream: &str, id: &str) -> WriteRequest {
+    req(&[ev(stream, Some(id), 1, 1)])
+}
+
+#[test]
+fn a_request_of_duplicates_reaches_the_level_it_reports() {
+    let fs = SimFs::new();
+    let mut c = sim_cfg(&fs);
+    c.fsync = FsyncMode::Interval;
+    c.fsync_interval = std::time::Duration::from_secs(3600);
+    let (store, _) = Store::open(c).unwrap();
+    let out = block(store.write(one("s", "a"))).unwrap();
+    assert_eq!(out.durability, Durability::Write);
+    let (syncs, _) = fs.syncs();
+    // The retry asks for fsync: the original is unsynced, so an fsync must happen first.
+    let mut retry = one("s", "a");
+    retry.durability = Some(Durability::Fsync);
+    let out = block(store.write(retry)).unwrap();
+    assert_eq!((out.accepted, out.duplicates), (0, 1));
+    assert_eq!(out.durability, Durability::Fsync);
+    assert_eq!(fs.syncs().0, syncs + 1, "an fsync covered the original");
+    // Nothing is unsynced now: the next such retry needs none.
+    let mut retry = one("s", "a");
+    retry.durability = Some(Durability::Fsync);
+    assert_eq!(
+        block(store.write(retry)).unwrap().durability,
+        Durability::Fsync
+    );
+    assert_eq!(fs.syncs().0, syncs + 1);
+}
+
+#[test]
+fn a_full_disk_refuses_cuts_the_partial_write_and_resumes() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    fs.fail_next(Fault::NoSpace, 1);
+    let err = block(store.write(one("s", "2"))).unwrap_err();
+    assert!(matches!(err, WriteError::StorageFull(_)), "{err}");
+    assert!(!store.is_poisoned());
+    // The retry is stored (not a duplicate), right after the first.
+    let out = block(store.write(one("s", "2"))).unwrap();
+    assert_eq!((out.accepted, out.last_seq[0].1), (1, 2));
+    store.shutdown();
+    drop(store);
+    let (store, report) = Store::open(sim_cfg(&fs)).unwrap();
+    assert_eq!(
+        report.truncated_bytes, 0,
+        "the partial write was cut at once"
+    );
+    assert_eq!(read(&store, "s", all(10)).len(), 2);
+}
+
+#[test]
+fn a_failed_truncation_after_a_failed_write_poisons() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    fs.fail_next(Fault::NoSpace, 1);
+    fs.fail_next(Fault::Truncate, 1);
+    assert!(block(store.write(one("s", "2"))).is_err());
+    assert!(store.is_poisoned());
+    assert!(matches!(
+        block(store.write(one("s", "3"))),
+        Err(WriteError::Poisoned(_))
+    ));
+    store.shutdown();
+    drop(store);
+    // Restart: the torn partial write is cut as a torn tail; what was acknowledged is there.
+    let (store, report) = Store::open(sim_cfg(&fs)).unwrap();
+    assert!(report.truncated_bytes > 0);
+    assert_eq!(read(&store, "s", all(10)).len(), 1);
+    assert_eq!(block(store.write(one("s", "2"))).unwrap().last_seq[0].1, 2);
+}
+
+#[test]
+fn a_failed_fsync_poisons_and_never_pretends() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    fs.fail_next(Fault::Fsync, 1);
+    assert!(matches!(
+        block(store.write(one("s", "2"))),
+        Err(WriteError::Poisoned(_))
+    ));
+    assert!(store.is_poisoned());
+    assert!(block(store.delete("s", None)).is_err());
+    store.shutdown();
+    drop(store);
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    assert_eq!(read(&store, "s", all(10)).len(), 1);
+    // "2" was refused, so its retry is stored, not a duplicate.
+    assert_eq!(block(store.write(one("s", "2"))).unwrap().accepted, 1);
+}
+
+#[test]
+fn failed_rolls_keep_appending_and_never_stop_a_start() {
+    for fault in [Fault::SyncDir, Fault::Create, Fault::Write, Fault::Fsync] {
+        let fs = SimFs::new();
+        let mut c = sim_cfg(&fs);
+        c.segment_bytes = 2048;
+        let (store, _) = Store::open(c.clone()).unwrap();
+        let mut stored = 0;
+        for i in 0..200 {
+            if i == 20 {
+                // The next roll's directory sync, segment create, index write or fsync fails.
+                fs.fail_next(fault, 1);
+            }
+            match block(store.write(one("s", &format!("{i}")))) {
+                Ok(_) => stored += 1,
+                Err(e) => {
+                    // Only a failed write or fsync of a group refuses requests.
+                    assert!(
+                        matches!(fault, Fault::Write | Fault::Fsync),
+                        "{fault:?}: {e}"
+                    );
+                    if store.is_poisoned() {
+                        break;
+                    }
+                }
+            }
+        }
+        store.shutdown();
+        drop(store);
+        let (store, _) = Store::open(c).unwrap();
+        let got = read(&store, "s", all(1000));
+        assert_eq!(got.len(), stored, "{fault:?}");
+        assert!(got.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1));
+    }
+}

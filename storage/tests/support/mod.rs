@@ -1,0 +1,89 @@
+//! What the storage crate's integration tests share: events, requests, a runtime to block on,
+//! reading a whole stream back, and stores on the simulated disk.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use vx_proto::{Batch, EventView, Kind, Num};
+use vx_storage::sim::SimFs;
+use vx_storage::*;
+
+/// A counter event of `stream` with value `value` and ts `ts`.
+pub fn ev<'a>(stream: &'a str, id: Option<&'a str>, ts: i64, value: i64) -> EventView<'a> {
+    EventView {
+        stream,
+        entity: Some("p1"),
+        ty: "hit",
+        ts,
+        kind: Kind::Counter,
+        value: Some(Num::Int(value)),
+        id,
+        data: Some("{\"w\":\"bow\"}"),
+    }
+}
+
+pub fn req(events: &[EventView<'_>]) -> WriteRequest {
+    let mut b = Batch::new();
+    for e in events {
+        b.push(e).unwrap();
+    }
+    WriteRequest {
+        batch: b,
+        durability: None,
+        expected_last_seq: None,
+        guard: None,
+    }
+}
+
+pub fn block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// (seq, id, ts, value) of every event a query returns.
+pub type Got = Vec<(u64, Option<String>, i64, i64)>;
+
+pub fn read(store: &Store, stream: &str, q: ReadQuery) -> Got {
+    let mut c = store.read(stream, q).unwrap();
+    let mut out = Vec::new();
+    while let Some((seq, e)) = c.next_event().unwrap() {
+        let value = match e.value {
+            Some(Num::Int(v)) => v,
+            _ => i64::MIN,
+        };
+        out.push((seq, e.id.map(str::to_string), e.ts, value));
+    }
+    out
+}
+
+pub fn all(limit: u64) -> ReadQuery {
+    ReadQuery {
+        limit,
+        ..Default::default()
+    }
+}
+
+pub fn from(seq: u64, limit: u64) -> ReadQuery {
+    ReadQuery {
+        from: Some(seq),
+        limit,
+        ..Default::default()
+    }
+}
+
+/// A store configuration on the simulated disk, data dir `/data`.
+pub fn sim_cfg(fs: &SimFs) -> StorageConfig {
+    let mut c = StorageConfig::new("/data");
+    c.shards = Some(4);
+    c.vfs = Arc::new(fs.clone());
+    c
+}
+
+pub fn real_cfg(dir: &Path) -> StorageConfig {
+    let mut c = StorageConfig::new(dir);
+    c.shards = Some(4);
+    c
+}
