@@ -21,6 +21,10 @@
 //! - `vx_dedup_horizon_seconds{shard}`: how far back dedup reaches (0 when nothing is
 //!   remembered).
 //! - `vx_bootstrap_duration_seconds`: time from start to ready; `vx_ready`: 1 when ready.
+//! - `vx_log_segments`, `vx_log_bytes`, `vx_log_open_files`,
+//!   `vx_log_oldest_append_timestamp_seconds`, `vx_retention_deleted_segments_total`,
+//!   `vx_retention_deleted_bytes_total`, `vx_segment_seal_duration_seconds`,
+//!   `vx_streams_deleted_total`: the log's size, retention and deletes (SPEC §5).
 //! - `vx_frames_connections`: open binary-frames connections (handshake done).
 //! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
 //!   shard was at its high-water mark or the queued-byte budget was spent (SPEC §4); events
@@ -84,6 +88,7 @@ pub struct StorageObserver {
     events: Counter,
     bytes: Counter,
     records: Counter,
+    seal: Histogram,
 }
 
 impl Observer for StorageObserver {
@@ -95,6 +100,10 @@ impl Observer for StorageObserver {
         self.records.inc_by(records);
         self.events.inc_by(events);
         self.bytes.inc_by(bytes);
+    }
+
+    fn sealed(&self, took: Duration) {
+        self.seal.observe(took.as_secs_f64());
     }
 }
 
@@ -111,6 +120,8 @@ pub struct Metrics {
     ready: Gauge,
     observer: Arc<StorageObserver>,
     frames: FramesHandles,
+    /// `DELETE /v1/streams/{stream}` answered 200.
+    pub streams_deleted: Counter,
 }
 
 /// Counters of the binary-frames listeners.
@@ -191,7 +202,13 @@ impl Metrics {
             events: Counter::default(),
             bytes: Counter::default(),
             records: Counter::default(),
+            seal: Histogram::new(exponential_buckets(0.000_1, 2.0, 18)),
         });
+        registry.register(
+            "vx_segment_seal_duration_seconds",
+            "Time to seal a log segment (write and sync its index file)",
+            observer.seal.clone(),
+        );
         registry.register(
             "vx_fsync_duration_seconds",
             "Latency of the log writer's fdatasync calls",
@@ -238,6 +255,13 @@ impl Metrics {
             frames.stalls.clone(),
         );
 
+        let streams_deleted = Counter::default();
+        registry.register(
+            "vx_streams_deleted",
+            "Streams deleted (tombstoned) by DELETE /v1/streams/{stream}",
+            streams_deleted.clone(),
+        );
+
         registry.register_collector(Box::new(EngineCollector { engine }));
 
         Metrics {
@@ -251,6 +275,7 @@ impl Metrics {
             ready,
             observer,
             frames,
+            streams_deleted,
         }
     }
 
@@ -453,6 +478,54 @@ impl Collector for EngineCollector {
             "vx_storage_poisoned",
             "1 after a failed fsync: the store refuses writes until restart",
             if store.is_poisoned() { 1.0 } else { 0.0 },
+        )?;
+        let log = store.log_stats();
+        gauge(
+            &mut encoder,
+            "vx_log_segments",
+            "Log segments on disk (sealed and active)",
+            log.segments as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_bytes",
+            "Bytes of the log on disk: segments and their index files",
+            log.bytes as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_open_files",
+            "Descriptors of sealed segments and index files held open for readers (bounded cache)",
+            log.open_files as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_oldest_append_timestamp_seconds",
+            "Append time of the oldest retained record, Unix seconds (0 when the log is empty)",
+            log.oldest_append_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
+        )?;
+        counter(
+            &mut encoder,
+            "vx_retention_deleted_segments",
+            "Sealed segments removed by retention since start",
+            log.retained_segments,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_retention_deleted_bytes",
+            "Bytes (segments and index files) removed by retention since start",
+            log.retained_bytes,
         )
     }
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let c = prometheus_client::metrics::counter::ConstCounter::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+    c.encode(metric)
 }

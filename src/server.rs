@@ -186,8 +186,24 @@ impl Server {
             });
         }
 
-        // Recovery reads the whole log tail: keep it off the async workers.
+        // Sealed segments are opened on demand through a bounded cache, but sockets and
+        // followers need descriptors too: take the hard limit rather than the soft default.
+        let nofile = match vx_storage::vfs::raise_nofile_limit() {
+            Ok((soft, hard)) => {
+                tracing::debug!(soft, hard, "RLIMIT_NOFILE");
+                soft
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot raise the soft RLIMIT_NOFILE");
+                1024
+            }
+        };
+        // Recovery reads the active segment and the index files: keep it off the async workers.
         let mut storage = config.storage_config();
+        // A quarter of the descriptors at most for cached log files: the rest is for
+        // connections. Under a low limit the cache only reopens files more often.
+        let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
+        storage.open_files = storage.open_files.min(quarter).max(16);
         storage.observer = Some(state.metrics().observer());
         let opened = tokio::task::spawn_blocking(move || vx_storage::Store::open(storage)).await;
         let opened = match opened {
@@ -203,6 +219,9 @@ impl Server {
                     events = report.events,
                     streams = report.streams,
                     truncated_bytes = report.truncated_bytes,
+                    index_files = report.index_files,
+                    scanned_segments = report.scanned_segments,
+                    removed_strays = report.removed_strays,
                     recovery_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
                     shards = store.shards(),
                     fsync = store.fsync_mode().as_str(),

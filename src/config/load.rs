@@ -320,6 +320,21 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
             cfg.storage.segment_bytes
         ));
     }
+    if cfg.storage.segment_bytes > vx_storage::MAX_SEGMENT_BYTES {
+        return bad(format!(
+            "storage.segment_bytes must be at most {} (the index file's offsets are 32-bit), got {}",
+            vx_storage::MAX_SEGMENT_BYTES,
+            cfg.storage.segment_bytes
+        ));
+    }
+    if i.max_body_bytes > vx_storage::MAX_BODY_BYTES {
+        // A request is one log record, whose length field is 32-bit with a 1 GiB cap.
+        return bad(format!(
+            "ingest.max_body_bytes must be at most {} (a request is one log record, at most 1GiB), got {}",
+            vx_storage::MAX_BODY_BYTES,
+            i.max_body_bytes
+        ));
+    }
     if cfg.storage.fsync == FsyncSetting::Interval && cfg.storage.fsync_interval_ms == 0 {
         return bad("storage.fsync_interval_ms must be at least 1 with fsync: interval".into());
     }
@@ -385,12 +400,6 @@ fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
 fn not_yet_warnings(cfg: &Config) -> Vec<String> {
     let mut w = Vec::new();
     let later = |key: &str| format!("{key} is set, but it takes effect in a later release");
-    if cfg.retention.max_age.is_some() {
-        w.push(later("retention.max_age"));
-    }
-    if cfg.retention.max_bytes.is_some() {
-        w.push(later("retention.max_bytes"));
-    }
     if !cfg.features.is_empty() {
         w.push(later("features"));
     }

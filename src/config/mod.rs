@@ -299,6 +299,10 @@ impl Config {
         s.dedup_window = self.ingest.dedup_window;
         s.dedup_memory = self.ingest.dedup_memory;
         s.max_streams = self.storage.max_streams;
+        s.retention = vx_storage::Retention {
+            max_age: self.retention.max_age,
+            max_bytes: self.retention.max_bytes,
+        };
         s.repair = self.repair;
         s
     }

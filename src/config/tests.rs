@@ -310,16 +310,30 @@ fn env_warnings_and_errors() {
 fn later_release_keys_warn() {
     let (_, warnings) = load(
         None,
-        &env(&[("VX_RETENTION_MAX_AGE", "7d")]),
+        &env(&[("VX_TELEMETRY_OTLP_ENDPOINT", "http://127.0.0.1:4317")]),
         &Overrides::default(),
     )
     .unwrap();
     assert!(
         warnings
             .iter()
-            .any(|w| w.contains("retention.max_age") && w.contains("later release")),
+            .any(|w| w.contains("telemetry.otlp_endpoint") && w.contains("later release")),
         "{warnings:?}"
     );
+    // Retention is enforced now: no warning, and it reaches the engine.
+    let (c, warnings) = load(
+        None,
+        &env(&[
+            ("VX_RETENTION_MAX_AGE", "7d"),
+            ("VX_RETENTION_MAX_BYTES", "10GiB"),
+        ]),
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let r = c.storage_config().retention;
+    assert_eq!(r.max_age, Some(Duration::from_secs(7 * 86_400)));
+    assert_eq!(r.max_bytes, Some(10 << 30));
     // The frames listeners are real now: no warning.
     let cli = Overrides {
         frames_listen: Some("127.0.0.1:7101".into()),
@@ -343,6 +357,18 @@ fn validation_catches_bad_ranges() {
     bad(&|c| c.ingest.low_water = 0.0, "low_water");
     bad(&|c| c.ingest.high_water = 1.5, "high_water");
     bad(&|c| c.storage.shards = Some(0), "storage.shards");
+    // Past what one log record can hold (a request is one record).
+    bad(
+        &|c| {
+            c.ingest.max_body_bytes = 1_288_490_189; // 1.2 GiB
+            c.ingest.max_inflight_bytes = 2 << 30;
+        },
+        "ingest.max_body_bytes must be at most",
+    );
+    bad(
+        &|c| c.storage.segment_bytes = 3 << 30,
+        "storage.segment_bytes must be at most",
+    );
     bad(&|c| c.ingest.queue_capacity = 0, "queue_capacity");
     bad(&|c| c.ingest.max_event_bytes = 128 << 20, "max_event_bytes");
     bad(

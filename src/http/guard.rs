@@ -6,8 +6,8 @@ use super::AppError;
 use crate::config::Scope;
 use crate::state::{AppState, Phase};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::HeaderValue;
 use axum::http::header::{AUTHORIZATION, CONNECTION};
+use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
@@ -80,11 +80,13 @@ pub async fn latency(
     resp
 }
 
-/// The scope a route needs; `None`: open to all (health checks).
-fn required_scope(route: &str) -> Option<Scope> {
+/// The scope a route needs; `None`: open to all (health checks). Deleting a stream destroys
+/// what producers wrote, so it needs `admin`, not `ingest`.
+fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     match route {
         "/healthz" | "/readyz" => None,
         "/v1/events" => Some(Scope::Ingest),
+        "/v1/streams/{stream}" if method == Method::DELETE => Some(Scope::Admin),
         _ => Some(Scope::Read),
     }
 }
@@ -108,7 +110,9 @@ pub async fn auth(
     next: Next,
 ) -> Response {
     let tokens = state.tokens();
-    let scope = path.as_ref().and_then(|p| required_scope(p.as_str()));
+    let scope = path
+        .as_ref()
+        .and_then(|p| required_scope(req.method(), p.as_str()));
     let (true, Some(scope)) = (!tokens.is_empty(), scope) else {
         return next.run(req).await;
     };

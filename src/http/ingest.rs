@@ -96,14 +96,7 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         .map_err(|e| {
             AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS)
         })?;
-    let durability = match header_str(headers, DURABILITY)? {
-        None => None,
-        Some(v) => Some(Durability::parse(&v.to_ascii_lowercase()).ok_or_else(|| {
-            AppError::bad_request(format!(
-                "X-Vx-Durability {v:?} is not one of none, write, fsync"
-            ))
-        })?),
-    };
+    let durability = durability(headers)?;
     let expected_last_seq = header_str(headers, EXPECTED_LAST_SEQ)?
         .map(|v| {
             v.parse::<u64>().map_err(|_| {
@@ -118,6 +111,18 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         encoding,
         durability,
         expected_last_seq,
+    })
+}
+
+/// `X-Vx-Durability`, on writes and deletes.
+pub(super) fn durability(headers: &HeaderMap) -> Result<Option<Durability>, AppError> {
+    Ok(match header_str(headers, DURABILITY)? {
+        None => None,
+        Some(v) => Some(Durability::parse(&v.to_ascii_lowercase()).ok_or_else(|| {
+            AppError::bad_request(format!(
+                "X-Vx-Durability {v:?} is not one of none, write, fsync"
+            ))
+        })?),
     })
 }
 

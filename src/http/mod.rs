@@ -3,7 +3,7 @@
 //!
 //! - [`error`]: `AppError`, the single error shape.
 //! - [`ingest`]: `POST /v1/events`.
-//! - [`streams`]: `GET /v1/streams`, `GET /v1/streams/{stream}`.
+//! - [`streams`]: `GET /v1/streams`, `GET`/`DELETE /v1/streams/{stream}`.
 //! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
@@ -31,7 +31,10 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/events", post(ingest::ingest))
         .route("/v1/streams", get(streams::list))
-        .route("/v1/streams/{stream}", get(streams::one))
+        .route(
+            "/v1/streams/{stream}",
+            get(streams::one).delete(streams::delete),
+        )
         .route("/v1/streams/{stream}/events", get(replay::events))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -1,5 +1,5 @@
-//! Stream metadata (SPEC §5): `GET /v1/streams` (a page of streams, sorted bytewise) and
-//! `GET /v1/streams/{stream}`.
+//! Stream metadata (SPEC §5): `GET /v1/streams` (a page of streams, sorted bytewise),
+//! `GET /v1/streams/{stream}`, and `DELETE /v1/streams/{stream}` (a durable tombstone).
 
 use super::AppError;
 use super::params::Params;
@@ -7,7 +7,7 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderName, HeaderValue, Uri};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use vx_storage::StreamInfo;
@@ -96,4 +96,40 @@ pub async fn one(
             shard,
         )),
     }
+}
+
+#[derive(Serialize)]
+struct Deleted<'a> {
+    stream: &'a str,
+    last_seq: u64,
+    durability: &'static str,
+}
+
+/// `DELETE /v1/streams/{stream}`: a tombstone record in the log. 200 with the stream's last
+/// seq (a later write continues after it) and the durability reached (`X-Vx-Durability` as for
+/// writes); 404 for an unknown or already deleted stream.
+pub async fn delete(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, AppError> {
+    let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    Params::parse(&uri, &[])?;
+    let durability = super::ingest::durability(&headers)?;
+    let router = engine(&state)?;
+    let shard = router.shard_of(&stream);
+    let resp = match router.store().delete(&stream, durability).await {
+        Ok(out) => {
+            state.metrics().streams_deleted.inc();
+            Json(Deleted {
+                stream: &stream,
+                last_seq: out.last_seq,
+                durability: out.durability.as_str(),
+            })
+            .into_response()
+        }
+        Err(e) => AppError::from(e).into_response(),
+    };
+    Ok(with_shard(resp, shard))
 }

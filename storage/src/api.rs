@@ -112,6 +112,9 @@ pub struct StorageConfig {
     pub dedup_window: Duration,
     pub dedup_memory: u64,
     pub max_streams: u64,
+    /// Descriptors of sealed segments and index files kept open for readers (an LRU cache);
+    /// the active segment and the data dir lock take two more.
+    pub open_files: usize,
     /// Capacity, in requests, of the channel to the writer thread.
     pub channel_capacity: usize,
     /// Truncate a bad record outside the active tail instead of refusing to start.
@@ -134,6 +137,7 @@ impl StorageConfig {
             dedup_window: Duration::from_secs(600),
             dedup_memory: 64 << 20,
             max_streams: 1_000_000,
+            open_files: crate::segment::FILE_CACHE,
             channel_capacity: 4096,
             repair: false,
             observer: None,
@@ -265,6 +269,7 @@ pub struct LogStats {
     pub bytes: u64,
     /// Append time of the oldest retained record, ms since the epoch.
     pub oldest_append_ms: Option<i64>,
+    /// Sealed segments, and their bytes (log and index file), removed by retention since start.
     pub retained_segments: u64,
     pub retained_bytes: u64,
     /// Descriptors of sealed segments and index files open for readers.

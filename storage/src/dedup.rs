@@ -51,6 +51,16 @@ impl DedupTable {
         self.evict(now_ms);
     }
 
+    /// Remember `key` at `seq` unless a later occurrence is remembered already. A stream's seqs
+    /// grow in log order, so the highest seq is the occurrence that counts: after a delete, the
+    /// same id stored again replaces the one the tombstone removed, whatever order recovery
+    /// reads the segments in.
+    pub fn insert_newer(&mut self, key: u128, seq: u64, append_ms: i64, now_ms: i64) {
+        if self.map.get(&key).is_none_or(|&(s, _)| s < seq) {
+            self.insert(key, seq, append_ms, now_ms);
+        }
+    }
+
     /// Forget what fell out of the window, then the oldest while over the memory budget.
     pub fn evict(&mut self, now_ms: i64) {
         let oldest_allowed = now_ms.saturating_sub(self.window_ms);

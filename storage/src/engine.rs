@@ -56,10 +56,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(shards: u32, vfs: Arc<dyn Vfs>, log_dir: PathBuf, active_seg: u64) -> Shared {
+    pub fn new(
+        shards: u32,
+        vfs: Arc<dyn Vfs>,
+        log_dir: PathBuf,
+        active_seg: u64,
+        open_files: usize,
+    ) -> Shared {
         Shared {
             index: Index::new(shards, active_seg),
-            segments: Segments::new(vfs, log_dir),
+            segments: Segments::new(vfs, log_dir, open_files),
             carry: RwLock::new(Carry::default()),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(String::new()),

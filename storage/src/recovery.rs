@@ -144,6 +144,7 @@ fn pass(
         Arc::clone(&vfs),
         log_dir.clone(),
         first,
+        cfg.open_files,
     ));
     *shared.carry.write() = carry;
     let window_ms = i64::try_from(cfg.dedup_window.as_millis()).unwrap_or(i64::MAX);
@@ -545,9 +546,7 @@ impl Recovery<'_> {
                                 && let Some(id) = ev.id
                             {
                                 let key = dedup::key(seed, run.stream, id);
-                                if t.get(key, now).is_none() {
-                                    t.insert(key, run.base_seq + i as u64, h.append_ms, now);
-                                }
+                                t.insert_newer(key, run.base_seq + i as u64, h.append_ms, now);
                             }
                         }
                     }
@@ -868,9 +867,7 @@ impl Recovery<'_> {
                         ids += 1;
                         if remember_ids && let Some(t) = self.engine.dedup.get_mut(shard as usize) {
                             let key = dedup::key(seed, run.stream, id);
-                            if t.get(key, now).is_none() {
-                                t.insert(key, run.base_seq + i as u64, h.append_ms, now);
-                            }
+                            t.insert_newer(key, run.base_seq + i as u64, h.append_ms, now);
                         }
                     }
                     self.engine.active_ids += ids;

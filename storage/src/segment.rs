@@ -208,11 +208,11 @@ pub struct Segments {
 }
 
 impl Segments {
-    pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf) -> Self {
+    pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf, open_files: usize) -> Self {
         Segments {
             log_dir,
             map: RwLock::new(BTreeMap::new()),
-            files: FileCache::new(vfs, FILE_CACHE),
+            files: FileCache::new(vfs, open_files),
         }
     }
 

@@ -122,6 +122,8 @@ pub struct ServerConfig {
     pub uds: Option<PathBuf>,
     pub args: Vec<String>,
     pub envs: Vec<(String, String)>,
+    /// A program the binary runs under (`prlimit --nofile=…`), with its arguments.
+    pub wrapper: Vec<String>,
 }
 
 impl ServerConfig {
@@ -131,7 +133,14 @@ impl ServerConfig {
             uds: None,
             args: Vec::new(),
             envs: Vec::new(),
+            wrapper: Vec::new(),
         }
+    }
+
+    /// Run the binary under `program args…` (which must exec the rest of its command line).
+    pub fn wrapped<S: Into<String>>(mut self, program: impl IntoIterator<Item = S>) -> Self {
+        self.wrapper = program.into_iter().map(Into::into).collect();
+        self
     }
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -155,7 +164,15 @@ impl ServerConfig {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_veltrix"));
+        let bin = env!("CARGO_BIN_EXE_veltrix");
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
