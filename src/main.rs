@@ -8,6 +8,11 @@ use veltrix::config;
 use veltrix::server::Server;
 use veltrix::signals::Signals;
 
+// Per-request allocations are small and cross threads (a tokio worker allocates a batch, the
+// log writer frees it): measured in docs/BENCHMARKS.md against glibc malloc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match serve() {
         Ok(()) => ExitCode::SUCCESS,
