@@ -66,9 +66,13 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Response, A
     let prefix = params.get("prefix").unwrap_or("");
     // `limit` ≤ LIST_MAX, so it fits any usize.
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let (streams, next) = router
-        .store()
-        .list_streams(prefix, params.get("after"), limit);
+    // The listing may read the carry file and index files: off the async workers.
+    let store = router.store().clone();
+    let (prefix, after) = (prefix.to_string(), params.get("after").map(str::to_string));
+    let (streams, next) =
+        tokio::task::spawn_blocking(move || store.list_streams(&prefix, after.as_deref(), limit))
+            .await
+            .map_err(|e| AppError::internal(format!("listing streams failed: {e}")))?;
     Ok(Json(Page {
         streams: streams.iter().map(StreamJson::from).collect(),
         next,
@@ -86,7 +90,13 @@ pub async fn one(
     Params::parse(&uri, &[])?;
     let router = engine(&state)?;
     let shard = router.shard_of(&stream);
-    match router.store().stream(&stream) {
+    // Recomputing a stream's ts range after retention reads index files: off the workers.
+    let store = router.store().clone();
+    let name = stream.clone();
+    let info = tokio::task::spawn_blocking(move || store.stream(&name))
+        .await
+        .map_err(|e| AppError::internal(format!("reading the stream failed: {e}")))?;
+    match info {
         Some(info) => Ok(with_shard(
             Json(StreamJson::from(&info)).into_response(),
             info.shard,

@@ -298,4 +298,14 @@ pub enum ReadError {
     },
     #[error("reading the log: {0}")]
     Io(#[from] std::io::Error),
+    /// Retention removed events of the range while it was being read; asking again from
+    /// `next_seq` starts at `first_seq`.
+    #[error(
+        "events of stream {stream:?} from seq {next_seq} were removed (retention or a delete) while being read; the first retained seq is now {first_seq}"
+    )]
+    Retained {
+        stream: String,
+        next_seq: u64,
+        first_seq: u64,
+    },
 }

@@ -368,7 +368,15 @@ impl Cursor {
             let Some(view) = shared.index.view(self.shard, &self.stream) else {
                 return Ok(None); // deleted meanwhile
             };
-            self.next_seq = self.next_seq.max(view.first_seq);
+            if view.first_seq > self.next_seq {
+                // Retention removed events this response was to hold (it started before
+                // them): end it as failed rather than skip a gap the client cannot see.
+                return Err(ReadError::Retained {
+                    stream: self.stream.to_string(),
+                    next_seq: self.next_seq,
+                    first_seq: view.first_seq,
+                });
+            }
             if self.next_seq > self.end_seq {
                 return Ok(None);
             }

@@ -421,6 +421,22 @@ mod tests {
         let h = parse_header(&buf).unwrap();
         assert_eq!((h.ty, h.len, h.n), (RecordType::Tombstone, len, 1));
         assert_eq!(tombstone(&buf).unwrap(), ("gone", 41));
+        // Byte by byte: the 32-byte header (type 4, one "run"), then the stream and last seq.
+        let mut want = Vec::new();
+        want.extend_from_slice(&46u32.to_le_bytes());
+        want.extend_from_slice(&buf[4..8]);
+        want.extend_from_slice(&[2, 4, 0, 0]);
+        want.extend_from_slice(&3u64.to_le_bytes());
+        want.extend_from_slice(&5i64.to_le_bytes());
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&4u16.to_le_bytes());
+        want.extend_from_slice(b"gone");
+        want.extend_from_slice(&41u64.to_le_bytes());
+        assert_eq!(buf, want);
+        assert_eq!(
+            u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+            crc32c::crc32c(&buf[8..])
+        );
     }
 
     /// The record of `sample()` byte by byte, as docs/ARCHITECTURE.md describes it.

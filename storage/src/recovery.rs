@@ -465,6 +465,19 @@ impl Recovery<'_> {
     }
 
     /// A stream's writer state, loaded from the carry file the first time it is seen.
+    /// The writer state of a stream that the retained index files or the carry file know of.
+    fn known(&mut self, name: &str) -> Result<Option<WState>, OpenError> {
+        if let Some(s) = self.engine.streams.get(name) {
+            return Ok(Some(*s));
+        }
+        Ok(self
+            .engine
+            .shared
+            .carry_get(name)
+            .map_err(io_err("reading the carry file"))?
+            .map(|e| WState::from(&e)))
+    }
+
     fn load(&mut self, name: &str) -> Result<WState, OpenError> {
         if let Some(s) = self.engine.streams.get(name) {
             return Ok(*s);
@@ -817,9 +830,13 @@ impl Recovery<'_> {
                         return Ok(Err("run length does not match its events".into()));
                     }
                     let prev = match seen.get(run.stream) {
-                        Some(&l) => l,
-                        None => self.load(run.stream)?.last,
+                        Some(&l) => Some(l),
+                        None => self.known(run.stream)?.map(|st| st.last),
                     };
+                    // A stream nothing retained knows of (no index entry, not in the carry
+                    // file) may start anywhere: retention removed the segments holding its
+                    // earlier events while it still had events in the active segment.
+                    let prev = prev.unwrap_or(run.base_seq.saturating_sub(1));
                     if run.base_seq != prev + 1 {
                         return Ok(Err(format!(
                             "run of stream {:?} starts at seq {}, expected {}",

@@ -369,6 +369,20 @@ impl Engine {
         let need_sync = (!buf.is_empty() && mode == FsyncMode::Always)
             || (wants_fsync && (!buf.is_empty() || *unsynced));
         let at = self.active_len;
+        // Index offsets within a segment are 32-bit: a segment that cannot be rolled (its
+        // seal keeps failing) stops taking writes before it outgrows them.
+        if at.saturating_add(buf.len() as u64) > u64::from(u32::MAX) {
+            let msg = format!(
+                "log segment {} cannot be rolled and has reached the 4GiB a segment can index",
+                self.active_first
+            );
+            tracing::error!("{msg}");
+            self.abort_group(first_lsn, counters, scratch);
+            for p in &mut planned {
+                p.answer(Err(WriteError::StorageFull(msg.clone())));
+            }
+            return;
+        }
         if !buf.is_empty() {
             if let Err(e) = self.active.write_all_at(buf, at) {
                 let msg = format!("write to log segment {} failed: {e}", self.active_first);
@@ -604,81 +618,105 @@ impl Engine {
         let mut planned_runs = Vec::with_capacity(runs.len());
         let mut ids = Vec::new();
         let mut last_seq = Vec::with_capacity(runs.len());
-        let mut k = 0;
-        for (ri, run) in runs.iter().enumerate() {
-            let name = batch.stream(run);
-            let run_dups = &dup[k..k + run.ids.len()];
-            k += run.ids.len();
-            if fresh[ri] == 0 {
-                let last = states[ri].map_or(0, |s| s.last);
-                last_seq.push((name.to_string(), dup_seq[ri].unwrap_or(last)));
-                continue;
-            }
-            let prior = self.streams.get(name).copied();
-            let carried = if prior.is_none() { states[ri] } else { None };
-            let st = self.load(name, carried);
-            scratch.undo.push((name.into(), prior));
-            let base = st.last + 1;
-            let head_rel = rb.begin_run(buf, name, base, fresh[ri]);
-            let events_at = buf.len();
-            let (mut min_ts, mut max_ts) = (run.min_ts, run.max_ts);
-            if run_dups.iter().any(|&d| d) {
-                // Copy the run without its duplicates; the ts range is that of what is kept.
-                (min_ts, max_ts) = (i64::MAX, i64::MIN);
-                let mut pos = 0usize;
-                let mut dropped = 0u64;
-                for (id, &is_dup) in run.ids.iter().zip(run_dups) {
-                    if !is_dup {
-                        let seq = base + u64::from(id.idx) - dropped;
+        // A record over the log's limit is refused only once it is built (start-up checks
+        // make that unreachable); then nothing of the request may stay behind: not its bytes
+        // in the group buffer, not its seqs, not its pending ids.
+        let undo_len = scratch.undo.len();
+        let counters = (self.live, self.carry_orphans);
+        let build = || -> Result<usize, WriteError> {
+            let mut k = 0;
+            for (ri, run) in runs.iter().enumerate() {
+                let name = batch.stream(run);
+                let run_dups = &dup[k..k + run.ids.len()];
+                k += run.ids.len();
+                if fresh[ri] == 0 {
+                    let last = states[ri].map_or(0, |s| s.last);
+                    last_seq.push((name.to_string(), dup_seq[ri].unwrap_or(last)));
+                    continue;
+                }
+                let prior = self.streams.get(name).copied();
+                let carried = if prior.is_none() { states[ri] } else { None };
+                let st = self.load(name, carried);
+                scratch.undo.push((name.into(), prior));
+                let base = st.last + 1;
+                let head_rel = rb.begin_run(buf, name, base, fresh[ri]);
+                let events_at = buf.len();
+                let (mut min_ts, mut max_ts) = (run.min_ts, run.max_ts);
+                if run_dups.iter().any(|&d| d) {
+                    // Copy the run without its duplicates; the ts range is that of what is kept.
+                    (min_ts, max_ts) = (i64::MAX, i64::MIN);
+                    let mut pos = 0usize;
+                    let mut dropped = 0u64;
+                    for (id, &is_dup) in run.ids.iter().zip(run_dups) {
+                        if !is_dup {
+                            let seq = base + u64::from(id.idx) - dropped;
+                            scratch.pending.insert(id.key, seq);
+                            ids.push((run.shard, id.key, seq));
+                            continue;
+                        }
+                        let at = id.at as usize;
+                        copy_kept(buf, &run.events[pos..at], &mut min_ts, &mut max_ts);
+                        pos = at + id.len as usize;
+                        dropped += 1;
+                    }
+                    copy_kept(buf, &run.events[pos..], &mut min_ts, &mut max_ts);
+                } else {
+                    buf.extend_from_slice(&run.events);
+                    for id in &run.ids {
+                        let seq = base + u64::from(id.idx);
                         scratch.pending.insert(id.key, seq);
                         ids.push((run.shard, id.key, seq));
-                        continue;
                     }
-                    let at = id.at as usize;
-                    copy_kept(buf, &run.events[pos..at], &mut min_ts, &mut max_ts);
-                    pos = at + id.len as usize;
-                    dropped += 1;
                 }
-                copy_kept(buf, &run.events[pos..], &mut min_ts, &mut max_ts);
-            } else {
-                buf.extend_from_slice(&run.events);
-                for id in &run.ids {
-                    let seq = base + u64::from(id.idx);
-                    scratch.pending.insert(id.key, seq);
-                    ids.push((run.shard, id.key, seq));
-                }
-            }
-            let bytes = (buf.len() - events_at) as u64;
-            rb.end_run(buf)?;
-            let last = base + u64::from(fresh[ri]) - 1;
-            self.set_state(
-                name,
-                WState {
-                    last,
+                let bytes = (buf.len() - events_at) as u64;
+                rb.end_run(buf)?;
+                let last = base + u64::from(fresh[ri]) - 1;
+                self.set_state(
+                    name,
+                    WState {
+                        last,
+                        floor: st.floor,
+                        deleted: false,
+                    },
+                );
+                last_seq.push((name.to_string(), last));
+                planned_runs.push(PlannedRun {
+                    run: ri,
+                    shard: run.shard,
                     floor: st.floor,
-                    deleted: false,
-                },
-            );
-            last_seq.push((name.to_string(), last));
-            planned_runs.push(PlannedRun {
-                run: ri,
-                shard: run.shard,
-                floor: st.floor,
-                placed: Placed {
-                    first_seq: base,
-                    count: fresh[ri],
-                    off: 0,
-                    len: u32::try_from(buf.len() - head_rel).unwrap_or(u32::MAX),
-                    rec_end: 0,
-                    min_ts,
-                    max_ts,
-                    bytes,
-                },
-                head_rel,
-                rec_end_rel: 0,
-            });
-        }
-        let len = rb.finish(buf)?;
+                    placed: Placed {
+                        first_seq: base,
+                        count: fresh[ri],
+                        off: 0,
+                        len: u32::try_from(buf.len() - head_rel).unwrap_or(u32::MAX),
+                        rec_end: 0,
+                        min_ts,
+                        max_ts,
+                        bytes,
+                    },
+                    head_rel,
+                    rec_end_rel: 0,
+                });
+            }
+            Ok(rb.finish(buf)?)
+        };
+        let len = match build() {
+            Ok(len) => len,
+            Err(e) => {
+                scratch.buf.truncate(rec_start);
+                for (stream, prior) in scratch.undo.drain(undo_len..).rev() {
+                    match prior {
+                        Some(st) => self.streams.insert(stream, st),
+                        None => self.streams.remove(&stream),
+                    };
+                }
+                (self.live, self.carry_orphans) = counters;
+                for (_, key, _) in &ids {
+                    scratch.pending.remove(key);
+                }
+                return Err(e);
+            }
+        };
         for r in &mut planned_runs {
             r.rec_end_rel = rec_start + len;
         }

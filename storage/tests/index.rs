@@ -226,3 +226,38 @@ fn descriptors_stay_bounded_with_many_segments() {
     check(&store, &model, &mut rng);
     assert!(store.log_stats().open_files <= 256);
 }
+
+/// `meta.json` as docs/ARCHITECTURE.md describes it, and a format 1 data dir (an earlier
+/// development version) refused with a message instead of misread.
+#[test]
+fn meta_json_and_format_1_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(real_cfg(tmp.path())).unwrap();
+    store.shutdown();
+    drop(store);
+    let text = std::fs::read_to_string(tmp.path().join("meta.json")).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let keys: Vec<&str> = meta
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys.len(), 5, "{text}");
+    assert_eq!(meta["format"], 2);
+    assert_eq!(meta["shards"], 4);
+    assert_eq!(meta["hash"], "xxh3-64");
+    assert_eq!(meta["writers"], 1);
+    assert!(meta["dedup_key"].is_u64(), "{text}");
+
+    let old = tempfile::tempdir().unwrap();
+    std::fs::write(
+        old.path().join("meta.json"),
+        r#"{"format":1,"shards":4,"hash":"xxh3-64","writers":1,"dedup_key":7}"#,
+    )
+    .unwrap();
+    let err = Store::open(real_cfg(old.path()))
+        .err()
+        .expect("format 1 refused");
+    assert!(err.to_string().contains("format 1"), "{err}");
+}
