@@ -537,15 +537,19 @@ impl Engine {
         // Finally the files.
         self.shared.segments.remove(seg);
         let bytes = info.log_len + info.idx_len;
+        // The segment before its index file, each removal synced: a crash in between leaves
+        // an index file without its segment, which start-up removes as a stray. The other
+        // order could leave an old segment without its index, which start-up would rebuild
+        // and then find its seqs behind what newer index files say.
         for path in [
-            segment::idx_path(&self.log_dir, seg),
             segment::segment_path(&self.log_dir, seg),
+            segment::idx_path(&self.log_dir, seg),
         ] {
             if let Err(e) = self.vfs.remove(&path) {
                 tracing::warn!(file = %path.display(), error = %e, "cannot remove a retained-away file");
             }
+            self.vfs.sync_dir(&self.log_dir)?;
         }
-        self.vfs.sync_dir(&self.log_dir)?;
         self.shared
             .retained_segments
             .fetch_add(1, Ordering::Relaxed);

@@ -124,12 +124,35 @@ fn pass(
         removed = true;
     }
     let carry_path = log_dir.join(segment::CARRY_FILE);
-    let carry = Carry::open(&*vfs, &carry_path).map_err(|e| OpenError::Corrupt {
-        file: carry_path.clone(),
-        offset: 0,
-        reason: e.to_string(),
-        loses: "the record of deleted and retained-away streams (their seq would restart)".into(),
-    })?;
+    let carry = match Carry::open(&*vfs, &carry_path) {
+        Ok(c) => c,
+        Err(e) if cfg.repair && e.kind() == std::io::ErrorKind::InvalidData => {
+            // The carry file holds what the log no longer has (orphans, tombstones of
+            // retained-away segments): it cannot be rebuilt. Keep it aside for inspection.
+            let aside = log_dir.join(format!("{}.damaged", segment::CARRY_FILE));
+            tracing::warn!(
+                file = %carry_path.display(),
+                moved_to = %aside.display(),
+                error = %e,
+                "repair: dropping a damaged carry file: streams whose events were all retained \
+                 away are no longer listed, and streams deleted before their tombstone's \
+                 segment was retained away restart at seq 1 when written again"
+            );
+            vfs.rename(&carry_path, &aside)
+                .and_then(|()| vfs.sync_dir(&log_dir))
+                .map_err(io_err(format!("moving {} aside", carry_path.display())))?;
+            Carry::default()
+        }
+        Err(e) => {
+            return Err(OpenError::Corrupt {
+                file: carry_path.clone(),
+                offset: 0,
+                reason: e.to_string(),
+                loses: "the record of deleted and retained-away streams (their seq would restart)"
+                    .into(),
+            });
+        }
+    };
     if segs.is_empty() {
         let path = segment::segment_path(&log_dir, 1);
         vfs.open(&path, OpenMode::CreateNew)
@@ -464,7 +487,6 @@ impl Recovery<'_> {
         Ok(true)
     }
 
-    /// A stream's writer state, loaded from the carry file the first time it is seen.
     /// The writer state of a stream that the retained index files or the carry file know of.
     fn known(&mut self, name: &str) -> Result<Option<WState>, OpenError> {
         if let Some(s) = self.engine.streams.get(name) {
@@ -478,6 +500,7 @@ impl Recovery<'_> {
             .map(|e| WState::from(&e)))
     }
 
+    /// A stream's writer state, loaded from the carry file the first time it is seen.
     fn load(&mut self, name: &str) -> Result<WState, OpenError> {
         if let Some(s) = self.engine.streams.get(name) {
             return Ok(*s);

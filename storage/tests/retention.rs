@@ -274,3 +274,41 @@ fn a_read_overtaken_by_retention_ends_instead_of_skipping() {
         e => panic!("{e}"),
     }
 }
+
+/// A damaged carry file stops start-up; `--repair` moves it aside and says what that loses.
+#[test]
+fn a_damaged_carry_file_stops_start_up_until_repair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = real_cfg(tmp.path());
+    c.segment_bytes = 4096;
+    c.fsync = FsyncMode::Never;
+    c.retention.max_bytes = Some(20_000);
+    let (store, _) = Store::open(c.clone()).unwrap();
+    write_n(&store, "early", 20, "e", 1);
+    write_n(&store, "late", 1000, "l", 1);
+    settle(&store);
+    assert_eq!(store.stream("early").unwrap().events, 0);
+    store.shutdown();
+    drop(store);
+    let carry = tmp.path().join("log").join("streams.carry");
+    let mut bytes = std::fs::read(&carry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&carry, &bytes).unwrap();
+
+    let err = Store::open(c.clone())
+        .err()
+        .expect("a damaged carry file is refused");
+    assert!(err.to_string().contains("streams.carry"), "{err}");
+    assert!(err.to_string().contains("--repair"), "{err}");
+    c.repair = true;
+    let (store, _) = Store::open(c).unwrap();
+    assert!(store.stream("early").is_none());
+    assert_eq!(store.stream("late").unwrap().last_seq, 1000);
+    assert!(
+        tmp.path()
+            .join("log")
+            .join("streams.carry.damaged")
+            .exists()
+    );
+}
