@@ -496,14 +496,12 @@ fn check(model: &Model, got: &HashMap<&'static str, Recovered>) -> Result<(), St
                 }
             }
             (Op::Delete { stream, .. }, Answer::Deleted(out))
-                if out.durability == Durability::Fsync =>
+                if out.durability == Durability::Fsync && gone_below(stream) <= out.last_seq =>
             {
-                if gone_below(stream) <= out.last_seq {
-                    return Err(format!(
-                        "op {i}: delete of {stream} up to {} acknowledged at fsync, but {:?} survives",
-                        out.last_seq, got[stream].info
-                    ));
-                }
+                return Err(format!(
+                    "op {i}: delete of {stream} up to {} acknowledged at fsync, but {:?} survives",
+                    out.last_seq, got[stream].info
+                ));
             }
             _ => {}
         }
