@@ -84,6 +84,8 @@ if [[ $STEPS == all || $STEPS == pages ]]; then
   # Old positions: uniformly random in the first 90% of the stream, one target per line.
   awk -v n="$last" -v port="$PORT" 'BEGIN {srand(7); for (i = 0; i < 20000; i++)
     printf "GET http://127.0.0.1:%d/v1/streams/bench-0/events?from=%d&limit=256\n\n", port, 1 + int(rand() * n * 0.9)}' >"$OUT/page-targets"
+  # Warm-up: the blocking pool's threads and the descriptor cache fill on the first requests.
+  "$VEGETA" attack -targets="$OUT/page-targets" -rate="$PAGE_RATE" -duration=3s >/dev/null
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) stream_events=$last"
   for rep in $(seq 1 "$REPS"); do
     "$VEGETA" attack -targets="$OUT/page-targets" -rate="$PAGE_RATE" -duration=10s >"$OUT/pages-$rep.bin"

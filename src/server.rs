@@ -152,7 +152,7 @@ impl Server {
             let gated = Gated::new(uds.into_listener(), stop.clone(), connections.clone());
             listeners.spawn(serve(gated, app, close.clone(), stop.clone()));
         }
-        let frames_ctx = frames::Ctx::new(state.clone());
+        let frames_ctx = frames::Ctx::new(state.clone(), config.server.frames_idle_timeout);
         if let Some((l, frames_addr)) = frames_tcp {
             if !frames_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
                 tracing::warn!(

@@ -46,6 +46,7 @@ impl AppState {
         let limits = vx_ingest::Limits {
             max_body_bytes: config.ingest.max_body_bytes,
             max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
+            body_timeout: config.ingest.body_timeout,
         };
         AppState(Arc::new(Inner {
             phase: AtomicU8::new(Phase::Starting as u8),

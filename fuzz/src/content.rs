@@ -218,6 +218,7 @@ pub fn content_is_bounded(data: &[u8]) {
     let limits = Limits {
         max_body_bytes: c.max_body_bytes,
         max_event_bytes: 64 << 10,
+        ..Limits::default()
     };
     let budget = InflightBudget::new(1 << 30);
     let got = block_on(decode_encoded_body(

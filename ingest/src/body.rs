@@ -62,6 +62,7 @@ where
         source: Decoded::new(body, encoding, limits.max_body_bytes),
         read: 0,
         max: limits.max_body_bytes,
+        timeout: limits.body_timeout,
     };
     let Some(mut decoder) = Decoder::new(format, limits.max_event_bytes, now_ms) else {
         let batch = crate::yaml::decode(
@@ -89,6 +90,7 @@ pub(crate) struct BodyReader<S> {
     source: Decoded<S>,
     read: u64,
     max: u64,
+    timeout: std::time::Duration,
 }
 
 impl<S, E> BodyReader<S>
@@ -97,12 +99,16 @@ where
     E: std::fmt::Display,
 {
     /// The next chunk, once it is within the body limit and accounted in `permit` (which may
-    /// wait for budget).
+    /// wait for budget: that wait is the server's, not the client's, and is not timed).
+    /// Waiting for the client is limited to `ingest.body_timeout` per chunk.
     pub(crate) async fn next(
         &mut self,
         permit: &mut InflightPermit,
     ) -> Result<Option<Bytes>, IngestError> {
-        let Some(chunk) = self.source.next().await? else {
+        let next = tokio::time::timeout(self.timeout, self.source.next())
+            .await
+            .map_err(|_| IngestError::Timeout(self.timeout))?;
+        let Some(chunk) = next? else {
             return Ok(None);
         };
         self.read = self.read.saturating_add(chunk.len() as u64);

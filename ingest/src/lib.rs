@@ -36,6 +36,9 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// `ingest.max_event_bytes`: the largest single event; also bounds what a decoder buffers.
     pub max_event_bytes: usize,
+    /// `ingest.body_timeout`: the longest wait for the next chunk of a body. A client that
+    /// stalls mid-body would otherwise hold its share of the in-flight budget forever.
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -43,6 +46,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 64 << 20,
             max_event_bytes: 1 << 20,
+            body_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -58,6 +62,10 @@ pub enum IngestError {
     /// event of the request is stored; whether anyone is left to answer is the caller's call.
     #[error("reading the request body failed: {0}")]
     Body(String),
+    /// The body sent nothing for `ingest.body_timeout` (408 `timeout`); its budget is
+    /// released with the error.
+    #[error("the request body sent nothing for {0:?} (ingest.body_timeout)")]
+    Timeout(std::time::Duration),
     /// A decoder stopped for a reason of the server's own (500).
     #[error("{0}")]
     Internal(String),

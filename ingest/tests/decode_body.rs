@@ -113,6 +113,7 @@ async fn body_over_the_limit_is_refused_as_it_arrives() {
     let limits = Limits {
         max_body_bytes: 10 * line.len() as u64 + 5,
         max_event_bytes: 1 << 20,
+        ..Limits::default()
     };
     let budget = InflightBudget::new(1 << 20);
     let err = decode_body(endless, Format::Ndjson, &limits, &budget, 0)
@@ -185,6 +186,7 @@ async fn bad_events_are_reported_with_their_position() {
     let limits = Limits {
         max_body_bytes: 1 << 20,
         max_event_bytes: 40,
+        ..Limits::default()
     };
     let err = decode_body(chunked(&body), Format::Ndjson, &limits, &budget, 0)
         .await

@@ -184,6 +184,7 @@ async fn zip_bombs_are_refused_at_the_body_limit() {
     let limits = Limits {
         max_body_bytes: 1 << 20,
         max_event_bytes: 1 << 20,
+        ..Limits::default()
     };
     for (format, filler) in [(Format::Ndjson, "\n"), (Format::Yaml, "---\n")] {
         let block = filler.repeat((1 << 20) / filler.len());
@@ -223,6 +224,7 @@ async fn compressed_bytes_are_held_to_the_limit_too() {
     let limits = Limits {
         max_body_bytes: 64 << 10,
         max_event_bytes: 1 << 20,
+        ..Limits::default()
     };
     let mut body = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
     for _ in 0..(200 << 10) / 5 {
@@ -293,6 +295,7 @@ async fn yaml_in_many_chunks_with_budget_and_limits() {
     let limits = Limits {
         max_body_bytes: 1000,
         max_event_bytes: 1 << 20,
+        ..Limits::default()
     };
     let budget = InflightBudget::new(1 << 20);
     let e = input(
@@ -324,6 +327,7 @@ async fn a_yaml_error_stops_reading_the_body() {
     let limits = Limits {
         max_body_bytes: u64::MAX,
         max_event_bytes: 1 << 20,
+        ..Limits::default()
     };
     let e = input(
         decode_body(body, Format::Yaml, &limits, &budget, 0)

@@ -59,6 +59,11 @@ pub const KEYS: &[Key] = &[
         "bound on draining requests at shutdown",
     ),
     key(
+        "server.frames_idle_timeout",
+        None,
+        "close a frames connection idle between frames this long",
+    ),
+    key(
         "storage.data_dir",
         Some("--data-dir"),
         "data directory (created if missing; locked)",
@@ -135,6 +140,11 @@ pub const KEYS: &[Key] = &[
         "memory budget of remembered ids, all shards",
     ),
     key(
+        "ingest.body_timeout",
+        None,
+        "drop a request body (or a frame) that sends nothing this long (408)",
+    ),
+    key(
         "retention.max_age",
         None,
         "delete segments older than this (unset: keep)",
@@ -186,6 +196,7 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "server.frames_listen" => opt_str(s.frames_listen.as_ref()),
         "server.frames_uds" => opt_path(&s.frames_uds),
         "server.shutdown_timeout" => format_duration(s.shutdown_timeout),
+        "server.frames_idle_timeout" => format_duration(s.frames_idle_timeout),
         "storage.data_dir" => st.data_dir.display().to_string(),
         "storage.shards" => opt_str(st.shards),
         "storage.fsync" => st.fsync.as_str().to_string(),
@@ -202,6 +213,7 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "ingest.max_event_bytes" => format_size(i.max_event_bytes),
         "ingest.dedup_window" => format_duration(i.dedup_window),
         "ingest.dedup_memory" => format_size(i.dedup_memory),
+        "ingest.body_timeout" => format_duration(i.body_timeout),
         "retention.max_age" => opt_str(cfg.retention.max_age.map(format_duration)),
         "retention.max_bytes" => opt_str(cfg.retention.max_bytes.map(format_size)),
         "telemetry.otlp_endpoint" => opt_str(cfg.telemetry.otlp_endpoint.as_ref()),
@@ -237,6 +249,7 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "server.frames_listen" => cfg.server.frames_listen = opt(v, string)?,
         "server.frames_uds" => cfg.server.frames_uds = opt(v, path)?,
         "server.shutdown_timeout" => cfg.server.shutdown_timeout = parse_duration(v)?,
+        "server.frames_idle_timeout" => cfg.server.frames_idle_timeout = parse_duration(v)?,
         "storage.data_dir" => cfg.storage.data_dir = PathBuf::from(v),
         "storage.shards" => cfg.storage.shards = opt(v, num)?,
         "storage.fsync" => {
@@ -256,6 +269,7 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "ingest.max_event_bytes" => cfg.ingest.max_event_bytes = parse_size(v)?,
         "ingest.dedup_window" => cfg.ingest.dedup_window = parse_duration(v)?,
         "ingest.dedup_memory" => cfg.ingest.dedup_memory = parse_size(v)?,
+        "ingest.body_timeout" => cfg.ingest.body_timeout = parse_duration(v)?,
         "retention.max_age" => cfg.retention.max_age = opt(v, parse_duration)?,
         "retention.max_bytes" => cfg.retention.max_bytes = opt(v, parse_size)?,
         "telemetry.otlp_endpoint" => cfg.telemetry.otlp_endpoint = opt(v, string)?,

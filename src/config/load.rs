@@ -314,6 +314,14 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
             i.max_inflight_bytes, i.max_body_bytes
         ));
     }
+    for (name, d) in [
+        ("ingest.body_timeout", i.body_timeout),
+        ("server.frames_idle_timeout", cfg.server.frames_idle_timeout),
+    ] {
+        if d.is_zero() {
+            return bad(format!("{name} must be more than 0"));
+        }
+    }
     if cfg.storage.segment_bytes < 64 << 10 {
         return bad(format!(
             "storage.segment_bytes must be at least 64KiB, got {}",

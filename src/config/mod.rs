@@ -55,6 +55,9 @@ pub struct ServerConfig {
     /// Bound on draining in-flight requests at shutdown.
     #[serde(deserialize_with = "units::duration")]
     pub shutdown_timeout: Duration,
+    /// A frames connection that sends nothing between frames for this long is closed.
+    #[serde(deserialize_with = "units::duration")]
+    pub frames_idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +69,7 @@ impl Default for ServerConfig {
             frames_listen: None,
             frames_uds: None,
             shutdown_timeout: Duration::from_secs(30),
+            frames_idle_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -160,6 +164,9 @@ pub struct IngestConfig {
     pub dedup_window: Duration,
     #[serde(deserialize_with = "units::size")]
     pub dedup_memory: u64,
+    /// A request body (or a frame mid-way) that receives nothing for this long is dropped.
+    #[serde(deserialize_with = "units::duration")]
+    pub body_timeout: Duration,
 }
 
 impl Default for IngestConfig {
@@ -174,6 +181,7 @@ impl Default for IngestConfig {
             max_event_bytes: MIB,
             dedup_window: Duration::from_secs(600),
             dedup_memory: 64 * MIB,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }

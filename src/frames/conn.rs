@@ -102,6 +102,12 @@ enum End {
     Eof,
     Fatal(ErrorFrame),
     Shutdown,
+    /// The client sent nothing for `after`: inside a frame (`ingest.body_timeout`) or between
+    /// frames with nothing in flight (`server.frames_idle_timeout`).
+    Timeout {
+        mid_frame: bool,
+        after: std::time::Duration,
+    },
 }
 
 struct Conn {
@@ -173,8 +179,18 @@ impl Conn {
             && p.checked
         {
             let (code, message) = match end {
-                End::Shutdown => ("not_ready", "the service is shutting down"),
-                _ => ("malformed", "the connection ended inside this BATCH frame"),
+                End::Shutdown => ("not_ready", "the service is shutting down".to_string()),
+                End::Timeout { after, .. } => (
+                    "timeout",
+                    format!(
+                        "this BATCH frame sent nothing for {} (ingest.body_timeout)",
+                        crate::config::units::format_duration(after)
+                    ),
+                ),
+                _ => (
+                    "malformed",
+                    "the connection ended inside this BATCH frame".to_string(),
+                ),
             };
             self.error(ErrorFrame::new(id, code, message));
         }
@@ -197,6 +213,18 @@ impl Conn {
                 );
                 e.retry_after_ms = Some(1000);
                 self.error(e);
+            }
+            End::Timeout { mid_frame, after } => {
+                let after = crate::config::units::format_duration(after);
+                let message = if mid_frame {
+                    format!(
+                        "the connection sent nothing for {after} inside a frame (ingest.body_timeout)"
+                    )
+                } else {
+                    format!("no frame for {after} (server.frames_idle_timeout)")
+                };
+                self.ctx.state.metrics().rejected("timeout", "frames", None);
+                self.error(ErrorFrame::new(0, "timeout", message));
             }
         }
         self.flush().await?;
@@ -222,6 +250,16 @@ impl Conn {
                     self.buf
                         .reserve(need.saturating_sub(self.buf.len()).max(CHUNK));
                     self.flush().await?;
+                    // Waiting for the client: inside a frame it holds budget and a decoder,
+                    // so `ingest.body_timeout`; between frames, with nothing in flight, the
+                    // (longer) idle timeout. While answers are pending it is not idle.
+                    let mid_frame = !matches!(self.reading, Reading::Head) || !self.buf.is_empty();
+                    let after = if mid_frame {
+                        self.ctx.body_timeout
+                    } else {
+                        self.ctx.idle_timeout
+                    };
+                    let timed = mid_frame || self.inflight.is_empty();
                     tokio::select! {
                         () = self.stop.cancelled() => return Ok(End::Shutdown),
                         Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
@@ -231,6 +269,9 @@ impl Conn {
                             if n? == 0 {
                                 return Ok(End::Eof);
                             }
+                        }
+                        () = tokio::time::sleep(after), if timed => {
+                            return Ok(End::Timeout { mid_frame, after });
                         }
                     }
                 }
@@ -653,6 +694,7 @@ fn code_label(code: &str) -> &'static str {
         "storage_full" => "storage_full",
         "not_ready" => "not_ready",
         "backpressure" => "backpressure",
+        "timeout" => "timeout",
         _ => "other",
     }
 }

@@ -56,15 +56,22 @@ pub(crate) struct Ctx {
     /// `ingest.max_body_bytes`, capped at what a length prefix can say.
     pub(crate) max_frame: u32,
     pub(crate) window: usize,
+    /// `ingest.body_timeout`, inside a frame.
+    pub(crate) body_timeout: std::time::Duration,
+    /// `server.frames_idle_timeout`, between frames with nothing in flight.
+    pub(crate) idle_timeout: std::time::Duration,
 }
 
 impl Ctx {
-    pub(crate) fn new(state: AppState) -> Arc<Ctx> {
+    pub(crate) fn new(state: AppState, idle_timeout: std::time::Duration) -> Arc<Ctx> {
         let max_frame = u32::try_from(state.limits().max_body_bytes).unwrap_or(u32::MAX);
+        let body_timeout = state.limits().body_timeout;
         Arc::new(Ctx {
             state,
             max_frame,
             window: usize::from(WINDOW),
+            body_timeout,
+            idle_timeout,
         })
     }
 }

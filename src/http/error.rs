@@ -153,6 +153,13 @@ impl AppError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 408: the body stalled for `ingest.body_timeout`.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        let mut out = Self::new(StatusCode::REQUEST_TIMEOUT, "timeout", message);
+        out.details.limit = Some("ingest.body_timeout".into());
+        out
+    }
+
     /// A failure that is none of the client's doing and has no code of its own in the SPEC
     /// (a read error in the log, a failed encoding).
     pub fn internal(message: impl Into<String>) -> Self {

@@ -197,6 +197,11 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
                 0.0,
             ));
         }
+        Err(e @ vx_ingest::IngestError::Timeout(_)) => {
+            // Sent if the client still reads; the connection closes either way, and the
+            // body's share of the in-flight budget was released with the error.
+            return closing(reject(AppError::timeout(e.to_string()), None, 0.0));
+        }
         Err(vx_ingest::IngestError::Internal(msg)) => {
             tracing::error!(error = %msg, "decoding a request body failed");
             return closing(reject(AppError::internal(msg), None, 0.0));
