@@ -14,8 +14,10 @@
 //! - [`http`]: the axum app: routes, error shape, middleware.
 //! - [`metrics`]: the Prometheus registry.
 
+pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod failure;
 pub mod frames;
 pub mod http;
 pub mod listen;

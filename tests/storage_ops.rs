@@ -224,8 +224,10 @@ async fn retention_by_age_removes_sealed_segments() {
     for r in 0..12 {
         assert_accepted(&api.post_ndjson(&padded("aged", r * 50, 50, 400)).await, 50);
     }
+    // Retention may have begun already (it checks every second): at least the last few
+    // segments are still there.
     let before = segments(&data).len();
-    assert!(before >= 5, "{before} segments");
+    assert!(before >= 2, "{before} segments");
     // Only sealed segments go: the active one stays, whatever its age.
     eventually("sealed segments aged out", async || {
         segments(&data).len() == 1

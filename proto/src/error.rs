@@ -1,5 +1,103 @@
-//! Errors for bad input. Every decoder reports one [`InputError`], which the HTTP layer maps
-//! to the SPEC's single error shape; the class decides the status code.
+//! Errors for bad input, and the one list of error codes. Every decoder reports one
+//! [`InputError`]; every refusal, over HTTP or in a frames ERROR frame, carries one
+//! [`ErrorCode`], whose string and HTTP status are defined here and nowhere else.
+
+/// The error codes of SPEC §3 (and `internal`, for failures that are none of the client's
+/// doing). HTTP bodies and frames ERROR frames are built from these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    Malformed,
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    NotAcceptable,
+    Timeout,
+    Conflict,
+    TooLarge,
+    UnsupportedMediaType,
+    InvalidEvent,
+    Backpressure,
+    NotReady,
+    StorageFull,
+    Unauthorized,
+    Forbidden,
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::Malformed,
+        ErrorCode::BadRequest,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::NotAcceptable,
+        ErrorCode::Timeout,
+        ErrorCode::Conflict,
+        ErrorCode::TooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::InvalidEvent,
+        ErrorCode::Backpressure,
+        ErrorCode::NotReady,
+        ErrorCode::StorageFull,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::Internal,
+    ];
+
+    /// The code on the wire (`"error": {"code": …}`, the ERROR frame's `code`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Malformed => "malformed",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::NotAcceptable => "not_acceptable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::InvalidEvent => "invalid_event",
+            ErrorCode::Backpressure => "backpressure",
+            ErrorCode::NotReady => "not_ready",
+            ErrorCode::StorageFull => "storage_full",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status of SPEC §3's table.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::Malformed | ErrorCode::BadRequest => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::NotAcceptable => 406,
+            ErrorCode::Timeout => 408,
+            ErrorCode::Conflict => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::InvalidEvent => 422,
+            ErrorCode::Backpressure => 429,
+            ErrorCode::Internal => 500,
+            ErrorCode::NotReady => 503,
+            ErrorCode::StorageFull => 507,
+        }
+    }
+
+    /// The code named `s` (an ERROR frame's code as read by a client).
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Which row of the SPEC §3 status table a bad input belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,12 +111,16 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    pub fn code(self) -> &'static str {
+    pub fn error_code(self) -> ErrorCode {
         match self {
-            ErrorClass::Malformed => "malformed",
-            ErrorClass::InvalidEvent => "invalid_event",
-            ErrorClass::TooLarge => "too_large",
+            ErrorClass::Malformed => ErrorCode::Malformed,
+            ErrorClass::InvalidEvent => ErrorCode::InvalidEvent,
+            ErrorClass::TooLarge => ErrorCode::TooLarge,
         }
+    }
+
+    pub fn code(self) -> &'static str {
+        self.error_code().as_str()
     }
 }
 
@@ -118,5 +220,40 @@ impl InputError {
     pub fn at_document(mut self, document: u64) -> Self {
         self.document.get_or_insert(document);
         self
+    }
+}
+
+#[cfg(test)]
+mod code_tests {
+    use super::ErrorCode;
+
+    /// The codes and statuses of SPEC §3's table, spelled out once more as the SPEC has them.
+    #[test]
+    fn codes_and_statuses_match_the_spec() {
+        let spec = [
+            ("malformed", 400),
+            ("bad_request", 400),
+            ("not_found", 404),
+            ("method_not_allowed", 405),
+            ("not_acceptable", 406),
+            ("timeout", 408),
+            ("conflict", 409),
+            ("too_large", 413),
+            ("unsupported_media_type", 415),
+            ("invalid_event", 422),
+            ("backpressure", 429),
+            ("not_ready", 503),
+            ("storage_full", 507),
+            ("unauthorized", 401),
+            ("forbidden", 403),
+            ("internal", 500),
+        ];
+        assert_eq!(spec.len(), ErrorCode::ALL.len());
+        for (code, status) in spec {
+            let c = ErrorCode::parse(code);
+            assert_eq!(c.map(ErrorCode::as_str), Some(code));
+            assert_eq!(c.map(ErrorCode::http_status), Some(status), "{code}");
+        }
+        assert_eq!(ErrorCode::parse("nope"), None);
     }
 }

@@ -23,6 +23,6 @@ pub mod frames;
 pub mod packed;
 pub mod shard;
 
-pub use error::{ErrorClass, InputError};
+pub use error::{ErrorClass, ErrorCode, InputError};
 pub use event::{EventView, Kind, Num};
 pub use packed::{Batch, Run};

@@ -203,6 +203,20 @@ impl Router {
         }
     }
 
+    /// Admission for streaming connections (SPEC §4: flow control, never 429): reserve for a
+    /// request of `bytes` on `shards`, or wait until its shards drained below the low-water
+    /// mark and try again, as long as it takes. The same admission decision as
+    /// [`Router::try_admit`] (which HTTP uses, answering 429 instead of waiting). Cancel-safe:
+    /// nothing is reserved until it returns.
+    pub async fn admit_or_wait(&self, shards: &[(u32, u64)], bytes: u64) -> Reservation {
+        loop {
+            match self.try_admit(shards, bytes) {
+                Ok(r) => return r,
+                Err(_) => self.wait_below_low_water(shards, bytes).await,
+            }
+        }
+    }
+
     pub fn queued_bytes(&self) -> u64 {
         self.shared.queued_bytes.load(Ordering::Acquire)
     }

@@ -27,6 +27,7 @@
 //! closes: a batch without an answer was never read and is not stored.
 
 use super::{Ctx, Io, handshake};
+use crate::failure::Failure;
 use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -40,6 +41,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vx_ingest::InflightPermit;
+use vx_proto::ErrorCode;
 use vx_proto::frames::{
     self, Ack, BatchDecoder, BatchHead, ErrorFrame, Frame, FrameError, FrameType, HEAD_LEN, Head,
     Progress, fill_to_basis_points,
@@ -179,20 +181,23 @@ impl Conn {
             && p.checked
         {
             let (code, message) = match end {
-                End::Shutdown => ("not_ready", "the service is shutting down".to_string()),
+                End::Shutdown => (
+                    ErrorCode::NotReady,
+                    "the service is shutting down".to_string(),
+                ),
                 End::Timeout { after, .. } => (
-                    "timeout",
+                    ErrorCode::Timeout,
                     format!(
                         "this BATCH frame sent nothing for {} (ingest.body_timeout)",
                         crate::config::units::format_duration(after)
                     ),
                 ),
                 _ => (
-                    "malformed",
+                    ErrorCode::Malformed,
                     "the connection ended inside this BATCH frame".to_string(),
                 ),
             };
-            self.error(ErrorFrame::new(id, code, message));
+            self.error(ErrorFrame::new(id, code.as_str(), message));
         }
         while let Some(done) = self.inflight.next().await {
             self.complete(done);
@@ -208,7 +213,7 @@ impl Conn {
             End::Shutdown => {
                 let mut e = ErrorFrame::new(
                     0,
-                    "not_ready",
+                    ErrorCode::NotReady.as_str(),
                     "the service is shutting down; batches without an answer were not stored",
                 );
                 e.retry_after_ms = Some(1000);
@@ -223,8 +228,11 @@ impl Conn {
                 } else {
                     format!("no frame for {after} (server.frames_idle_timeout)")
                 };
-                self.ctx.state.metrics().rejected("timeout", "frames", None);
-                self.error(ErrorFrame::new(0, "timeout", message));
+                self.ctx
+                    .state
+                    .metrics()
+                    .rejected(ErrorCode::Timeout.as_str(), "frames", None);
+                self.error(ErrorFrame::new(0, ErrorCode::Timeout.as_str(), message));
             }
         }
         self.flush().await?;
@@ -335,7 +343,7 @@ impl Conn {
                         Some(FrameType::Ping) if head.len != 8 => {
                             return Step::Fatal(ErrorFrame::new(
                                 0,
-                                "malformed",
+                                ErrorCode::Malformed.as_str(),
                                 format!("a PING body is 8 bytes, not {}", head.len),
                             ));
                         }
@@ -354,7 +362,7 @@ impl Conn {
                         Some(t) => {
                             return Step::Fatal(ErrorFrame::new(
                                 0,
-                                "malformed",
+                                ErrorCode::Malformed.as_str(),
                                 format!("a client may not send {} frames here", t.name()),
                             ));
                         }
@@ -371,14 +379,14 @@ impl Conn {
                         if h.request_id == 0 {
                             return Step::Fatal(ErrorFrame::new(
                                 0,
-                                "malformed",
+                                ErrorCode::Malformed.as_str(),
                                 "request id 0 is reserved for connection-level errors",
                             ));
                         }
                         if self.ids.contains(&h.request_id) {
                             return Step::Fatal(ErrorFrame::new(
                                 0,
-                                "bad_request",
+                                ErrorCode::BadRequest.as_str(),
                                 format!(
                                     "request id {} is already in flight on this connection",
                                     h.request_id
@@ -454,13 +462,14 @@ impl Conn {
         let id = head.request_id;
         let events = batch.len() as u64;
         if head.expected_last_seq.is_some() && batch.runs().len() > 1 {
-            self.ctx
-                .state
-                .metrics()
-                .rejected("bad_request", "frames", Some(events));
+            self.ctx.state.metrics().rejected(
+                ErrorCode::BadRequest.as_str(),
+                "frames",
+                Some(events),
+            );
             self.error(ErrorFrame::new(
                 id,
-                "bad_request",
+                ErrorCode::BadRequest.as_str(),
                 "an expected last seq needs all events of the batch in one stream",
             ));
             return Ok(true);
@@ -486,29 +495,31 @@ impl Conn {
         } else {
             let shards = router.shards_of(&req.batch);
             let bytes = req.batch.mem_bytes() as u64;
-            let mut stalled = false;
-            let reservation = loop {
-                match router.try_admit(&shards, bytes) {
-                    Ok(r) => break r,
-                    Err(_) => {
-                        if !stalled {
-                            stalled = true;
-                            self.ctx.state.metrics().frames().stalls.inc();
-                            tracing::debug!(request_id = id, "shard full: reading paused");
-                        }
-                        self.flush().await?;
-                        tokio::select! {
-                            () = router.wait_below_low_water(&shards, bytes) => {}
-                            Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
-                                self.complete(done);
-                            }
-                            () = self.stop.cancelled() => {
-                                self.error(ErrorFrame::new(
-                                    id,
-                                    "not_ready",
-                                    "the service is shutting down; this batch was not stored",
-                                ));
-                                return Ok(false);
+            // Admitted at once, or the connection stalls: it stops reading (TCP flow control
+            // slows the client) and keeps answering what is in flight meanwhile.
+            let reservation = {
+                let admit = router.admit_or_wait(&shards, bytes);
+                tokio::pin!(admit);
+                match std::future::poll_fn(|cx| Poll::Ready(admit.as_mut().poll(cx))).await {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => {
+                        self.ctx.state.metrics().frames().stalls.inc();
+                        tracing::debug!(request_id = id, "shard full: reading paused");
+                        loop {
+                            self.flush().await?;
+                            tokio::select! {
+                                r = &mut admit => break r,
+                                Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
+                                    self.complete(done);
+                                }
+                                () = self.stop.cancelled() => {
+                                    self.error(ErrorFrame::new(
+                                        id,
+                                        ErrorCode::NotReady.as_str(),
+                                        "the service is shutting down; this batch was not stored",
+                                    ));
+                                    return Ok(false);
+                                }
                             }
                         }
                     }
@@ -614,23 +625,18 @@ fn wire_durability(d: Durability) -> frames::Durability {
 fn frame_error(e: &FrameError) -> ErrorFrame {
     match e {
         FrameError::TooLarge { max, .. } => {
-            let mut out = ErrorFrame::new(0, "too_large", e.to_string());
+            let mut out = ErrorFrame::new(0, ErrorCode::TooLarge.as_str(), e.to_string());
             out.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
             out.max = Some(*max);
             out
         }
-        _ => ErrorFrame::new(0, "malformed", e.to_string()),
+        _ => ErrorFrame::new(0, ErrorCode::Malformed.as_str(), e.to_string()),
     }
 }
 
 /// A refused batch's error, with the SPEC's code and details.
-fn input_error(id: u64, mut e: InputError) -> ErrorFrame {
-    let mut out = ErrorFrame::new(id, e.class.code(), std::mem::take(&mut e.message));
-    out.index = e.index;
-    out.field = e.field.take();
-    out.limit = e.limit.take();
-    out.max = e.max;
-    out
+fn input_error(id: u64, e: InputError) -> ErrorFrame {
+    Failure::from(e).into_frame(id)
 }
 
 /// The error of a failed write, and the queue fill to report with it.
@@ -641,60 +647,20 @@ fn submit_error(id: u64, e: SubmitError) -> (ErrorFrame, f64) {
             retry_after_ms,
             queue_fill,
             message,
-        } => {
-            let mut out = ErrorFrame::new(id, "backpressure", message);
-            out.retry_after_ms = Some(retry_after_ms);
-            (out, queue_fill)
-        }
+        } => (
+            Failure::backpressure(retry_after_ms, message).into_frame(id),
+            queue_fill,
+        ),
         SubmitError::Write { error, queue_fill } => {
-            let message = error.to_string();
-            let out = match error {
-                WriteError::Conflict { last_seq, .. } => {
-                    let mut out = ErrorFrame::new(id, "conflict", message);
-                    out.last_seq = Some(last_seq);
-                    out
-                }
-                WriteError::StorageFull(_) | WriteError::Poisoned(_) => {
-                    ErrorFrame::new(id, "storage_full", message)
-                }
-                WriteError::TooManyStreams { max } => {
-                    let mut out = ErrorFrame::new(id, "storage_full", message);
-                    out.limit = Some("storage.max_streams".into());
-                    out.max = Some(max);
-                    out
-                }
-                WriteError::TooLarge(_) => {
-                    let mut out = ErrorFrame::new(id, "too_large", message);
-                    out.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
-                    out
-                }
-                WriteError::NotFound { .. } => ErrorFrame::new(id, "not_found", message),
-                WriteError::ShuttingDown => {
-                    let mut out = ErrorFrame::new(id, "not_ready", message);
-                    out.retry_after_ms = Some(1000);
-                    out
-                }
-            };
-            if !matches!(out.code.as_str(), "conflict") {
-                tracing::warn!(request_id = id, error = %out.message, "write failed");
+            if !matches!(error, WriteError::Conflict { .. }) {
+                tracing::warn!(request_id = id, error = %error, "write failed");
             }
-            (out, queue_fill)
+            (Failure::from(error).into_frame(id), queue_fill)
         }
     }
 }
 
 /// The metrics label of an error code (labels are `&'static str`).
 fn code_label(code: &str) -> &'static str {
-    match code {
-        "malformed" => "malformed",
-        "invalid_event" => "invalid_event",
-        "too_large" => "too_large",
-        "bad_request" => "bad_request",
-        "conflict" => "conflict",
-        "storage_full" => "storage_full",
-        "not_ready" => "not_ready",
-        "backpressure" => "backpressure",
-        "timeout" => "timeout",
-        _ => "other",
-    }
+    ErrorCode::parse(code).map_or("other", ErrorCode::as_str)
 }

@@ -7,11 +7,11 @@
 
 use super::{Ctx, HANDSHAKE_TIMEOUT, WINDOW};
 use crate::config::Scope;
-use crate::http::guard::ct_eq;
 use crate::state::Phase;
 use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use vx_proto::ErrorCode;
 use vx_proto::frames::{
     ErrorFrame, Frame, FrameError, Hello, MAGIC, MAX_VERSION, MIN_VERSION, Welcome, parse_frame,
 };
@@ -34,7 +34,11 @@ where
         Err(_) => {
             refuse(
                 io,
-                ErrorFrame::new(0, "bad_request", "no HELLO within the handshake timeout"),
+                ErrorFrame::new(
+                    0,
+                    ErrorCode::BadRequest.as_str(),
+                    "no HELLO within the handshake timeout",
+                ),
             )
             .await?;
             return Ok(None);
@@ -87,7 +91,7 @@ where
     if buf.get(..MAGIC.len()) != Some(&MAGIC[..]) {
         return Ok(Read::Refused(ErrorFrame::new(
             0,
-            "malformed",
+            ErrorCode::Malformed.as_str(),
             "not a Veltrix frames client: a connection must begin with the magic \"VXFR\"",
         )));
     }
@@ -101,14 +105,14 @@ where
             Ok(Some(_)) | Err(FrameError::Unexpected(_)) => {
                 return Ok(Read::Refused(ErrorFrame::new(
                     0,
-                    "malformed",
+                    ErrorCode::Malformed.as_str(),
                     "the first frame of a connection must be HELLO",
                 )));
             }
             Err(e) => {
                 return Ok(Read::Refused(ErrorFrame::new(
                     0,
-                    "malformed",
+                    ErrorCode::Malformed.as_str(),
                     format!("bad HELLO: {e}"),
                 )));
             }
@@ -127,7 +131,7 @@ fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Box<Error
     if version < hello.min_version.max(MIN_VERSION) {
         let mut e = ErrorFrame::new(
             0,
-            "bad_request",
+            ErrorCode::BadRequest.as_str(),
             format!(
                 "no common protocol version: the client speaks {}..={}, this server \
                  {MIN_VERSION}..={MAX_VERSION}",
@@ -142,59 +146,28 @@ fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Box<Error
     let router = match (state.phase(), state.engine()) {
         (Phase::Ready, Some(router)) => router.clone(),
         (Phase::Draining, _) => {
-            let mut e = ErrorFrame::new(0, "not_ready", "the service is shutting down");
+            let mut e = ErrorFrame::new(
+                0,
+                ErrorCode::NotReady.as_str(),
+                "the service is shutting down",
+            );
             e.retry_after_ms = Some(1000);
             return Err(Box::new(e));
         }
         _ => {
             let mut e = ErrorFrame::new(
                 0,
-                "not_ready",
+                ErrorCode::NotReady.as_str(),
                 "the service is starting (recovering the log); retry shortly",
             );
             e.retry_after_ms = Some(1000);
             return Err(Box::new(e));
         }
     };
-    authorize(hello.token.as_deref(), state.tokens())?;
+    // A frames connection only ingests: it needs what `POST /v1/events` needs.
+    crate::auth::authorize(state.tokens(), hello.token.as_deref(), Scope::Ingest)
+        .map_err(|f| Box::new(f.into_frame(0)))?;
     Ok((version, router))
-}
-
-/// Bearer-token auth as `POST /v1/events` has it: with tokens configured, a known token with
-/// the `ingest` (or `admin`) scope; compared in constant time against every token.
-fn authorize(
-    presented: Option<&str>,
-    tokens: &[crate::state::Token],
-) -> Result<(), Box<ErrorFrame>> {
-    if tokens.is_empty() {
-        return Ok(());
-    }
-    let Some(presented) = presented else {
-        return Err(Box::new(ErrorFrame::new(
-            0,
-            "unauthorized",
-            "this server needs a bearer token in HELLO",
-        )));
-    };
-    let mut found = None;
-    for t in tokens {
-        if ct_eq(&t.token, presented.as_bytes()) {
-            found = Some(t);
-        }
-    }
-    match found {
-        None => Err(Box::new(ErrorFrame::new(
-            0,
-            "unauthorized",
-            "unknown bearer token",
-        ))),
-        Some(t) if t.scopes.contains(&Scope::Ingest) || t.scopes.contains(&Scope::Admin) => Ok(()),
-        Some(_) => Err(Box::new(ErrorFrame::new(
-            0,
-            "forbidden",
-            "the token lacks the ingest scope",
-        ))),
-    }
 }
 
 /// Send the magic and a connection-level ERROR; the caller then closes.

@@ -1,36 +1,17 @@
 //! The one error type of the HTTP layer and its rendering: SPEC §3's single error shape
-//! `{"error": {"code", "message", …details}}`. Every failure is mapped to a status and code
-//! here, once; handlers only pick the constructor.
+//! `{"error": {"code", "message", …details}}`. Codes and their statuses come from
+//! [`ErrorCode`]; input, write and backpressure failures are mapped once, in
+//! [`crate::failure`], for HTTP and frames alike. Handlers only pick the constructor.
 
+use crate::failure::Failure;
 use axum::http::StatusCode;
 use axum::http::header::{CONNECTION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use vx_proto::{ErrorClass, InputError};
+use vx_proto::{ErrorCode, InputError};
 use vx_storage::WriteError;
 
-/// Members of `error` beside `code` and `message`; absent ones are omitted.
-#[derive(Debug, Default, Serialize, PartialEq)]
-pub struct Details {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub column: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub document: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_seq: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub supported: Option<Vec<String>>,
-}
+pub use crate::failure::Details;
 
 #[derive(Debug)]
 pub struct AppError {
@@ -61,10 +42,12 @@ pub fn retry_after_secs(ms: u64) -> u64 {
 }
 
 impl AppError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error with `code`, its status from SPEC §3's table.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         AppError {
-            status,
-            code,
+            status: StatusCode::from_u16(code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            code: code.as_str(),
             message: message.into(),
             details: Box::default(),
             headers: Vec::new(),
@@ -79,37 +62,29 @@ impl AppError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        Self::new(ErrorCode::BadRequest, message)
     }
 
     pub fn malformed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "malformed", message)
+        Self::new(ErrorCode::Malformed, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            message,
-        )
+        Self::new(ErrorCode::MethodNotAllowed, message)
     }
 
     pub fn not_acceptable(message: impl Into<String>, supported: &[&str]) -> Self {
-        let mut e = Self::new(StatusCode::NOT_ACCEPTABLE, "not_acceptable", message);
+        let mut e = Self::new(ErrorCode::NotAcceptable, message);
         e.details.supported = Some(supported.iter().map(|s| s.to_string()).collect());
         e
     }
 
     pub fn unsupported_media_type(message: impl Into<String>, supported: &[&str]) -> Self {
-        let mut e = Self::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            message,
-        );
+        let mut e = Self::new(ErrorCode::UnsupportedMediaType, message);
         e.details.supported = Some(supported.iter().map(|s| s.to_string()).collect());
         e
     }
@@ -117,8 +92,7 @@ impl AppError {
     /// 503 while bootstrapping.
     pub fn starting() -> Self {
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
+            ErrorCode::NotReady,
             "the service is starting (recovering the log); retry shortly",
         )
         .with_header(RETRY_AFTER, 1)
@@ -126,36 +100,27 @@ impl AppError {
 
     /// 503 while shutting down: the client should go elsewhere, so close the connection.
     pub fn draining() -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "the service is shutting down",
-        )
-        .with_header(RETRY_AFTER, 1)
-        .with_header(CONNECTION, "close")
+        Self::new(ErrorCode::NotReady, "the service is shutting down")
+            .with_header(RETRY_AFTER, 1)
+            .with_header(CONNECTION, "close")
     }
 
     pub fn backpressure(retry_after_ms: u64, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::TOO_MANY_REQUESTS, "backpressure", message)
-            .with_header(RETRY_AFTER, retry_after_secs(retry_after_ms))
-            .with_header(
-                HeaderName::from_static("x-vx-retry-after-ms"),
-                retry_after_ms,
-            )
+        Failure::backpressure(retry_after_ms, message).into()
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        Self::new(ErrorCode::Unauthorized, message)
             .with_header(axum::http::header::WWW_AUTHENTICATE, "Bearer")
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+        Self::new(ErrorCode::Forbidden, message)
     }
 
     /// 408: the body stalled for `ingest.body_timeout`.
     pub fn timeout(message: impl Into<String>) -> Self {
-        let mut out = Self::new(StatusCode::REQUEST_TIMEOUT, "timeout", message);
+        let mut out = Self::new(ErrorCode::Timeout, message);
         out.details.limit = Some("ingest.body_timeout".into());
         out
     }
@@ -163,58 +128,36 @@ impl AppError {
     /// A failure that is none of the client's doing and has no code of its own in the SPEC
     /// (a read error in the log, a failed encoding).
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+impl From<Failure> for AppError {
+    fn from(f: Failure) -> Self {
+        let mut out = AppError::new(f.code, f.message);
+        out.details = f.details;
+        if let Some(ms) = f.retry_after_ms {
+            out = out.with_header(RETRY_AFTER, retry_after_secs(ms));
+            if f.code == ErrorCode::Backpressure {
+                out = out.with_header(HeaderName::from_static("x-vx-retry-after-ms"), ms);
+            }
+        }
+        out
     }
 }
 
 impl From<InputError> for AppError {
-    fn from(mut e: InputError) -> Self {
-        let (status, code) = match e.class {
-            ErrorClass::Malformed => (StatusCode::BAD_REQUEST, "malformed"),
-            ErrorClass::InvalidEvent => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_event"),
-            ErrorClass::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-        };
-        let mut out = AppError::new(status, code, std::mem::take(&mut e.message));
-        out.details = Box::new(Details {
-            index: e.index,
-            line: e.line,
-            column: e.column,
-            document: e.document,
-            field: e.field.take(),
-            limit: e.limit.take(),
-            max: e.max,
-            ..Details::default()
-        });
-        out
+    fn from(e: InputError) -> Self {
+        Failure::from(e).into()
     }
 }
 
 impl From<WriteError> for AppError {
     fn from(e: WriteError) -> Self {
-        let message = e.to_string();
         match e {
-            WriteError::Conflict { last_seq, .. } => {
-                let mut out = AppError::new(StatusCode::CONFLICT, "conflict", message);
-                out.details.last_seq = Some(last_seq);
-                out
-            }
-            WriteError::StorageFull(_) | WriteError::Poisoned(_) => {
-                AppError::new(StatusCode::INSUFFICIENT_STORAGE, "storage_full", message)
-            }
-            WriteError::TooManyStreams { max } => {
-                let mut out =
-                    AppError::new(StatusCode::INSUFFICIENT_STORAGE, "storage_full", message);
-                out.details.limit = Some("storage.max_streams".into());
-                out.details.max = Some(max);
-                out
-            }
-            WriteError::TooLarge(_) => {
-                let mut out = AppError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message);
-                out.details.limit = Some("ingest.max_body_bytes".into());
-                out
-            }
-            WriteError::NotFound { .. } => AppError::not_found(message),
+            // Over HTTP the client should go elsewhere: close the connection too.
             WriteError::ShuttingDown => AppError::draining(),
+            e => Failure::from(e).into(),
         }
     }
 }

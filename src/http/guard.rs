@@ -91,16 +91,6 @@ fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     }
 }
 
-/// Equal-length byte strings compared without an early exit; a length mismatch returns at
-/// once (it reveals only the length).
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
 /// Bearer-token auth when tokens are configured: 401 without a valid token, 403 when the
 /// token lacks the route's scope. `admin` grants every scope.
 pub async fn auth(
@@ -124,30 +114,12 @@ pub async fn auth(
             let (scheme, token) = v.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         });
-    let Some(presented) = presented else {
-        return AppError::unauthorized("this route needs an Authorization: Bearer token")
-            .into_response();
-    };
-    // Compare against every token so the time taken does not depend on which one matched.
-    let mut found = None;
-    for t in tokens {
-        if ct_eq(&t.token, presented.as_bytes()) {
-            found = Some(t);
+    match crate::auth::authorize(tokens, presented, scope) {
+        Ok(()) => next.run(req).await,
+        // 401 says which scheme to use.
+        Err(f) if f.code == vx_proto::ErrorCode::Unauthorized => {
+            AppError::unauthorized(f.message).into_response()
         }
-    }
-    match found {
-        None => AppError::unauthorized("unknown bearer token").into_response(),
-        Some(t) if t.scopes.contains(&scope) || t.scopes.contains(&Scope::Admin) => {
-            next.run(req).await
-        }
-        Some(_) => AppError::forbidden(format!(
-            "the token lacks the {} scope",
-            match scope {
-                Scope::Ingest => "ingest",
-                Scope::Read => "read",
-                Scope::Admin => "admin",
-            }
-        ))
-        .into_response(),
+        Err(f) => AppError::from(f).into_response(),
     }
 }

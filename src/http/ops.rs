@@ -4,8 +4,8 @@ use super::AppError;
 use crate::state::{AppState, Phase};
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::http::header::{ACCEPT, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -24,7 +24,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Phase::Draining => "shutting down",
         Phase::Ready => "the store refuses writes after a failed fsync; restart the process",
     };
-    AppError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message)
+    AppError::new(vx_proto::ErrorCode::NotReady, message)
         .with_header(RETRY_AFTER, 1)
         .into_response()
 }

@@ -1,0 +1,189 @@
+//! One refusal, whatever the transport (SPEC §3): an [`ErrorCode`], a message and the details
+//! the SPEC's error shape carries. Bad input ([`InputError`]), failed writes ([`WriteError`])
+//! and backpressure are mapped to a [`Failure`] here, once; the HTTP layer renders it as the
+//! JSON error body (`crate::http::AppError`), a frames connection as an ERROR frame
+//! ([`Failure::into_frame`]).
+
+use serde::Serialize;
+use vx_proto::frames::ErrorFrame;
+use vx_proto::{ErrorCode, InputError};
+use vx_storage::WriteError;
+
+/// Members of `error` beside `code` and `message`; absent ones are omitted.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Details {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supported: Option<Vec<String>>,
+}
+
+/// A refused request or batch.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Boxed: most failures carry none.
+    pub details: Box<Details>,
+    /// When to try again (`backpressure`, `not_ready`): `Retry-After` over HTTP, the
+    /// `retry_after_ms` detail in a frame.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            details: Box::default(),
+            retry_after_ms: None,
+        }
+    }
+
+    pub fn backpressure(retry_after_ms: u64, message: impl Into<String>) -> Failure {
+        let mut f = Failure::new(ErrorCode::Backpressure, message);
+        f.retry_after_ms = Some(retry_after_ms);
+        f
+    }
+
+    /// The ERROR frame of batch `request_id` (0: the connection). Line, column and document
+    /// are positions in an HTTP body and have no place in a frame.
+    pub fn into_frame(self, request_id: u64) -> ErrorFrame {
+        let mut out = ErrorFrame::new(request_id, self.code.as_str(), self.message);
+        let d = *self.details;
+        out.index = d.index;
+        out.field = d.field;
+        out.limit = d.limit;
+        out.max = d.max;
+        out.last_seq = d.last_seq;
+        out.retry_after_ms = self.retry_after_ms;
+        out
+    }
+}
+
+impl From<InputError> for Failure {
+    fn from(mut e: InputError) -> Failure {
+        let mut f = Failure::new(e.class.error_code(), std::mem::take(&mut e.message));
+        f.details = Box::new(Details {
+            index: e.index,
+            line: e.line,
+            column: e.column,
+            document: e.document,
+            field: e.field.take(),
+            limit: e.limit.take(),
+            max: e.max,
+            ..Details::default()
+        });
+        f
+    }
+}
+
+impl From<WriteError> for Failure {
+    fn from(e: WriteError) -> Failure {
+        let message = e.to_string();
+        match e {
+            WriteError::Conflict { last_seq, .. } => {
+                let mut f = Failure::new(ErrorCode::Conflict, message);
+                f.details.last_seq = Some(last_seq);
+                f
+            }
+            WriteError::StorageFull(_) | WriteError::Poisoned(_) => {
+                Failure::new(ErrorCode::StorageFull, message)
+            }
+            WriteError::TooManyStreams { max } => {
+                let mut f = Failure::new(ErrorCode::StorageFull, message);
+                f.details.limit = Some("storage.max_streams".into());
+                f.details.max = Some(max);
+                f
+            }
+            WriteError::TooLarge(_) => {
+                let mut f = Failure::new(ErrorCode::TooLarge, message);
+                f.details.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
+                f
+            }
+            WriteError::NotFound { .. } => Failure::new(ErrorCode::NotFound, message),
+            WriteError::ShuttingDown => {
+                let mut f = Failure::new(ErrorCode::NotReady, message);
+                f.retry_after_ms = Some(1000);
+                f
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Both transports get the same code and details from the same failure.
+    #[test]
+    fn write_errors_map_once_for_both_transports() {
+        let cases = [
+            (
+                WriteError::Conflict {
+                    stream: "s".into(),
+                    expected: 1,
+                    last_seq: 3,
+                },
+                "conflict",
+                409,
+            ),
+            (WriteError::StorageFull("disk".into()), "storage_full", 507),
+            (WriteError::Poisoned("fsync".into()), "storage_full", 507),
+            (WriteError::TooManyStreams { max: 9 }, "storage_full", 507),
+            (
+                WriteError::NotFound { stream: "s".into() },
+                "not_found",
+                404,
+            ),
+            (WriteError::ShuttingDown, "not_ready", 503),
+        ];
+        for (e, code, status) in cases {
+            let f = Failure::from(e.clone());
+            assert_eq!((f.code.as_str(), f.code.http_status()), (code, status));
+            let http = crate::http::AppError::from(e);
+            assert_eq!((http.code, http.status.as_u16()), (code, status));
+            let frame = f.clone().into_frame(7);
+            assert_eq!((frame.request_id, frame.code.as_str()), (7, code));
+            assert_eq!(frame.last_seq, f.details.last_seq);
+            assert_eq!(frame.max, f.details.max);
+            assert_eq!(frame.limit, f.details.limit);
+        }
+        let f = Failure::from(WriteError::TooManyStreams { max: 9 });
+        assert_eq!(f.details.limit.as_deref(), Some("storage.max_streams"));
+        let frame = Failure::backpressure(1500, "full").into_frame(2);
+        assert_eq!(
+            (frame.code.as_str(), frame.retry_after_ms),
+            ("backpressure", Some(1500))
+        );
+    }
+
+    #[test]
+    fn input_errors_keep_their_details() {
+        let mut e = InputError::invalid_event("bad type");
+        e.index = Some(4);
+        e.field = Some("type".into());
+        e.line = Some(5);
+        let f = Failure::from(e);
+        assert_eq!(f.code, ErrorCode::InvalidEvent);
+        assert_eq!((f.details.index, f.details.line), (Some(4), Some(5)));
+        let frame = f.into_frame(1);
+        assert_eq!(frame.code, "invalid_event");
+        assert_eq!(frame.field.as_deref(), Some("type"));
+    }
+}
