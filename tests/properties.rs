@@ -99,9 +99,7 @@ fn json() -> impl Strategy<Value = Json> {
         Just(Json::Null),
         any::<bool>().prop_map(Json::Bool),
         any::<i64>().prop_map(Json::Int),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Json::Float),
+        vx_proto::testing::finite().prop_map(Json::Float),
         proptest::sample::select(LITERALS).prop_map(Json::Literal),
         json_string().prop_map(Json::Str),
     ];
@@ -339,37 +337,12 @@ impl Ev {
     }
 }
 
-fn finite() -> impl Strategy<Value = f64> {
-    any::<f64>().prop_filter("finite", |f| f.is_finite())
-}
-
-fn number() -> impl Strategy<Value = Num> {
-    prop_oneof![
-        any::<i64>().prop_map(Num::Int),
-        finite().prop_map(Num::Float),
-    ]
-}
-
-fn kind_and_value() -> impl Strategy<Value = (Option<Kind>, Option<Num>)> {
-    let counter = prop_oneof![
-        any::<i64>().prop_map(Num::Int),
-        // A float with zero fraction is a counter's integer (SPEC §2).
-        (-(1i64 << 53)..(1i64 << 53)).prop_map(|i| Num::Float(i as f64)),
-    ];
-    prop_oneof![
-        proptest::option::of(number()).prop_map(|v| (None, v)),
-        proptest::option::of(number()).prop_map(|v| (Some(Kind::Event), v)),
-        counter.prop_map(|v| (Some(Kind::Counter), Some(v))),
-        number().prop_map(|v| (Some(Kind::Gauge), Some(v))),
-    ]
-}
-
 fn event() -> impl Strategy<Value = Ev> {
     (
         proptest::option::of("[ -~éü\u{2028}\u{feff}😀]{0,16}"),
         "[A-Za-z0-9_.:-]{1,24}",
         proptest::option::of(0i64..(1i64 << 53)),
-        kind_and_value(),
+        vx_proto::testing::kind_and_value(),
         proptest::option::of("[ -~é😀]{1,20}"),
         proptest::option::of(json()),
         Just((0..8).collect::<Vec<usize>>()).prop_shuffle(),

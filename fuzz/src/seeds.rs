@@ -7,51 +7,14 @@ use std::io::Write;
 
 use vx_proto::canonical_yaml::write_document;
 use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
-use vx_proto::{EventView, Kind, Num};
+use vx_proto::EventView;
 
 /// Prefix of a chunked target's input: 64 KiB `max_event_bytes`, one chunk.
 const WHOLE: [u8; 2] = [0, 0];
 
+/// The shared seed events (`vx_proto::testing::seed_views`).
 fn views() -> Vec<EventView<'static>> {
-    let base = EventView {
-        stream: "match-42",
-        entity: Some("player-7"),
-        ty: "damage",
-        ts: 1_732_000_000_123,
-        kind: Kind::Counter,
-        value: Some(Num::Int(12)),
-        id: Some("evt-0001"),
-        data: Some(r#"{"weapon":"bow","crit":[1.50,2e3,-0],"s":"caf\u00e9 \"q\""}"#),
-    };
-    vec![
-        base,
-        EventView {
-            stream: "a/b c ünï",
-            entity: None,
-            ty: "pos:x",
-            kind: Kind::Gauge,
-            value: Some(Num::Float(-3.25)),
-            id: None,
-            data: None,
-            ..base
-        },
-        EventView {
-            stream: "s",
-            entity: None,
-            ty: "t.u-v_w",
-            ts: 0,
-            kind: Kind::Event,
-            value: None,
-            id: None,
-            data: Some("null"),
-        },
-        EventView {
-            kind: Kind::Event,
-            value: Some(Num::Float(0.5)),
-            data: Some(r#"[[],{},"\ud83d\ude00",true]"#),
-            ..base
-        },
-    ]
+    vx_proto::testing::seed_views()
 }
 
 /// Seeds of the `frames` target.

@@ -22,6 +22,8 @@ pub mod event;
 pub mod frames;
 pub mod packed;
 pub mod shard;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{ErrorClass, ErrorCode, InputError};
 pub use event::{EventView, Kind, Num};

@@ -11,9 +11,8 @@ use time::{OffsetDateTime, UtcOffset};
 use vx_proto::canonical::write_event;
 use vx_proto::decode::{Decoder, Format};
 use vx_proto::event::MAX_TS;
+use vx_proto::testing::{self, NOW};
 use vx_proto::{Batch, EventView, InputError, Kind, Num};
-
-const NOW: i64 = 1_732_000_000_000;
 
 #[derive(Clone, Debug)]
 enum Ts {
@@ -43,45 +42,17 @@ struct Gen {
     data: Option<Value>,
 }
 
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Value::from),
-        any::<String>().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(6, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((any::<String>(), inner), 0..6)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
-}
-
-fn num() -> impl Strategy<Value = Val> {
-    prop_oneof![
-        any::<i64>().prop_map(Val::Int),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Val::Float),
-    ]
-}
-
+/// The shared kinds and values (`vx_proto::testing`), a counter's whole float kept apart: it
+/// is written `12.0` and read as 12.
 fn kind_and_value() -> impl Strategy<Value = (Option<Kind>, Option<Val>)> {
-    prop_oneof![
-        (prop::option::of(Just(Kind::Event)), prop::option::of(num())),
-        prop_oneof![
-            any::<i64>().prop_map(Val::Int),
-            (-(1i64 << 53)..(1i64 << 53)).prop_map(Val::WholeFloat),
-        ]
-        .prop_map(|v| (Some(Kind::Counter), Some(v))),
-        num().prop_map(|v| (Some(Kind::Gauge), Some(v))),
-    ]
+    testing::kind_and_value().prop_map(|(kind, value)| {
+        let value = value.map(|v| match v {
+            Num::Int(i) => Val::Int(i),
+            Num::Float(f) if kind == Some(Kind::Counter) => Val::WholeFloat(f as i64),
+            Num::Float(f) => Val::Float(f),
+        });
+        (kind, value)
+    })
 }
 
 fn ts() -> impl Strategy<Value = Ts> {
@@ -96,16 +67,16 @@ fn ts() -> impl Strategy<Value = Ts> {
 
 fn event() -> impl Strategy<Value = Gen> {
     (
-        "\\PC{1,40}",
-        prop::option::of("\\PC{0,20}"),
-        "[A-Za-z0-9_.:-]{1,128}",
+        testing::stream_name(),
+        prop::option::of(testing::entity()),
+        testing::type_name(),
         ts(),
         kind_and_value(),
-        prop::option::of("\\PC{1,30}"),
-        prop::option::of(json_value()),
+        prop::option::of(testing::id()),
+        prop::option::of(testing::json_value(6, 48, 6)),
     )
         .prop_filter("reserved type", |(_, _, ty, _, (kind, _), _, _)| {
-            matches!(kind, None | Some(Kind::Event)) || (ty != "events" && ty != "last_ts")
+            !testing::reserved_type(*kind, ty)
         })
         .prop_map(|(stream, entity, ty, ts, (kind, value), id, data)| Gen {
             stream,

@@ -8,15 +8,14 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 use vx_proto::canonical::write_event;
-use vx_proto::event::MAX_TS;
 use vx_proto::frames::{
     Ack, BatchDecoder, BatchHead, Durability, ErrorFrame, EventDecoder, Frame, FramesDecoder,
     HEAD_LEN, Progress, WireEvent, decode_event_frame, encode_batch, encode_event_frame,
     parse_frame,
 };
-use vx_proto::{Batch, Kind, Num};
+use vx_proto::{Batch, Kind, Num, testing};
 
-const NOW: i64 = 1_732_000_000_000;
+use vx_proto::testing::NOW;
 
 #[derive(Clone, Debug)]
 struct Gen {
@@ -81,79 +80,29 @@ impl Gen {
     }
 }
 
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Value::from),
-        any::<String>().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(5, 32, 5, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            prop::collection::vec((any::<String>(), inner), 0..5)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
-}
-
-fn finite() -> impl Strategy<Value = f64> {
-    any::<f64>().prop_filter("finite", |f| f.is_finite())
-}
-
-fn kind_and_value() -> impl Strategy<Value = (Kind, Option<Num>)> {
-    let num = prop_oneof![
-        any::<i64>().prop_map(Num::Int),
-        finite().prop_map(Num::Float)
-    ];
-    prop_oneof![
-        prop::option::of(num.clone()).prop_map(|v| (Kind::Event, v)),
-        prop_oneof![
-            any::<i64>().prop_map(Num::Int),
-            // A whole float, which a counter takes as an integer.
-            (-(1i64 << 53)..(1i64 << 53)).prop_map(|i| Num::Float(i as f64)),
-        ]
-        .prop_map(|v| (Kind::Counter, Some(v))),
-        num.prop_map(|v| (Kind::Gauge, Some(v))),
-    ]
-}
-
+/// A shared valid event (`vx_proto::testing`), its `data` as sent: compact or pretty.
 fn event() -> impl Strategy<Value = Gen> {
-    (
-        "\\PC{1,40}",
-        prop::option::of("\\PC{0,20}"),
-        "[A-Za-z0-9_.:-]{1,128}",
-        prop::option::of(0..MAX_TS),
-        kind_and_value(),
-        prop::option::of("\\PC{1,30}"),
-        prop::option::of((json_value(), any::<bool>())),
-    )
-        .prop_filter("reserved type", |(_, _, ty, _, (kind, _), _, _)| {
-            *kind == Kind::Event || (ty != "events" && ty != "last_ts")
+    (testing::event(5), any::<bool>())
+        .prop_filter("length limits", |(e, _)| {
+            e.stream.len() <= 256
+                && e.entity.as_ref().is_none_or(|e| e.len() <= 256)
+                && e.id.as_ref().is_none_or(|i| i.len() <= 128)
         })
-        .prop_filter("length limits", |(s, e, _, _, _, id, _)| {
-            s.len() <= 256
-                && e.as_ref().is_none_or(|e| e.len() <= 256)
-                && id.as_ref().is_none_or(|i| i.len() <= 128)
-        })
-        .prop_map(|(stream, entity, ty, ts, (kind, value), id, data)| Gen {
-            stream,
-            entity,
-            ty,
-            ts,
-            kind,
-            value,
-            id,
-            data: data.map(|(v, pretty)| {
+        .prop_map(|(e, pretty)| Gen {
+            data: e.data.as_ref().map(|v| {
                 if pretty {
-                    serde_json::to_string_pretty(&v).unwrap()
+                    serde_json::to_string_pretty(v).unwrap()
                 } else {
-                    serde_json::to_string(&v).unwrap()
+                    serde_json::to_string(v).unwrap()
                 }
             }),
+            stream: e.stream,
+            entity: e.entity,
+            ty: e.ty,
+            ts: e.ts,
+            kind: e.kind.unwrap_or_default(),
+            value: e.value,
+            id: e.id,
         })
 }
 

@@ -8,14 +8,11 @@
 use std::io::Read;
 
 use proptest::prelude::*;
-use serde_json::{Map, Value};
 use vx_proto::canonical::write_event;
 use vx_proto::canonical_yaml::write_document;
 use vx_proto::decode::decode_yaml;
-use vx_proto::event::MAX_TS;
-use vx_proto::{Batch, EventView, InputError, Kind, Num};
-
-const NOW: i64 = 1_732_000_000_000;
+use vx_proto::testing::{self, NOW};
+use vx_proto::{Batch, EventView, InputError};
 
 /// A reader returning `body` in pieces of the given sizes (cycled; 0 counts as 1).
 struct Pieces<'a> {
@@ -58,97 +55,25 @@ fn decode(body: &[u8], sizes: Vec<usize>, max: usize) -> Result<Vec<Vec<u8>>, In
         .collect())
 }
 
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Value::from),
-        any::<String>().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(6, 48, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((any::<String>(), inner), 0..6)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
-}
-
-/// A valid event in canonical form: the owned parts of an [`EventView`].
+/// A valid event (`vx_proto::testing`) with its `data` text; the canonical YAML writer
+/// writes what a decoder stores ([`Owned::view`]).
 #[derive(Clone, Debug)]
 struct Owned {
-    stream: String,
-    entity: Option<String>,
-    ty: String,
-    ts: i64,
-    kind: Kind,
-    value: Option<Num>,
-    id: Option<String>,
+    ev: testing::Event,
     data: Option<String>,
 }
 
 impl Owned {
     fn view(&self) -> EventView<'_> {
-        EventView {
-            stream: &self.stream,
-            entity: self.entity.as_deref(),
-            ty: &self.ty,
-            ts: self.ts,
-            kind: self.kind,
-            value: self.value,
-            id: self.id.as_deref(),
-            data: self.data.as_deref(),
-        }
+        self.ev.stored(NOW, self.data.as_deref())
     }
 }
 
-fn finite() -> impl Strategy<Value = f64> {
-    any::<f64>().prop_filter("finite", |f| f.is_finite())
-}
-
-fn kind_and_value() -> impl Strategy<Value = (Kind, Option<Num>)> {
-    prop_oneof![
-        prop::option::of(prop_oneof![
-            any::<i64>().prop_map(Num::Int),
-            finite().prop_map(Num::Float)
-        ])
-        .prop_map(|v| (Kind::Event, v)),
-        any::<i64>().prop_map(|i| (Kind::Counter, Some(Num::Int(i)))),
-        prop_oneof![
-            any::<i64>().prop_map(Num::Int),
-            finite().prop_map(Num::Float)
-        ]
-        .prop_map(|v| (Kind::Gauge, Some(v))),
-    ]
-}
-
 fn event() -> impl Strategy<Value = Owned> {
-    (
-        "\\PC{1,40}",
-        prop::option::of("\\PC{1,20}"),
-        "[A-Za-z0-9_.:-]{1,128}",
-        0..MAX_TS,
-        kind_and_value(),
-        prop::option::of("\\PC{1,30}"),
-        prop::option::of(json_value()),
-    )
-        .prop_filter("reserved type", |(_, _, ty, _, (kind, _), _, _)| {
-            *kind == Kind::Event || (ty != "events" && ty != "last_ts")
-        })
-        .prop_map(|(stream, entity, ty, ts, (kind, value), id, data)| Owned {
-            stream,
-            entity,
-            ty,
-            ts,
-            kind,
-            value,
-            id,
-            data: data.map(|d| serde_json::to_string(&d).unwrap()),
-        })
+    testing::event(6).prop_map(|ev| Owned {
+        data: ev.data_text(),
+        ev,
+    })
 }
 
 /// YAML-looking tokens, so that random bodies reach past the parser into the event rules.
