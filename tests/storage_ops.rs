@@ -13,20 +13,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use reqwest::Method;
 
-fn padded(stream: &str, from: usize, n: usize, pad: usize) -> Vec<Event> {
-    (from..from + n)
-        .map(|i| {
-            let mut e = Event::simple(stream, "t", i as i64, Some(format!("{stream}-{i}")));
-            let p = "p".repeat(pad);
-            e.data = Some((
-                format!("{{\"i\": {i}, \"pad\": \"{p}\"}}"),
-                format!("{{\"i\":{i},\"pad\":\"{p}\"}}"),
-            ));
-            e
-        })
-        .collect()
-}
-
 async fn delete(api: &Api, stream: &str, headers: &[(&str, &str)]) -> Resp {
     api.send(
         Method::DELETE,
@@ -56,8 +42,11 @@ async fn delete_is_durable_and_seq_continues() {
     let cfg = ServerConfig::new(tmp.path().join("data"));
     let server = cfg.start();
     let api = &server.api;
-    assert_accepted(&api.post_ndjson(&padded("gone/1", 0, 5, 10)).await, 5);
-    assert_accepted(&api.post_ndjson(&padded("kept", 0, 3, 10)).await, 3);
+    assert_accepted(
+        &api.post_ndjson(&padded_events("gone/1", 0, 5, 10)).await,
+        5,
+    );
+    assert_accepted(&api.post_ndjson(&padded_events("kept", 0, 3, 10)).await, 3);
 
     let r = delete(api, "gone/1", &[("x-vx-durability", "fsync")]).await;
     assert_eq!(r.status, 200, "{r}");
@@ -94,7 +83,10 @@ async fn delete_is_durable_and_seq_continues() {
     let api = &server.api;
     assert_error(&api.stream_info("gone/1").await, 404, "not_found");
     assert_eq!(api.stream_info("kept").await.json()["events"], 3);
-    let body = assert_accepted(&api.post_ndjson(&padded("gone/1", 0, 2, 10)).await, 2);
+    let body = assert_accepted(
+        &api.post_ndjson(&padded_events("gone/1", 0, 2, 10)).await,
+        2,
+    );
     assert_eq!(last_seq_map(&body)["gone/1"], 7);
     let info = api.stream_info("gone/1").await.json();
     assert_eq!(
@@ -125,7 +117,7 @@ async fn deleting_needs_the_admin_scope() {
     let r = api
         .post_events(
             Some(NDJSON),
-            ndjson(&padded("s", 0, 1, 1)),
+            ndjson(&padded_events("s", 0, 1, 1)),
             &[("authorization", "Bearer ingest-secret")],
         )
         .await;
@@ -160,9 +152,16 @@ async fn retention_by_size_removes_old_segments_and_replay_starts_after_them() {
     let server = cfg.start();
     let api = &server.api;
     // "early" lives only in the first segment; "late" fills about 1.2 MB.
-    assert_accepted(&api.post_ndjson(&padded("early", 0, 10, 100)).await, 10);
+    assert_accepted(
+        &api.post_ndjson(&padded_events("early", 0, 10, 100)).await,
+        10,
+    );
     for r in 0..60 {
-        assert_accepted(&api.post_ndjson(&padded("late", r * 50, 50, 400)).await, 50);
+        assert_accepted(
+            &api.post_ndjson(&padded_events("late", r * 50, 50, 400))
+                .await,
+            50,
+        );
     }
     eventually("retention removed segments", async || {
         metric_sum(&metrics(api).await, "vx_retention_deleted_segments_total") >= 10.0
@@ -205,7 +204,10 @@ async fn retention_by_size_removes_old_segments_and_replay_starts_after_them() {
     let server = cfg.start();
     let api = &server.api;
     assert_eq!(api.stream_info("early").await.json()["events"], 0);
-    let body = assert_accepted(&api.post_ndjson(&padded("early", 100, 1, 1)).await, 1);
+    let body = assert_accepted(
+        &api.post_ndjson(&padded_events("early", 100, 1, 1)).await,
+        1,
+    );
     assert_eq!(last_seq_map(&body)["early"], 11);
     let (r, _) = api.replay("late", "").await;
     assert!(r.header_u64("x-vx-first-seq") >= first);
@@ -222,7 +224,11 @@ async fn retention_by_age_removes_sealed_segments() {
     let server = cfg.start();
     let api = &server.api;
     for r in 0..12 {
-        assert_accepted(&api.post_ndjson(&padded("aged", r * 50, 50, 400)).await, 50);
+        assert_accepted(
+            &api.post_ndjson(&padded_events("aged", r * 50, 50, 400))
+                .await,
+            50,
+        );
     }
     // Retention may have begun already (it checks every second): at least the last few
     // segments are still there.
@@ -249,7 +255,7 @@ async fn a_bad_record_inside_the_active_segment_is_not_a_torn_tail() {
     let server = cfg.start();
     let mut sent = Vec::new();
     for r in 0..40 {
-        let evs = padded("mid", r * 5, 5, 50);
+        let evs = padded_events("mid", r * 5, 5, 50);
         assert_accepted(&server.api.post_ndjson(&evs).await, 5);
         sent.extend(evs);
     }
@@ -315,7 +321,7 @@ async fn many_segments_under_a_low_descriptor_limit() {
     let server = cfg.start();
     let mut r = 0;
     while segments(&data).len() < 600 {
-        let evs = padded("many", r * 40, 40, 1600);
+        let evs = padded_events("many", r * 40, 40, 1600);
         assert_accepted(&server.api.post_ndjson(&evs).await, 40);
         r += 1;
     }

@@ -14,20 +14,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn events(stream: &str, from: usize, n: usize, pad: usize) -> Vec<Event> {
-    (from..from + n)
-        .map(|i| {
-            let mut e = Event::simple(stream, "t", i as i64, Some(format!("{stream}-{i}")));
-            let p = "p".repeat(pad);
-            e.data = Some((
-                format!("{{\"i\": {i}, \"pad\": \"{p}\"}}"),
-                format!("{{\"i\":{i},\"pad\":\"{p}\"}}"),
-            ));
-            e
-        })
-        .collect()
-}
-
 /// The smallest segment size the server accepts; records here are about 25 KB.
 const SEGMENT: u64 = 65536;
 
@@ -55,7 +41,7 @@ async fn torn_tail_of_the_last_segment_is_truncated_with_a_warning() {
     let server = cfg.start();
     let mut sent = Vec::new();
     for r in 0..50 {
-        let evs = events("tt", r * 5, 5, 20);
+        let evs = padded_events("tt", r * 5, 5, 20);
         assert_accepted(&server.api.post_ndjson(&evs).await, 5);
         sent.extend(evs);
     }
@@ -86,7 +72,7 @@ async fn torn_tail_of_the_last_segment_is_truncated_with_a_warning() {
         server.logs()
     );
     // Writing goes on after the last good record (not after the garbage).
-    let more = events("tt", 250, 5, 20);
+    let more = padded_events("tt", 250, 5, 20);
     let body = assert_accepted(&server.api.post_ndjson(&more).await, 5);
     assert_eq!(last_seq_map(&body).get("tt"), Some(&255));
     sent.extend(more);
@@ -133,7 +119,7 @@ async fn torn_tail_of_the_last_segment_is_truncated_with_a_warning() {
     );
     let n = lines.len();
     sent.truncate(n);
-    let more = events("tt", 1000, 3, 20);
+    let more = padded_events("tt", 1000, 3, 20);
     let body = assert_accepted(&server.api.post_ndjson(&more).await, 3);
     assert_eq!(last_seq_map(&body).get("tt"), Some(&(n as u64 + 3)));
     sent.extend(more);
@@ -159,7 +145,7 @@ async fn corruption_before_the_last_segment_stops_start_up_until_repair() {
     let server = cfg.start();
     let mut sent = Vec::new();
     for r in 0..20 {
-        let evs = events("cx", r * 50, 50, 400);
+        let evs = padded_events("cx", r * 50, 50, 400);
         assert_accepted(&server.api.post_ndjson(&evs).await, 50);
         sent.extend(evs);
     }
@@ -210,7 +196,7 @@ async fn corruption_before_the_last_segment_stops_start_up_until_repair() {
     assert_eq!(n % 50, 0, "requests are whole: {n} events");
     check_stream("cx", &lines, &sent[..n].iter().collect::<Vec<_>>());
     sent.truncate(n);
-    let more = events("cx", 5000, 5, 10);
+    let more = padded_events("cx", 5000, 5, 10);
     let body = assert_accepted(&server.api.post_ndjson(&more).await, 5);
     assert_eq!(last_seq_map(&body).get("cx"), Some(&(n as u64 + 5)));
     sent.extend(more);

@@ -3,47 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
-use vx_proto::{Batch, EventView, Kind, Num};
+use support::{all, block, real_cfg as cfg, req};
+use vx_proto::EventView;
 use vx_storage::*;
 
+/// The support module's counter event, always of value 3.
 fn ev<'a>(stream: &'a str, id: Option<&'a str>, ts: i64) -> EventView<'a> {
-    EventView {
-        stream,
-        entity: Some("p1"),
-        ty: "hit",
-        ts,
-        kind: Kind::Counter,
-        value: Some(Num::Int(3)),
-        id,
-        data: Some("{\"w\":\"bow\"}"),
-    }
-}
-
-fn cfg(dir: &Path) -> StorageConfig {
-    let mut c = StorageConfig::new(dir);
-    c.shards = Some(4);
-    c
-}
-
-fn req(events: &[EventView<'_>]) -> WriteRequest {
-    let mut b = Batch::new();
-    for e in events {
-        b.push(e).unwrap();
-    }
-    WriteRequest {
-        batch: b,
-        durability: None,
-        expected_last_seq: None,
-        guard: None,
-    }
-}
-
-fn block<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(f)
+    support::ev(stream, id, ts, 3)
 }
 
 fn read_all(store: &Store, stream: &str, q: ReadQuery) -> Vec<(u64, String, i64)> {
@@ -53,13 +22,6 @@ fn read_all(store: &Store, stream: &str, q: ReadQuery) -> Vec<(u64, String, i64)
         out.push((seq, e.id.unwrap_or("").to_string(), e.ts));
     }
     out
-}
-
-fn all(limit: u64) -> ReadQuery {
-    ReadQuery {
-        limit,
-        ..Default::default()
-    }
 }
 
 #[test]

@@ -332,3 +332,19 @@ pub fn varied_event(rng: &mut Rng, stream: &str, n: u64) -> Event {
         data,
     }
 }
+
+/// Events of `stream` numbered `from..from + n`, each with id `{stream}-{i}` and a `data`
+/// padded to about `pad` bytes (to fill log segments quickly).
+pub fn padded_events(stream: &str, from: usize, n: usize, pad: usize) -> Vec<Event> {
+    (from..from + n)
+        .map(|i| {
+            let mut e = Event::simple(stream, "t", i as i64, Some(format!("{stream}-{i}")));
+            let p = "p".repeat(pad);
+            e.data = Some((
+                format!("{{\"i\": {i}, \"pad\": \"{p}\"}}"),
+                format!("{{\"i\":{i},\"pad\":\"{p}\"}}"),
+            ));
+            e
+        })
+        .collect()
+}
