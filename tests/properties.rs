@@ -20,11 +20,10 @@ use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::Value;
-use vx_proto::canonical::{write_event, write_json_str, write_num};
-use vx_proto::canonical_yaml::write_document;
-use vx_proto::event::reserved_feature_name;
+use vx_proto::EventView;
+use vx_proto::canonical::write_event;
 use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
-use vx_proto::{EventView, Kind, Num};
+use vx_proto::testing;
 
 /// Cases per property.
 const CASES: u32 = 48;
@@ -32,347 +31,16 @@ const YAML: &str = "application/yaml";
 const FRAMES: &str = "application/vnd.veltrix.frames";
 
 // ---------------------------------------------------------------------------------------------
-// `data`: JSON text with the escapes, number literals and whitespace a producer may send
+// Events: `vx_proto::testing` (names, kinds and values, `ts` as milliseconds or RFC 3339,
+// `data` with escapes, number literals and whitespace, JSON field order and spacing)
 // ---------------------------------------------------------------------------------------------
 
-/// A piece of a JSON string literal.
-#[derive(Clone, Debug)]
-enum Piece {
-    /// Text, escaped the way serde_json escapes (only `"`, `\` and control characters).
-    Text(String),
-    /// An escape a producer may write instead of the raw character.
-    Escape(&'static str),
-}
-
-/// A JSON value, kept as the literal text a producer would send.
-#[derive(Clone, Debug)]
-enum Json {
-    Null,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    /// A number literal as sent (`1.50`, `2E3`, `-0`, …): stored as is.
-    Literal(&'static str),
-    Str(Vec<Piece>),
-    Array(Vec<Json>),
-    Object(Vec<(Vec<Piece>, Json)>),
-}
-
-const ESCAPES: &[&str] = &[
-    "\\u00e9",
-    "\\/",
-    "\\ud83d\\ude00",
-    "\\t",
-    "\\n",
-    "\\u0000",
-    "\\\"",
-    "\\\\",
-    "\\b",
-    "\\f",
-    "\\r",
-    "\\u2028",
-    "\\uFEFF",
-];
-const LITERALS: &[&str] = &[
-    "1.50",
-    "2E3",
-    "-0",
-    "1e-2",
-    "0.1",
-    "12345678901234567890123",
-    "-1.0e+5",
-];
-
-fn piece() -> impl Strategy<Value = Piece> {
-    prop_oneof![
-        3 => "[ -~éü\u{2028}\u{feff}😀\u{1}\t\n]{0,8}".prop_map(Piece::Text),
-        1 => proptest::sample::select(ESCAPES).prop_map(Piece::Escape),
-    ]
-}
-
-fn json_string() -> impl Strategy<Value = Vec<Piece>> {
-    proptest::collection::vec(piece(), 0..4)
-}
-
-fn json() -> impl Strategy<Value = Json> {
-    let leaf = prop_oneof![
-        Just(Json::Null),
-        any::<bool>().prop_map(Json::Bool),
-        any::<i64>().prop_map(Json::Int),
-        vx_proto::testing::finite().prop_map(Json::Float),
-        proptest::sample::select(LITERALS).prop_map(Json::Literal),
-        json_string().prop_map(Json::Str),
-    ];
-    leaf.prop_recursive(4, 24, 5, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..5).prop_map(Json::Array),
-            proptest::collection::vec((json_string(), inner), 0..5).prop_map(|members| {
-                // Distinct keys: YAML refuses duplicates (SPEC §3), JSON keeps them all.
-                let mut seen = std::collections::HashSet::new();
-                Json::Object(
-                    members
-                        .into_iter()
-                        .filter(|(k, _)| seen.insert(pieces_text(k)))
-                        .collect(),
-                )
-            }),
-        ]
-    })
-}
-
-/// The string a key's pieces spell once their escapes are read.
-fn pieces_text(pieces: &[Piece]) -> String {
-    let mut lit = Vec::new();
-    write_pieces(&mut lit, pieces);
-    serde_json::from_slice(&lit).unwrap()
-}
-
-fn write_pieces(out: &mut Vec<u8>, pieces: &[Piece]) {
-    out.push(b'"');
-    for p in pieces {
-        match p {
-            Piece::Text(t) => {
-                let mut lit = Vec::new();
-                write_json_str(&mut lit, t);
-                out.extend_from_slice(&lit[1..lit.len() - 1]);
-            }
-            Piece::Escape(e) => out.extend_from_slice(e.as_bytes()),
-        }
-    }
-    out.push(b'"');
-}
-
-/// `j` as JSON text: compact, or with whitespace (`newlines` allows line breaks too).
-fn render(out: &mut Vec<u8>, j: &Json, spaced: bool, newlines: bool) {
-    let gap: &[u8] = match (spaced, newlines) {
-        (false, _) => b"",
-        (true, false) => b" ",
-        (true, true) => b"\n  ",
-    };
-    match j {
-        Json::Null => out.extend_from_slice(b"null"),
-        Json::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Json::Int(i) => write_num(out, Num::Int(*i)),
-        Json::Float(f) => write_num(out, Num::Float(*f)),
-        Json::Literal(l) => out.extend_from_slice(l.as_bytes()),
-        Json::Str(p) => write_pieces(out, p),
-        Json::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(gap);
-                render(out, item, spaced, newlines);
-            }
-            out.extend_from_slice(gap);
-            out.push(b']');
-        }
-        Json::Object(members) => {
-            out.push(b'{');
-            for (i, (k, v)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(gap);
-                write_pieces(out, k);
-                out.extend_from_slice(if spaced { b" : " } else { b":" });
-                render(out, v, spaced, newlines);
-            }
-            out.extend_from_slice(gap);
-            out.push(b'}');
-        }
-    }
-}
-
-fn rendered(j: &Json, spaced: bool, newlines: bool) -> String {
-    let mut out = Vec::new();
-    render(&mut out, j, spaced, newlines);
-    String::from_utf8(out).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Events
-// ---------------------------------------------------------------------------------------------
-
-/// One valid event, minus its stream (each format posts to a stream of its own).
-#[derive(Clone, Debug)]
-struct Ev {
-    entity: Option<String>,
-    ty: String,
-    ts: Option<i64>,
-    /// `None`: not sent (the default, `event`).
-    kind: Option<Kind>,
-    /// As sent.
-    value: Option<Num>,
-    id: Option<String>,
-    data: Option<Json>,
-    /// Field order and whitespace of the JSON forms.
-    order: Vec<usize>,
-    spaced: bool,
-}
-
-impl Ev {
-    /// The value the server stores: a counter's whole float is its integer.
-    fn stored_value(&self) -> Option<Num> {
-        match (self.kind, self.value) {
-            (Some(Kind::Counter), Some(Num::Float(f))) => Some(Num::Int(f as i64)),
-            (_, v) => v,
-        }
-    }
-
-    fn data_compact(&self) -> Option<String> {
-        self.data.as_ref().map(|d| rendered(d, false, false))
-    }
-
-    /// The event as the server should store it (`ts` 0 when the server picks it).
-    fn view<'a>(&'a self, stream: &'a str, data: Option<&'a str>) -> EventView<'a> {
-        EventView {
-            stream,
-            entity: self.entity.as_deref().filter(|e| !e.is_empty()),
-            ty: &self.ty,
-            ts: self.ts.unwrap_or(0),
-            kind: self.kind.unwrap_or(Kind::Event),
-            value: self.stored_value(),
-            id: self.id.as_deref(),
-            data,
-        }
-    }
-
-    /// One JSON object; `newlines` allows line breaks inside it (not for NDJSON).
-    fn to_json(&self, stream: &str, newlines: bool) -> Vec<u8> {
-        let sep: &[u8] = if self.spaced { b", " } else { b"," };
-        let colon: &[u8] = if self.spaced { b" : " } else { b":" };
-        let mut out = vec![b'{'];
-        let mut first = true;
-        for &f in &self.order {
-            let mut val = Vec::new();
-            let name = match f {
-                0 => {
-                    write_json_str(&mut val, stream);
-                    "stream"
-                }
-                1 => match &self.entity {
-                    Some(e) => {
-                        write_json_str(&mut val, e);
-                        "entity"
-                    }
-                    None => continue,
-                },
-                2 => {
-                    write_json_str(&mut val, &self.ty);
-                    "type"
-                }
-                3 => match self.ts {
-                    Some(ts) => {
-                        write_num(&mut val, Num::Int(ts));
-                        "ts"
-                    }
-                    None => continue,
-                },
-                4 => match self.kind {
-                    Some(k) => {
-                        write_json_str(&mut val, k.as_str());
-                        "kind"
-                    }
-                    None => continue,
-                },
-                5 => match self.value {
-                    Some(v) => {
-                        write_num(&mut val, v);
-                        "value"
-                    }
-                    None => continue,
-                },
-                6 => match &self.id {
-                    Some(id) => {
-                        write_json_str(&mut val, id);
-                        "id"
-                    }
-                    None => continue,
-                },
-                _ => match &self.data {
-                    Some(d) => {
-                        render(&mut val, d, self.spaced, newlines);
-                        "data"
-                    }
-                    None => continue,
-                },
-            };
-            if !first {
-                out.extend_from_slice(sep);
-                if newlines && self.spaced {
-                    out.push(b'\n');
-                }
-            }
-            first = false;
-            write_json_str(&mut out, name);
-            out.extend_from_slice(colon);
-            out.extend_from_slice(&val);
-        }
-        out.push(b'}');
-        out
-    }
-
-    /// One YAML document (the canonical YAML of SPEC §5's replay, without `seq`, and without
-    /// `ts` when the server is to pick it).
-    fn to_yaml(&self, stream: &str) -> Vec<u8> {
-        let data = self.data_compact();
-        let view = EventView {
-            entity: self.entity.as_deref(),
-            value: self.value,
-            ..self.view(stream, data.as_deref())
-        };
-        let mut doc = Vec::new();
-        write_document(&mut doc, &view, None);
-        if self.ts.is_some() {
-            return doc;
-        }
-        let text = String::from_utf8(doc).unwrap();
-        text.lines()
-            .filter(|l| !l.starts_with("ts: "))
-            .flat_map(|l| [l, "\n"])
-            .collect::<String>()
-            .into_bytes()
-    }
-}
-
-fn event() -> impl Strategy<Value = Ev> {
-    (
-        proptest::option::of("[ -~éü\u{2028}\u{feff}😀]{0,16}"),
-        "[A-Za-z0-9_.:-]{1,24}",
-        proptest::option::of(0i64..(1i64 << 53)),
-        vx_proto::testing::kind_and_value(),
-        proptest::option::of("[ -~é😀]{1,20}"),
-        proptest::option::of(json()),
-        Just((0..8).collect::<Vec<usize>>()).prop_shuffle(),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(entity, mut ty, ts, (kind, value), id, data, order, spaced)| {
-                if kind.is_some_and(|k| k != Kind::Event) && reserved_feature_name(&ty) {
-                    ty.push('x');
-                }
-                Ev {
-                    entity,
-                    ty,
-                    ts,
-                    kind,
-                    value,
-                    id,
-                    data,
-                    order,
-                    spaced,
-                }
-            },
-        )
-}
-
-/// One case: a stream name (made unique per format and case when posted) and its events.
+/// One case: a stream name (made unique per format and case when posted) and its events (their
+/// own streams unused: each is posted on the case's).
 #[derive(Clone, Debug)]
 struct Case {
     stream: String,
-    events: Vec<Ev>,
+    events: Vec<testing::Event>,
     /// Variations of the bodies: a JSON array even for one event, CRLF lines, one frame per
     /// event.
     array: bool,
@@ -382,8 +50,8 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        "[A-Za-z0-9 /_.:é😀ü-]{1,24}",
-        proptest::collection::vec(event(), 1..4),
+        testing::stream_name(),
+        proptest::collection::vec(testing::event(4), 1..4),
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
@@ -438,18 +106,26 @@ impl Fmt {
 
 /// The body of `case`'s events, all on `stream`, in `fmt`.
 fn body(case: &Case, fmt: Fmt, stream: &str) -> Vec<u8> {
+    let events: Vec<testing::Event> = case
+        .events
+        .iter()
+        .map(|e| testing::Event {
+            stream: stream.to_string(),
+            ..e.clone()
+        })
+        .collect();
     let mut out = Vec::new();
     match fmt {
         Fmt::Json => {
-            let arr = case.array || case.events.len() > 1;
+            let arr = case.array || events.len() > 1;
             if arr {
                 out.extend_from_slice(b"[\n");
             }
-            for (i, e) in case.events.iter().enumerate() {
+            for (i, e) in events.iter().enumerate() {
                 if i > 0 {
                     out.extend_from_slice(b",\n");
                 }
-                out.extend_from_slice(&e.to_json(stream, true));
+                out.extend_from_slice(&e.to_json(false));
             }
             if arr {
                 out.extend_from_slice(b"\n]");
@@ -457,8 +133,8 @@ fn body(case: &Case, fmt: Fmt, stream: &str) -> Vec<u8> {
         }
         Fmt::Ndjson => {
             let eol: &[u8] = if case.crlf { b"\r\n" } else { b"\n" };
-            for (i, e) in case.events.iter().enumerate() {
-                out.extend_from_slice(&e.to_json(stream, false));
+            for (i, e) in events.iter().enumerate() {
+                out.extend_from_slice(&e.to_json(true));
                 out.extend_from_slice(eol);
                 if i == 0 {
                     out.extend_from_slice(eol);
@@ -466,30 +142,16 @@ fn body(case: &Case, fmt: Fmt, stream: &str) -> Vec<u8> {
             }
         }
         Fmt::Yaml => {
-            for e in &case.events {
-                out.extend_from_slice(&e.to_yaml(stream));
+            for e in &events {
+                out.extend_from_slice(&e.to_yaml());
             }
         }
         Fmt::Frames => {
-            let data: Vec<Option<String>> = case
-                .events
-                .iter()
-                .map(|e| e.data.as_ref().map(|d| rendered(d, e.spaced, e.spaced)))
-                .collect();
-            let wires: Vec<WireEvent<'_>> = case
-                .events
+            let data: Vec<Option<String>> = events.iter().map(testing::Event::data_sent).collect();
+            let wires: Vec<WireEvent<'_>> = events
                 .iter()
                 .zip(&data)
-                .map(|(e, d)| WireEvent {
-                    stream,
-                    entity: e.entity.as_deref(),
-                    ty: &e.ty,
-                    ts: e.ts,
-                    kind: e.kind.unwrap_or(Kind::Event),
-                    value: e.value,
-                    id: e.id.as_deref(),
-                    data: d.as_deref(),
-                })
+                .map(|(e, d)| e.wire(d.as_deref()))
                 .collect();
             if case.frame_each {
                 for w in &wires {
@@ -589,11 +251,16 @@ async fn roundtrip(api: &Api, case: &Case, fmt: Fmt) -> Result<(), TestCaseError
     }
     for (i, (ev, (raw, got))) in case.events.iter().zip(&lines).enumerate() {
         let data = ev.data_compact();
+        // As stored (`ts` 0 when the server picks it), on the stream posted to.
+        let view = EventView {
+            stream: &stream,
+            ..ev.stored(0, data.as_deref())
+        };
         let mut want = Vec::new();
-        write_event(&mut want, &ev.view(&stream, data.as_deref()), i as u64 + 1);
+        write_event(&mut want, &view, i as u64 + 1);
         let mut want: Value = serde_json::from_slice(&want).unwrap();
         let mut got = got.clone();
-        if ev.ts.is_none() {
+        if ev.ts.given().is_none() {
             let ts = got.get("ts").and_then(Value::as_i64);
             if !ts.is_some_and(|ts| (before..=after).contains(&ts)) {
                 return Err(fail(format!(
@@ -612,13 +279,9 @@ async fn roundtrip(api: &Api, case: &Case, fmt: Fmt) -> Result<(), TestCaseError
         }
         // Canonical JSON is compact, in the SPEC's field order: the line is the canonical
         // writer's own output for the replayed values.
-        if fmt != Fmt::Yaml && ev.ts.is_some() {
+        if fmt != Fmt::Yaml && ev.ts.given().is_some() {
             let mut canonical = Vec::new();
-            write_event(
-                &mut canonical,
-                &ev.view(&stream, data.as_deref()),
-                i as u64 + 1,
-            );
+            write_event(&mut canonical, &view, i as u64 + 1);
             if raw.as_bytes() != canonical {
                 return Err(fail(format!(
                     "{} body {shown:?}, event {i}: replayed {raw}, canonical {}",

@@ -31,9 +31,9 @@ use vx_proto::Batch;
 use vx_proto::canonical::write_event;
 use vx_proto::decode::{Decoder, EventParser, Format};
 
-/// `ts` given to events without one. The event target re-parses with another, to show that the
-/// canonical form always carries its `ts`.
-pub const NOW: i64 = 1_732_000_000_000;
+/// `ts` given to events without one (the property tests' too). The event target re-parses with
+/// another, to show that the canonical form always carries its `ts`.
+pub use vx_proto::testing::NOW;
 
 /// The default `ingest.max_event_bytes` of the targets: large enough for any event the
 /// fuzzer builds, small enough to bound each run's work.

@@ -1,25 +1,21 @@
 //! Seed inputs of the `yaml`, `frames` and `content` targets: valid bodies in each target's
 //! input layout, which random mutation alone reaches slowly (a frame's length prefixes must
 //! agree with its contents; a compressed stream carries checksums). `examples/seeds.rs` writes
-//! them into `corpus/<target>/`; the unit tests check that each is accepted.
+//! them into `corpus/<target>/`; the unit tests check that each is accepted. The events are
+//! vx-proto's (`vx_proto::testing::seed_views`, shared with the property tests' generators).
 
 use std::io::Write;
 
 use vx_proto::canonical_yaml::write_document;
 use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
-use vx_proto::EventView;
+use vx_proto::testing::seed_views;
 
 /// Prefix of a chunked target's input: 64 KiB `max_event_bytes`, one chunk.
 const WHOLE: [u8; 2] = [0, 0];
 
-/// The shared seed events (`vx_proto::testing::seed_views`).
-fn views() -> Vec<EventView<'static>> {
-    vx_proto::testing::seed_views()
-}
-
 /// Seeds of the `frames` target.
 pub fn frames() -> Vec<Vec<u8>> {
-    let views = views();
+    let views = seed_views();
     let mut wires: Vec<WireEvent<'_>> = views.iter().copied().map(WireEvent::from).collect();
     // One event left to the server's clock, one with whitespace in `data`.
     wires[2].ts = None;
@@ -52,7 +48,7 @@ pub fn frames() -> Vec<Vec<u8>> {
 /// Seeds of the `yaml` target.
 pub fn yaml() -> Vec<Vec<u8>> {
     let mut canonical = WHOLE.to_vec();
-    for v in views() {
+    for v in seed_views() {
         write_document(&mut canonical, &v, None);
     }
     let mut chunked = vec![0, 2, 5, 1];

@@ -6,105 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
-use serde_json::{Map, Value};
+use vx_proto::Batch;
 use vx_proto::canonical::write_event;
 use vx_proto::frames::{
     Ack, BatchDecoder, BatchHead, Durability, ErrorFrame, EventDecoder, Frame, FramesDecoder,
     HEAD_LEN, Progress, WireEvent, decode_event_frame, encode_batch, encode_event_frame,
     parse_frame,
 };
-use vx_proto::{Batch, Kind, Num, testing};
-
-use vx_proto::testing::NOW;
-
-#[derive(Clone, Debug)]
-struct Gen {
-    stream: String,
-    entity: Option<String>,
-    ty: String,
-    ts: Option<i64>,
-    kind: Kind,
-    value: Option<Num>,
-    id: Option<String>,
-    /// `data` with whitespace, as a producer might send it.
-    data: Option<String>,
-}
-
-impl Gen {
-    fn wire(&self) -> WireEvent<'_> {
-        WireEvent {
-            stream: &self.stream,
-            entity: self.entity.as_deref(),
-            ty: &self.ty,
-            ts: self.ts,
-            kind: self.kind,
-            value: self.value,
-            id: self.id.as_deref(),
-            data: self.data.as_deref(),
-        }
-    }
-
-    /// The same event as a JSON object, for the JSON decoder.
-    fn json(&self) -> String {
-        let mut m = Map::new();
-        m.insert("stream".into(), self.stream.clone().into());
-        if let Some(e) = &self.entity {
-            m.insert("entity".into(), e.clone().into());
-        }
-        m.insert("type".into(), self.ty.clone().into());
-        if let Some(t) = self.ts {
-            m.insert("ts".into(), t.into());
-        }
-        m.insert("kind".into(), self.kind.as_str().into());
-        match self.value {
-            None => {}
-            Some(Num::Int(i)) => {
-                m.insert("value".into(), i.into());
-            }
-            Some(Num::Float(f)) => {
-                m.insert("value".into(), f.into());
-            }
-        }
-        if let Some(id) = &self.id {
-            m.insert("id".into(), id.clone().into());
-        }
-        let mut text = serde_json::to_string(&Value::Object(m)).unwrap();
-        if let Some(d) = &self.data {
-            // Splice the data text in as sent, whitespace and all.
-            text.pop();
-            text.push_str(",\"data\":");
-            text.push_str(d);
-            text.push('}');
-        }
-        text
-    }
-}
-
-/// A shared valid event (`vx_proto::testing`), its `data` as sent: compact or pretty.
-fn event() -> impl Strategy<Value = Gen> {
-    (testing::event(5), any::<bool>())
-        .prop_filter("length limits", |(e, _)| {
-            e.stream.len() <= 256
-                && e.entity.as_ref().is_none_or(|e| e.len() <= 256)
-                && e.id.as_ref().is_none_or(|i| i.len() <= 128)
-        })
-        .prop_map(|(e, pretty)| Gen {
-            data: e.data.as_ref().map(|v| {
-                if pretty {
-                    serde_json::to_string_pretty(v).unwrap()
-                } else {
-                    serde_json::to_string(v).unwrap()
-                }
-            }),
-            stream: e.stream,
-            entity: e.entity,
-            ty: e.ty,
-            ts: e.ts,
-            kind: e.kind.unwrap_or_default(),
-            value: e.value,
-            id: e.id,
-        })
-}
+use vx_proto::testing::{Event, NOW, event};
 
 fn canonical(batch: &Batch) -> Vec<Vec<u8>> {
     batch
@@ -118,8 +27,14 @@ fn canonical(batch: &Batch) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn batch_frame(events: &[Gen], head: &BatchHead) -> Vec<u8> {
-    let wire: Vec<WireEvent<'_>> = events.iter().map(Gen::wire).collect();
+/// A BATCH frame of `events`, each with its `data` as sent (whitespace and escapes).
+fn batch_frame(events: &[Event], head: &BatchHead) -> Vec<u8> {
+    let data: Vec<Option<String>> = events.iter().map(Event::data_sent).collect();
+    let wire: Vec<WireEvent<'_>> = events
+        .iter()
+        .zip(&data)
+        .map(|(e, d)| e.wire(d.as_deref()))
+        .collect();
     let mut out = Vec::new();
     encode_batch(&mut out, head, &wire).unwrap();
     out
@@ -160,7 +75,7 @@ proptest! {
 
     #[test]
     fn valid_events_round_trip_to_what_json_gives(
-        events in prop::collection::vec(event(), 0..8),
+        events in prop::collection::vec(event(5), 0..8),
         cuts in prop::collection::vec(any::<usize>(), 0..6),
         id in any::<u64>(),
         durability in prop::option::of(prop_oneof![
@@ -173,9 +88,11 @@ proptest! {
         let (got_head, batch) = decode_batch(&frame, &cuts, 1 << 20);
         prop_assert_eq!(got_head, head);
 
+        // The same events as JSON objects: the same `data` text, `ts` as sent (an RFC 3339
+        // one where the frame carries its milliseconds).
         let mut via_json = Batch::new();
         for e in &events {
-            vx_proto::decode::parse_event(e.json().as_bytes(), NOW, &mut via_json).unwrap();
+            vx_proto::decode::parse_event(&e.to_json(false), NOW, &mut via_json).unwrap();
         }
         prop_assert_eq!(canonical(&batch), canonical(&via_json));
 
@@ -198,7 +115,7 @@ proptest! {
 
     #[test]
     fn http_bodies_decode_the_same_in_any_chunks(
-        frames in prop::collection::vec(prop::collection::vec(event(), 0..4), 0..4),
+        frames in prop::collection::vec(prop::collection::vec(event(5), 0..4), 0..4),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
     ) {
         let mut body = Vec::new();
@@ -249,7 +166,7 @@ proptest! {
 
     #[test]
     fn mutated_frames_decode_or_fail_cleanly(
-        events in prop::collection::vec(event(), 1..4),
+        events in prop::collection::vec(event(5), 1..4),
         flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4),
     ) {
         let mut frame = batch_frame(&events, &BatchHead { request_id: 3, ..BatchHead::default() });

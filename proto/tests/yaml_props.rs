@@ -1,7 +1,8 @@
-//! Property tests of the YAML decoder: any valid event, written by the canonical YAML writer,
-//! decodes to the same canonical event whatever the reads; any bytes (and YAML-looking token
-//! soup) decode or fail with an `InputError`, never panic, and the outcome does not depend on
-//! how the reader splits the body.
+//! Property tests of the YAML decoder: any valid event (`vx_proto::testing`), written by the
+//! canonical YAML writer or as a producer writes it, decodes to the same canonical event
+//! whatever the reads; any bytes (and YAML-looking token soup) decode or fail with an
+//! `InputError`, never panic, and the outcome does not depend on how the reader splits the
+//! body.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,8 +12,8 @@ use proptest::prelude::*;
 use vx_proto::canonical::write_event;
 use vx_proto::canonical_yaml::write_document;
 use vx_proto::decode::decode_yaml;
-use vx_proto::testing::{self, NOW};
-use vx_proto::{Batch, EventView, InputError};
+use vx_proto::testing::{NOW, event};
+use vx_proto::{Batch, InputError};
 
 /// A reader returning `body` in pieces of the given sizes (cycled; 0 counts as 1).
 struct Pieces<'a> {
@@ -53,27 +54,6 @@ fn decode(body: &[u8], sizes: Vec<usize>, max: usize) -> Result<Vec<Vec<u8>>, In
             out
         })
         .collect())
-}
-
-/// A valid event (`vx_proto::testing`) with its `data` text; the canonical YAML writer
-/// writes what a decoder stores ([`Owned::view`]).
-#[derive(Clone, Debug)]
-struct Owned {
-    ev: testing::Event,
-    data: Option<String>,
-}
-
-impl Owned {
-    fn view(&self) -> EventView<'_> {
-        self.ev.stored(NOW, self.data.as_deref())
-    }
-}
-
-fn event() -> impl Strategy<Value = Owned> {
-    testing::event(6).prop_map(|ev| Owned {
-        data: ev.data_text(),
-        ev,
-    })
 }
 
 /// YAML-looking tokens, so that random bodies reach past the parser into the event rules.
@@ -139,15 +119,19 @@ proptest! {
 
     #[test]
     fn canonical_yaml_decodes_to_the_same_events(
-        events in prop::collection::vec(event(), 1..5),
+        events in prop::collection::vec(event(6), 1..5),
         sizes in prop::collection::vec(0usize..64, 0..4),
     ) {
         let mut body = Vec::new();
         let mut expected = Vec::new();
         for (i, e) in events.iter().enumerate() {
-            write_document(&mut body, &e.view(), None);
+            // The event as stored, its `data` in the form the YAML decoder writes (canonical
+            // string escapes, number literals as sent), for which canonical YAML round-trips.
+            let data = e.data_plain();
+            let view = e.stored(NOW, data.as_deref());
+            write_document(&mut body, &view, None);
             let mut out = Vec::new();
-            write_event(&mut out, &e.view(), i as u64 + 1);
+            write_event(&mut out, &view, i as u64 + 1);
             expected.push(out);
         }
         let got = decode(&body, sizes, 1 << 20);
@@ -155,6 +139,30 @@ proptest! {
         let got = got.unwrap();
         prop_assert_eq!(
             got.iter().map(|g| String::from_utf8_lossy(g).into_owned()).collect::<Vec<_>>(),
+            expected.iter().map(|g| String::from_utf8_lossy(g).into_owned()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn producer_yaml_decodes_to_the_stored_events(
+        events in prop::collection::vec(event(6), 1..5),
+        sizes in prop::collection::vec(0usize..64, 0..4),
+    ) {
+        // As a producer writes it: `ts` absent or as an RFC 3339 string, an empty entity, a
+        // counter's whole float, `data` with any escapes.
+        let mut body = Vec::new();
+        let mut expected = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            body.extend(e.to_yaml());
+            let data = e.data_plain();
+            let mut out = Vec::new();
+            write_event(&mut out, &e.stored(NOW, data.as_deref()), i as u64 + 1);
+            expected.push(out);
+        }
+        let got = decode(&body, sizes, 1 << 20);
+        prop_assert!(got.is_ok(), "{}: {:?}", String::from_utf8_lossy(&body), got);
+        prop_assert_eq!(
+            got.unwrap().iter().map(|g| String::from_utf8_lossy(g).into_owned()).collect::<Vec<_>>(),
             expected.iter().map(|g| String::from_utf8_lossy(g).into_owned()).collect::<Vec<_>>()
         );
     }
