@@ -143,6 +143,11 @@ impl Server {
                  {addr} can write and read events"
             );
         }
+        // No Nagle: a streamed body's small writes (replay chunks, an answer after a body
+        // read in pieces) must not wait for the client's delayed ACK.
+        let tcp = axum::serve::ListenerExt::tap_io(tcp, |s: &mut tokio::net::TcpStream| {
+            let _ = s.set_nodelay(true);
+        });
         let gated = Gated::new(tcp, stop.clone(), connections.clone());
         listeners.spawn(serve(gated, app.clone(), close.clone(), stop.clone()));
         tracing::info!("listening on {addr}");
