@@ -105,6 +105,20 @@ proptest! {
         // A lone object is a body too.
         let one = events[0].to_json(false);
         prop_assert_eq!(decode(Format::Json, &one, &[]).unwrap(), vec![expected[0].clone()]);
+
+        // serde_json, as an independent reader, sees the same JSON: the bodies are valid and
+        // the names read back as drawn (so the renderer and the decoder cannot agree on a
+        // wrong escaping).
+        let array: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        for (e, v) in events.iter().zip(array.as_array().unwrap()) {
+            prop_assert_eq!(v["stream"].as_str(), Some(e.stream.as_str()));
+            prop_assert_eq!(v["type"].as_str(), Some(e.ty.as_str()));
+            prop_assert_eq!(v.get("entity").and_then(|x| x.as_str()), e.entity.as_deref());
+            prop_assert_eq!(v.get("id").and_then(|x| x.as_str()), e.id.as_deref());
+        }
+        for line in ndjson.split(|&b| b == b'\n').filter(|l| !l.trim_ascii().is_empty()) {
+            prop_assert!(serde_json::from_slice::<serde_json::Value>(line).is_ok());
+        }
     }
 
     #[test]
