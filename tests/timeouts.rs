@@ -21,6 +21,12 @@ async fn read_to_close(s: &mut tokio::net::TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Bytes of the in-flight budget that bodies hold right now.
+async fn inflight_bytes(server: &Server) -> u64 {
+    let m = server.api.get("/metrics").await.text();
+    metric_sum(&m, "vx_inflight_bytes") as u64
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_body_gets_408_and_releases_its_budget() {
     let tmp = tempfile::tempdir().unwrap();
@@ -43,6 +49,15 @@ async fn a_stalled_body_gets_408_and_releases_its_budget() {
     stalled.write_all(head.as_bytes()).await.unwrap();
     stalled.write_all(sent.as_bytes()).await.unwrap();
     let started = Instant::now();
+    // The stalled body holds budget once the server has read what was sent (bounded wait).
+    let held = loop {
+        let held = inflight_bytes(&server).await;
+        if held > 0 || started.elapsed() > Duration::from_secs(10) {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(held > 0, "the stalled body holds no budget");
 
     // Another producer's 8 KB body needs budget the stalled one holds: it is read once the
     // stalled body is dropped.
@@ -65,9 +80,26 @@ async fn a_stalled_body_gets_408_and_releases_its_budget() {
         answer.to_lowercase().contains("connection: close"),
         "{answer}"
     );
-    // Nothing of the stalled request was stored.
+    // Nothing of the stalled request was stored, and every byte of its budget is back: the
+    // permit goes with the error, before the 408 is written.
     let (r, _) = server.api.replay("stall", "").await;
     assert_error(&r, 404, "not_found");
+    assert_eq!(inflight_bytes(&server).await, 0);
+    // A body that needs (nearly) the whole budget is read and stored.
+    let mut whole = Vec::new();
+    let mut len = 0;
+    while len < 62 << 10 {
+        let e = Event::simple("whole", "t", whole.len() as i64, None);
+        len += e.to_json().len() + 1;
+        whole.push(e);
+    }
+    let n = whole.len() as u64;
+    let ok = server
+        .api
+        .post_events(Some(NDJSON), ndjson(&whole), &[])
+        .await;
+    assert_accepted(&ok, n);
+    assert_eq!(inflight_bytes(&server).await, 0);
     let m = server.api.get("/metrics").await.text();
     assert!(
         m.lines()
