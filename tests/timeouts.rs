@@ -236,3 +236,39 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     server.stop_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frame_that_keeps_arriving_slowly_is_not_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = frames_cfg(tmp.path()).start();
+    let (mut tx, mut rx) = connect(&server).await.split();
+    let evs: Vec<WireEvent<'_>> = (0..20)
+        .map(|i| WireEvent {
+            stream: "fslow",
+            entity: None,
+            ty: "t",
+            ts: Some(i),
+            kind: Kind::Event,
+            value: None::<Num>,
+            id: None,
+            data: None,
+        })
+        .collect();
+    let head = BatchHead {
+        request_id: 9,
+        ..BatchHead::default()
+    };
+    let mut frame = Vec::new();
+    encode_batch(&mut frame, &head, &evs).unwrap();
+    // 6 pieces 200 ms apart: 1 s inside one frame, but never 500 ms (the body timeout)
+    // without a byte. The timeout is per wait, as for HTTP bodies.
+    for piece in frame.chunks(frame.len().div_ceil(6)) {
+        tx.send_raw(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match rx.next_reply().await.unwrap() {
+        Reply::Ack(a) => assert_eq!((a.request_id, a.accepted), (9, 20)),
+        other => panic!("expected ACK, got {other:?}"),
+    }
+    server.stop_clean();
+}

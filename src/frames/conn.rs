@@ -18,6 +18,13 @@
 //! batches in flight keep flowing meanwhile. Reading also stops while `WINDOW` batches are in
 //! flight, and while the in-flight byte budget is spent.
 //!
+//! # Stalls
+//! Only waits for the client are timed: inside a frame (which holds in-flight budget and a
+//! decoder) `ingest.body_timeout`, between frames with nothing in flight
+//! `server.frames_idle_timeout`, each counted from the start of the wait, so answers that
+//! complete meanwhile do not extend a stall. Waits of the server's own (budget, room in the
+//! shards, the window) are not timed. Either timeout ends the connection with ERROR `timeout`.
+//!
 //! # Answers
 //! Every BATCH whose header was read gets exactly one ACK or ERROR (request id ≠ 0); a refused
 //! batch does not affect the others. A protocol error ends the connection: in-flight batches
@@ -37,7 +44,9 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vx_ingest::InflightPermit;
@@ -126,6 +135,15 @@ struct Conn {
     ids: HashSet<u64>,
     /// A write may still be waiting to enter the writer's channel (see the module docs).
     barrier: bool,
+    /// The timer of waits for the client (`ingest.body_timeout` inside a frame,
+    /// `server.frames_idle_timeout` between frames): one per connection, moved with
+    /// `reset` rather than created per read, so a busy connection costs no timer
+    /// registrations beyond an atomic deadline update.
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// When the current wait for the client began. Cleared when bytes arrive, and while the
+    /// connection waits on itself (answers in flight between frames); answers completing
+    /// during a stall inside a frame do not extend it.
+    waiting_since: Option<Instant>,
 }
 
 /// Serve one accepted connection to its end.
@@ -161,6 +179,8 @@ pub(super) async fn serve(
             inflight: FuturesUnordered::new(),
             ids: HashSet::new(),
             barrier: false,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            waiting_since: None,
         };
         match conn.run().await {
             Ok(()) => tracing::debug!("frames connection closed"),
@@ -267,7 +287,19 @@ impl Conn {
                     } else {
                         self.ctx.idle_timeout
                     };
-                    let timed = mid_frame || self.inflight.is_empty();
+                    let timed = if mid_frame || self.inflight.is_empty() {
+                        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                        // A deadline past what `Instant` can hold is no deadline.
+                        since.checked_add(after).is_some_and(|deadline| {
+                            if self.timer.deadline() != deadline {
+                                self.timer.as_mut().reset(deadline);
+                            }
+                            true
+                        })
+                    } else {
+                        self.waiting_since = None;
+                        false
+                    };
                     tokio::select! {
                         () = self.stop.cancelled() => return Ok(End::Shutdown),
                         Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
@@ -277,8 +309,9 @@ impl Conn {
                             if n? == 0 {
                                 return Ok(End::Eof);
                             }
+                            self.waiting_since = None;
                         }
-                        () = tokio::time::sleep(after), if timed => {
+                        () = self.timer.as_mut(), if timed => {
                             return Ok(End::Timeout { mid_frame, after });
                         }
                     }
