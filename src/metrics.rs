@@ -298,8 +298,12 @@ impl Metrics {
     }
 
     /// A refused ingest request (per request, not per event: a label lookup is fine here).
-    pub fn rejected(&self, reason: &'static str, format: &'static str, events: Option<u64>) {
-        let labels = RejectLabels { reason, format };
+    /// The reason label is the answer's error code.
+    pub fn rejected(&self, reason: vx_proto::ErrorCode, format: &'static str, events: Option<u64>) {
+        let labels = RejectLabels {
+            reason: reason.as_str(),
+            format,
+        };
         self.rejected_requests.get_or_create(&labels).inc();
         if let Some(n) = events {
             self.rejected_events.get_or_create(&labels).inc_by(n);

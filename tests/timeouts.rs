@@ -185,13 +185,15 @@ async fn a_frames_connection_stalled_inside_a_frame_is_closed_with_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     // The cut-off batch is answered, then the connection is closed.
     assert!(
-        matches!(replies.as_slice(), [Reply::Rejected(e)] if e.request_id == 7 && e.code == "timeout"),
+        matches!(replies.as_slice(), [Reply::Rejected(e)]
+            if e.request_id == 7 && e.code == "timeout" && e.limit.as_deref() == Some("ingest.body_timeout")),
         "{replies:?}"
     );
     match end {
         ClientError::Server(e) => {
             assert_eq!((e.request_id, e.code.as_str()), (0, "timeout"));
             assert!(e.message.contains("ingest.body_timeout"), "{}", e.message);
+            assert_eq!(e.limit.as_deref(), Some("ingest.body_timeout"));
         }
         other => panic!("expected ERROR timeout, got {other}"),
     }
@@ -230,6 +232,7 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
                 "{}",
                 e.message
             );
+            assert_eq!(e.limit.as_deref(), Some("server.frames_idle_timeout"));
         }
         other => panic!("expected ERROR timeout, got {other:?}"),
     }
