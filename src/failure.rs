@@ -1,13 +1,20 @@
 //! One refusal, whatever the transport (SPEC §3): an [`ErrorCode`], a message and the details
-//! the SPEC's error shape carries. Bad input ([`InputError`]), failed writes ([`WriteError`])
-//! and backpressure are mapped to a [`Failure`] here, once; the HTTP layer renders it as the
-//! JSON error body (`crate::http::AppError`), a frames connection as an ERROR frame
-//! ([`Failure::into_frame`]).
+//! the SPEC's error shape carries. Bad input ([`InputError`]), failed writes ([`WriteError`]),
+//! framing problems ([`FrameError`]), backpressure, timeouts and the service not being ready
+//! are mapped to a [`Failure`] here, once; the HTTP layer renders it as the JSON error body
+//! (`crate::http::AppError`), a frames connection as an ERROR frame ([`Failure::into_frame`],
+//! the only place the server builds one).
+//!
+//! This lives in the binary's crate because it joins `vx-storage`'s and `vx-proto`'s errors;
+//! `vx-proto` (which owns [`ErrorCode`]) depends on neither storage nor this crate.
 
 use serde::Serialize;
-use vx_proto::frames::ErrorFrame;
+use vx_proto::frames::{ErrorFrame, FrameError};
 use vx_proto::{ErrorCode, InputError};
 use vx_storage::WriteError;
+
+/// How long a client is told to wait when the service is starting or shutting down.
+const NOT_READY_RETRY_MS: u64 = 1000;
 
 /// Members of `error` beside `code` and `message`; absent ones are omitted.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -55,9 +62,39 @@ impl Failure {
     }
 
     pub fn backpressure(retry_after_ms: u64, message: impl Into<String>) -> Failure {
-        let mut f = Failure::new(ErrorCode::Backpressure, message);
-        f.retry_after_ms = Some(retry_after_ms);
-        f
+        Failure::new(ErrorCode::Backpressure, message).retry_after(retry_after_ms)
+    }
+
+    /// 503 `not_ready` while the store is being opened (recovery).
+    pub fn starting() -> Failure {
+        Failure::new(
+            ErrorCode::NotReady,
+            "the service is starting (recovering the log); retry shortly",
+        )
+        .retry_after(NOT_READY_RETRY_MS)
+    }
+
+    /// 503 `not_ready` once a shutdown signal arrived.
+    pub fn shutting_down(message: impl Into<String>) -> Failure {
+        Failure::new(ErrorCode::NotReady, message).retry_after(NOT_READY_RETRY_MS)
+    }
+
+    /// 408 `timeout`: the client sent nothing for `limit` (`ingest.body_timeout`, or
+    /// `server.frames_idle_timeout` between frames).
+    pub fn timeout(limit: &str, message: impl Into<String>) -> Failure {
+        Failure::new(ErrorCode::Timeout, message).limit(limit, None)
+    }
+
+    /// The limit that was exceeded (a config key) and its value.
+    pub fn limit(mut self, limit: impl Into<String>, max: Option<u64>) -> Failure {
+        self.details.limit = Some(limit.into());
+        self.details.max = max;
+        self
+    }
+
+    pub fn retry_after(mut self, ms: u64) -> Failure {
+        self.retry_after_ms = Some(ms);
+        self
     }
 
     /// The ERROR frame of batch `request_id` (0: the connection). Line, column and document
@@ -104,23 +141,27 @@ impl From<WriteError> for Failure {
             WriteError::StorageFull(_) | WriteError::Poisoned(_) => {
                 Failure::new(ErrorCode::StorageFull, message)
             }
-            WriteError::TooManyStreams { max } => {
-                let mut f = Failure::new(ErrorCode::StorageFull, message);
-                f.details.limit = Some("storage.max_streams".into());
-                f.details.max = Some(max);
-                f
-            }
+            WriteError::TooManyStreams { max } => Failure::new(ErrorCode::StorageFull, message)
+                .limit("storage.max_streams", Some(max)),
             WriteError::TooLarge(_) => {
-                let mut f = Failure::new(ErrorCode::TooLarge, message);
-                f.details.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
-                f
+                Failure::new(ErrorCode::TooLarge, message).limit(vx_ingest::LIMIT_BODY_BYTES, None)
             }
             WriteError::NotFound { .. } => Failure::new(ErrorCode::NotFound, message),
-            WriteError::ShuttingDown => {
-                let mut f = Failure::new(ErrorCode::NotReady, message);
-                f.retry_after_ms = Some(1000);
-                f
-            }
+            WriteError::ShuttingDown => Failure::shutting_down(message),
+        }
+    }
+}
+
+/// A framing problem on a frames connection (a length prefix over the limit, an unknown or
+/// unexpected frame type, a malformed small frame): the connection ends with this error.
+impl From<&FrameError> for Failure {
+    fn from(e: &FrameError) -> Failure {
+        match e {
+            FrameError::TooLarge { max, .. } => Failure::new(ErrorCode::TooLarge, e.to_string())
+                .limit(vx_ingest::LIMIT_BODY_BYTES, Some(*max)),
+            FrameError::UnknownType(_)
+            | FrameError::Unexpected(_)
+            | FrameError::Malformed { .. } => Failure::new(ErrorCode::Malformed, e.to_string()),
         }
     }
 }
@@ -147,6 +188,11 @@ mod tests {
             (WriteError::Poisoned("fsync".into()), "storage_full", 507),
             (WriteError::TooManyStreams { max: 9 }, "storage_full", 507),
             (
+                WriteError::TooLarge(vx_storage::record::TooLarge { len: 1 << 31 }),
+                "too_large",
+                413,
+            ),
+            (
                 WriteError::NotFound { stream: "s".into() },
                 "not_found",
                 404,
@@ -157,7 +203,7 @@ mod tests {
             let f = Failure::from(e.clone());
             assert_eq!((f.code.as_str(), f.code.http_status()), (code, status));
             let http = crate::http::AppError::from(e);
-            assert_eq!((http.code, http.status.as_u16()), (code, status));
+            assert_eq!((http.code.as_str(), http.status().as_u16()), (code, status));
             let frame = f.clone().into_frame(7);
             assert_eq!((frame.request_id, frame.code.as_str()), (7, code));
             assert_eq!(frame.last_seq, f.details.last_seq);
@@ -166,6 +212,12 @@ mod tests {
         }
         let f = Failure::from(WriteError::TooManyStreams { max: 9 });
         assert_eq!(f.details.limit.as_deref(), Some("storage.max_streams"));
+        let f = Failure::from(WriteError::TooLarge(vx_storage::record::TooLarge {
+            len: 1,
+        }));
+        assert_eq!(f.details.limit.as_deref(), Some("ingest.max_body_bytes"));
+        let f = Failure::from(WriteError::ShuttingDown);
+        assert_eq!(f.retry_after_ms, Some(1000));
         let frame = Failure::backpressure(1500, "full").into_frame(2);
         assert_eq!(
             (frame.code.as_str(), frame.retry_after_ms),
@@ -185,5 +237,23 @@ mod tests {
         let frame = f.into_frame(1);
         assert_eq!(frame.code, "invalid_event");
         assert_eq!(frame.field.as_deref(), Some("type"));
+    }
+
+    #[test]
+    fn framing_errors_end_the_connection_with_their_code() {
+        let f = Failure::from(&FrameError::TooLarge { len: 10, max: 5 });
+        assert_eq!(f.code, ErrorCode::TooLarge);
+        assert_eq!(
+            (f.details.limit.as_deref(), f.details.max),
+            (Some("ingest.max_body_bytes"), Some(5))
+        );
+        for e in [FrameError::UnknownType(0x42), FrameError::Unexpected("ACK")] {
+            assert_eq!(Failure::from(&e).code, ErrorCode::Malformed);
+        }
+        let frame = Failure::timeout("ingest.body_timeout", "stalled").into_frame(0);
+        assert_eq!(
+            (frame.code.as_str(), frame.limit.as_deref()),
+            ("timeout", Some("ingest.body_timeout"))
+        );
     }
 }

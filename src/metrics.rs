@@ -16,6 +16,8 @@
 //!   admission reservations in events.
 //! - `vx_backpressure`: 1 while any shard is at its mark or the byte budget is spent.
 //! - `vx_queued_bytes`, `vx_writer_queue_requests`, `vx_storage_poisoned`.
+//! - `vx_inflight_bytes`, `vx_inflight_capacity_bytes`: request bodies (and frames batches)
+//!   being decoded, held in the `ingest.max_inflight_bytes` budget, and the budget's size.
 //! - `vx_fsync_duration_seconds`, `vx_stored_events_total`, `vx_stored_bytes_total`,
 //!   `vx_stored_records_total`: from the storage engine's [`Observer`].
 //! - `vx_dedup_horizon_seconds{shard}`: how far back dedup reaches (0 when nothing is
@@ -139,8 +141,11 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// Build and register everything. `engine` is filled in once the store is open; until
-    /// then the per-shard collectors report nothing.
-    pub fn new(engine: Arc<OnceLock<vx_router::Router>>) -> Metrics {
+    /// then the per-shard collectors report nothing. `budget` is read at scrape time.
+    pub fn new(
+        engine: Arc<OnceLock<vx_router::Router>>,
+        budget: vx_ingest::InflightBudget,
+    ) -> Metrics {
         let mut registry = Registry::default();
 
         let ingested = Family::<FormatLabels, Counter>::default();
@@ -262,6 +267,7 @@ impl Metrics {
             streams_deleted.clone(),
         );
 
+        registry.register_collector(Box::new(BudgetCollector(budget)));
         registry.register_collector(Box::new(EngineCollector { engine }));
 
         Metrics {
@@ -292,8 +298,12 @@ impl Metrics {
     }
 
     /// A refused ingest request (per request, not per event: a label lookup is fine here).
-    pub fn rejected(&self, reason: &'static str, format: &'static str, events: Option<u64>) {
-        let labels = RejectLabels { reason, format };
+    /// The reason label is the answer's error code.
+    pub fn rejected(&self, reason: vx_proto::ErrorCode, format: &'static str, events: Option<u64>) {
+        let labels = RejectLabels {
+            reason: reason.as_str(),
+            format,
+        };
         self.rejected_requests.get_or_create(&labels).inc();
         if let Some(n) = events {
             self.rejected_events.get_or_create(&labels).inc_by(n);
@@ -411,6 +421,28 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The in-flight byte budget, read at scrape time: a request never touches a metric for it.
+/// Reported before the store is open too (bodies are not read then, so it stays at 0).
+#[derive(Debug)]
+struct BudgetCollector(vx_ingest::InflightBudget);
+
+impl Collector for BudgetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        gauge(
+            &mut encoder,
+            "vx_inflight_bytes",
+            "Bytes of request bodies and frames batches being decoded, held in ingest.max_inflight_bytes",
+            self.0.held() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_inflight_capacity_bytes",
+            "Size of the in-flight byte budget (ingest.max_inflight_bytes)",
+            self.0.total() as f64,
+        )
+    }
 }
 
 impl Collector for EngineCollector {

@@ -42,7 +42,8 @@ impl AppState {
     /// State for a service that is starting: no engine yet.
     pub fn new(config: &Config) -> AppState {
         let engine = Arc::new(OnceLock::new());
-        let metrics = Arc::new(Metrics::new(Arc::clone(&engine)));
+        let budget = vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes);
+        let metrics = Arc::new(Metrics::new(Arc::clone(&engine), budget.clone()));
         let limits = vx_ingest::Limits {
             max_body_bytes: config.ingest.max_body_bytes,
             max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
@@ -53,7 +54,7 @@ impl AppState {
             engine,
             metrics,
             limits,
-            budget: vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes),
+            budget,
             tokens: config
                 .auth
                 .tokens

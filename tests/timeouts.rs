@@ -21,6 +21,12 @@ async fn read_to_close(s: &mut tokio::net::TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Bytes of the in-flight budget that bodies hold right now.
+async fn inflight_bytes(server: &Server) -> u64 {
+    let m = server.api.get("/metrics").await.text();
+    metric_sum(&m, "vx_inflight_bytes") as u64
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_body_gets_408_and_releases_its_budget() {
     let tmp = tempfile::tempdir().unwrap();
@@ -43,6 +49,15 @@ async fn a_stalled_body_gets_408_and_releases_its_budget() {
     stalled.write_all(head.as_bytes()).await.unwrap();
     stalled.write_all(sent.as_bytes()).await.unwrap();
     let started = Instant::now();
+    // The stalled body holds budget once the server has read what was sent (bounded wait).
+    let held = loop {
+        let held = inflight_bytes(&server).await;
+        if held > 0 || started.elapsed() > Duration::from_secs(10) {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(held > 0, "the stalled body holds no budget");
 
     // Another producer's 8 KB body needs budget the stalled one holds: it is read once the
     // stalled body is dropped.
@@ -65,9 +80,26 @@ async fn a_stalled_body_gets_408_and_releases_its_budget() {
         answer.to_lowercase().contains("connection: close"),
         "{answer}"
     );
-    // Nothing of the stalled request was stored.
+    // Nothing of the stalled request was stored, and every byte of its budget is back: the
+    // permit goes with the error, before the 408 is written.
     let (r, _) = server.api.replay("stall", "").await;
     assert_error(&r, 404, "not_found");
+    assert_eq!(inflight_bytes(&server).await, 0);
+    // A body that needs (nearly) the whole budget is read and stored.
+    let mut whole = Vec::new();
+    let mut len = 0;
+    while len < 62 << 10 {
+        let e = Event::simple("whole", "t", whole.len() as i64, None);
+        len += e.to_json().len() + 1;
+        whole.push(e);
+    }
+    let n = whole.len() as u64;
+    let ok = server
+        .api
+        .post_events(Some(NDJSON), ndjson(&whole), &[])
+        .await;
+    assert_accepted(&ok, n);
+    assert_eq!(inflight_bytes(&server).await, 0);
     let m = server.api.get("/metrics").await.text();
     assert!(
         m.lines()
@@ -153,13 +185,15 @@ async fn a_frames_connection_stalled_inside_a_frame_is_closed_with_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     // The cut-off batch is answered, then the connection is closed.
     assert!(
-        matches!(replies.as_slice(), [Reply::Rejected(e)] if e.request_id == 7 && e.code == "timeout"),
+        matches!(replies.as_slice(), [Reply::Rejected(e)]
+            if e.request_id == 7 && e.code == "timeout" && e.limit.as_deref() == Some("ingest.body_timeout")),
         "{replies:?}"
     );
     match end {
         ClientError::Server(e) => {
             assert_eq!((e.request_id, e.code.as_str()), (0, "timeout"));
             assert!(e.message.contains("ingest.body_timeout"), "{}", e.message);
+            assert_eq!(e.limit.as_deref(), Some("ingest.body_timeout"));
         }
         other => panic!("expected ERROR timeout, got {other}"),
     }
@@ -198,9 +232,46 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
                 "{}",
                 e.message
             );
+            assert_eq!(e.limit.as_deref(), Some("server.frames_idle_timeout"));
         }
         other => panic!("expected ERROR timeout, got {other:?}"),
     }
     assert!(started.elapsed() >= Duration::from_millis(500));
+    server.stop_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frame_that_keeps_arriving_slowly_is_not_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = frames_cfg(tmp.path()).start();
+    let (mut tx, mut rx) = connect(&server).await.split();
+    let evs: Vec<WireEvent<'_>> = (0..20)
+        .map(|i| WireEvent {
+            stream: "fslow",
+            entity: None,
+            ty: "t",
+            ts: Some(i),
+            kind: Kind::Event,
+            value: None::<Num>,
+            id: None,
+            data: None,
+        })
+        .collect();
+    let head = BatchHead {
+        request_id: 9,
+        ..BatchHead::default()
+    };
+    let mut frame = Vec::new();
+    encode_batch(&mut frame, &head, &evs).unwrap();
+    // 6 pieces 200 ms apart: 1 s inside one frame, but never 500 ms (the body timeout)
+    // without a byte. The timeout is per wait, as for HTTP bodies.
+    for piece in frame.chunks(frame.len().div_ceil(6)) {
+        tx.send_raw(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match rx.next_reply().await.unwrap() {
+        Reply::Ack(a) => assert_eq!((a.request_id, a.accepted), (9, 20)),
+        other => panic!("expected ACK, got {other:?}"),
+    }
     server.stop_clean();
 }

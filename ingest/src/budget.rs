@@ -76,6 +76,12 @@ impl InflightBudget {
         self.shared.sem.available_permits() as u64
     }
 
+    /// Bytes of the budget held by requests right now (`vx_inflight_bytes`). The oldest
+    /// request's overdraft beyond a spent budget is not counted: it holds no permits.
+    pub fn held(&self) -> u64 {
+        self.total().saturating_sub(self.available())
+    }
+
     /// The size of the budget.
     pub fn total(&self) -> u64 {
         self.shared.total

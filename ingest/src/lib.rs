@@ -28,6 +28,8 @@ pub use vx_proto::decode::Format;
 
 /// Name of the limit reported when a body is over `ingest.max_body_bytes`.
 pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+/// Name of the limit reported when a body (or a frame) stalls (408 `timeout`).
+pub const LIMIT_BODY_TIMEOUT: &str = "ingest.body_timeout";
 
 /// Per-request limits (SPEC §1 `ingest.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

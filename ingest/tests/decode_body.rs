@@ -198,3 +198,34 @@ async fn bad_events_are_reported_with_their_position() {
     assert_eq!(e.limit.as_deref(), Some("ingest.max_event_bytes"));
     assert_eq!(e.index, Some(0));
 }
+
+/// A body that sends some bytes and then nothing: `ingest.body_timeout` ends the wait, and the
+/// bytes it had taken from the in-flight budget go back with the error (the caller answers 408).
+/// Both the in-task decoders and the YAML pool read through the same timed reader.
+#[tokio::test]
+async fn a_stalled_body_times_out_and_gives_its_budget_back() {
+    let limits = Limits {
+        body_timeout: std::time::Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let budget = InflightBudget::new(1 << 20);
+    let cases = [
+        (Format::Ndjson, ndjson(20)),
+        (
+            Format::Yaml,
+            b"stream: s\ntype: t\n---\nstream: s\ntype: u\n---\nstr".to_vec(),
+        ),
+    ];
+    for (format, sent) in cases {
+        // What was sent arrives, then the stream never yields again nor ends.
+        let body = chunked(&sent).chain(stream::pending());
+        let err = decode_body(body, format, &limits, &budget, 0)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, IngestError::Timeout(d) if d == limits.body_timeout),
+            "{err:?}"
+        );
+        assert_eq!(budget.available(), 1 << 20, "{format:?}");
+    }
+}

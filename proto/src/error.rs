@@ -3,7 +3,9 @@
 //! [`ErrorCode`], whose string and HTTP status are defined here and nowhere else.
 
 /// The error codes of SPEC §3 (and `internal`, for failures that are none of the client's
-/// doing). HTTP bodies and frames ERROR frames are built from these.
+/// doing). HTTP bodies and frames ERROR frames are built from these. The frames protocol has
+/// no numeric codes: its ERROR frame carries the same string (docs/PROTOCOL.md, ERROR), so the
+/// string and the HTTP status are all there is to map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     Malformed,

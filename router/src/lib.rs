@@ -16,9 +16,10 @@
 //!
 //! # Streaming connections (SPEC §4)
 //! A binary-frames connection is not refused with 429: where an HTTP request would be, it
-//! waits in [`Router::wait_below_low_water`] (not reading its socket meanwhile) until its
-//! shards have drained below `ingest.low_water`, then tries again. Every release wakes the
-//! waiters, which re-check; nothing else waits on the counters.
+//! waits in [`Router::admit_or_wait`] (not reading its socket meanwhile) until its shards have
+//! drained below `ingest.low_water`, then tries again. Both paths decide with the one
+//! [`Router::try_admit`]. Every release wakes the waiters, which re-check; nothing else waits
+//! on the counters.
 
 mod drain;
 
@@ -497,6 +498,45 @@ mod tests {
         let mut other = Box::pin(r.wait_below_low_water(&[(1, 1)], 10));
         assert!(finishes(&mut other).await);
         drop(c);
+    }
+
+    /// The frames path and the HTTP path take the same decision: where `try_admit` answers
+    /// 429, `admit_or_wait` waits (until below the low-water mark) and then holds the
+    /// reservation; where `try_admit` admits, `admit_or_wait` returns at once.
+    #[tokio::test]
+    async fn admit_or_wait_waits_where_try_admit_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = router(dir.path(), 100); // mark 90 (ingest.high_water 0.9), low water 75
+        let now = output(&mut Box::pin(r.admit_or_wait(&[(1, 5)], 10))).await;
+        assert!(now.is_some(), "room on shard 1: admitted at once");
+        drop(now);
+        let full = r.try_admit(&[(0, 90)], 10).unwrap();
+        assert!(matches!(
+            r.try_admit(&[(0, 1)], 10),
+            Err(SubmitError::Backpressure { .. })
+        ));
+        let mut wait = Box::pin(r.admit_or_wait(&[(0, 1)], 10));
+        assert!(output(&mut wait).await.is_none(), "shard 0 at its mark");
+        assert_eq!(r.depth(0), 90, "a waiter reserves nothing");
+        drop(full);
+        let admitted = output(&mut wait).await;
+        assert!(admitted.is_some());
+        assert_eq!(r.depth(0), 1, "the waiter now holds its reservation");
+        drop(admitted);
+        assert_eq!(r.depth(0), 0);
+    }
+
+    /// Poll `fut` a few scheduler rounds; its output if it finished.
+    async fn output<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> Option<F::Output> {
+        for _ in 0..10 {
+            if let std::task::Poll::Ready(out) =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await
+            {
+                return Some(out);
+            }
+            tokio::task::yield_now().await;
+        }
+        None
     }
 
     #[tokio::test]

@@ -44,6 +44,8 @@ fn defaults_are_the_spec_ones() {
     assert_eq!(c.ingest.max_event_bytes, 1 << 20);
     assert_eq!(c.ingest.dedup_window, Duration::from_secs(600));
     assert_eq!(c.ingest.dedup_memory, 64 << 20);
+    assert_eq!(c.ingest.body_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.frames_idle_timeout, Duration::from_secs(600));
     assert_eq!(c.log.format, LogFormat::Pretty);
     assert!(c.features.is_empty() && c.auth.tokens.is_empty());
     let s = c.storage_config();
@@ -91,6 +93,40 @@ fn layers_file_then_env_then_flags() {
     assert_eq!(c.storage.fsync, FsyncSetting::Always);
     assert_eq!(c.log.format, LogFormat::Json);
     assert!(c.repair && c.storage_config().repair);
+}
+
+/// The stall timeouts (SPEC §1): durations in the file and env, env winning, 0 refused.
+#[test]
+fn body_and_frames_idle_timeouts() {
+    let f = file("ingest:\n  body_timeout: 2s\nserver:\n  frames_idle_timeout: 90s\n");
+    let (c, _) = load(Some(f.path()), &[], &Overrides::default()).unwrap();
+    assert_eq!(c.ingest.body_timeout, Duration::from_secs(2));
+    assert_eq!(c.server.frames_idle_timeout, Duration::from_secs(90));
+    let e = env(&[
+        ("VX_INGEST_BODY_TIMEOUT", "300ms"),
+        ("VX_SERVER_FRAMES_IDLE_TIMEOUT", "10m"),
+    ]);
+    let (c, warnings) = load(Some(f.path()), &e, &Overrides::default()).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.ingest.body_timeout, Duration::from_millis(300));
+    assert_eq!(c.server.frames_idle_timeout, Duration::from_secs(600));
+    for (key, value) in [
+        ("VX_INGEST_BODY_TIMEOUT", "0s"),
+        ("VX_SERVER_FRAMES_IDLE_TIMEOUT", "0ms"),
+    ] {
+        let err = load(None, &env(&[(key, value)]), &Overrides::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("must be more than 0"),
+            "{key}: {err}"
+        );
+    }
+    let err = load(
+        None,
+        &env(&[("VX_INGEST_BODY_TIMEOUT", "30")]),
+        &Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("VX_INGEST_BODY_TIMEOUT"), "{err}");
 }
 
 #[test]

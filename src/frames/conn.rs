@@ -18,6 +18,13 @@
 //! batches in flight keep flowing meanwhile. Reading also stops while `WINDOW` batches are in
 //! flight, and while the in-flight byte budget is spent.
 //!
+//! # Stalls
+//! Only waits for the client are timed: inside a frame (which holds in-flight budget and a
+//! decoder) `ingest.body_timeout`, between frames with nothing in flight
+//! `server.frames_idle_timeout`, each counted from the start of the wait, so answers that
+//! complete meanwhile do not extend a stall. Waits of the server's own (budget, room in the
+//! shards, the window) are not timed. Either timeout ends the connection with ERROR `timeout`.
+//!
 //! # Answers
 //! Every BATCH whose header was read gets exactly one ACK or ERROR (request id ≠ 0); a refused
 //! batch does not affect the others. A protocol error ends the connection: in-flight batches
@@ -37,16 +44,18 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vx_ingest::InflightPermit;
+use vx_proto::Batch;
 use vx_proto::ErrorCode;
 use vx_proto::frames::{
     self, Ack, BatchDecoder, BatchHead, ErrorFrame, Frame, FrameError, FrameType, HEAD_LEN, Head,
     Progress, fill_to_basis_points,
 };
-use vx_proto::{Batch, InputError};
 use vx_router::{Accepted, Router, Submit, SubmitError};
 use vx_storage::{Durability, WriteError};
 
@@ -92,17 +101,17 @@ enum Step {
     /// A decoded batch, its budget, and bytes of it not yet counted in the budget.
     Batch(BatchHead, Batch, InflightPermit, u64),
     Ping(u64),
-    /// This batch is refused; the connection goes on.
-    Reject(ErrorFrame),
+    /// This batch (request id) is refused; the connection goes on.
+    Reject(u64, Failure),
     /// The connection ends with this error.
-    Fatal(ErrorFrame),
+    Fatal(Failure),
 }
 
 /// Why the reading loop ended.
 enum End {
     /// The client closed its side; maybe inside a frame.
     Eof,
-    Fatal(ErrorFrame),
+    Fatal(Failure),
     Shutdown,
     /// The client sent nothing for `after`: inside a frame (`ingest.body_timeout`) or between
     /// frames with nothing in flight (`server.frames_idle_timeout`).
@@ -126,6 +135,15 @@ struct Conn {
     ids: HashSet<u64>,
     /// A write may still be waiting to enter the writer's channel (see the module docs).
     barrier: bool,
+    /// The timer of waits for the client (`ingest.body_timeout` inside a frame,
+    /// `server.frames_idle_timeout` between frames): one per connection, moved with
+    /// `reset` rather than created per read, so a busy connection costs no timer
+    /// registrations beyond an atomic deadline update.
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// When the current wait for the client began. Cleared when bytes arrive, and while the
+    /// connection waits on itself (answers in flight between frames); answers completing
+    /// during a stall inside a frame do not extend it.
+    waiting_since: Option<Instant>,
 }
 
 /// Serve one accepted connection to its end.
@@ -161,6 +179,8 @@ pub(super) async fn serve(
             inflight: FuturesUnordered::new(),
             ids: HashSet::new(),
             barrier: false,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            waiting_since: None,
         };
         match conn.run().await {
             Ok(()) => tracing::debug!("frames connection closed"),
@@ -180,24 +200,21 @@ impl Conn {
             && let Some(id) = p.decoder.request_id().filter(|&id| id != 0)
             && p.checked
         {
-            let (code, message) = match end {
-                End::Shutdown => (
-                    ErrorCode::NotReady,
-                    "the service is shutting down".to_string(),
-                ),
-                End::Timeout { after, .. } => (
-                    ErrorCode::Timeout,
+            let failure = match end {
+                End::Shutdown => Failure::shutting_down("the service is shutting down"),
+                End::Timeout { after, .. } => Failure::timeout(
+                    vx_ingest::LIMIT_BODY_TIMEOUT,
                     format!(
                         "this BATCH frame sent nothing for {} (ingest.body_timeout)",
                         crate::config::units::format_duration(after)
                     ),
                 ),
-                _ => (
+                _ => Failure::new(
                     ErrorCode::Malformed,
-                    "the connection ended inside this BATCH frame".to_string(),
+                    "the connection ended inside this BATCH frame",
                 ),
             };
-            self.error(ErrorFrame::new(id, code.as_str(), message));
+            self.error(id, failure);
         }
         while let Some(done) = self.inflight.next().await {
             self.complete(done);
@@ -209,30 +226,33 @@ impl Conn {
         let reset_risk = !matches!(end, End::Eof);
         match end {
             End::Eof => {}
-            End::Fatal(e) => self.error(e),
-            End::Shutdown => {
-                let mut e = ErrorFrame::new(
-                    0,
-                    ErrorCode::NotReady.as_str(),
+            End::Fatal(f) => self.error(0, f),
+            End::Shutdown => self.error(
+                0,
+                Failure::shutting_down(
                     "the service is shutting down; batches without an answer were not stored",
-                );
-                e.retry_after_ms = Some(1000);
-                self.error(e);
-            }
+                ),
+            ),
             End::Timeout { mid_frame, after } => {
                 let after = crate::config::units::format_duration(after);
-                let message = if mid_frame {
-                    format!(
-                        "the connection sent nothing for {after} inside a frame (ingest.body_timeout)"
+                let failure = if mid_frame {
+                    Failure::timeout(
+                        vx_ingest::LIMIT_BODY_TIMEOUT,
+                        format!(
+                            "the connection sent nothing for {after} inside a frame (ingest.body_timeout)"
+                        ),
                     )
                 } else {
-                    format!("no frame for {after} (server.frames_idle_timeout)")
+                    Failure::timeout(
+                        super::LIMIT_IDLE_TIMEOUT,
+                        format!("no frame for {after} (server.frames_idle_timeout)"),
+                    )
                 };
                 self.ctx
                     .state
                     .metrics()
-                    .rejected(ErrorCode::Timeout.as_str(), "frames", None);
-                self.error(ErrorFrame::new(0, ErrorCode::Timeout.as_str(), message));
+                    .rejected(ErrorCode::Timeout, "frames", None);
+                self.error(0, failure);
             }
         }
         self.flush().await?;
@@ -267,7 +287,19 @@ impl Conn {
                     } else {
                         self.ctx.idle_timeout
                     };
-                    let timed = mid_frame || self.inflight.is_empty();
+                    let timed = if mid_frame || self.inflight.is_empty() {
+                        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                        // A deadline past what `Instant` can hold is no deadline.
+                        since.checked_add(after).is_some_and(|deadline| {
+                            if self.timer.deadline() != deadline {
+                                self.timer.as_mut().reset(deadline);
+                            }
+                            true
+                        })
+                    } else {
+                        self.waiting_since = None;
+                        false
+                    };
                     tokio::select! {
                         () = self.stop.cancelled() => return Ok(End::Shutdown),
                         Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {
@@ -277,8 +309,9 @@ impl Conn {
                             if n? == 0 {
                                 return Ok(End::Eof);
                             }
+                            self.waiting_since = None;
                         }
-                        () = tokio::time::sleep(after), if timed => {
+                        () = self.timer.as_mut(), if timed => {
                             return Ok(End::Timeout { mid_frame, after });
                         }
                     }
@@ -291,10 +324,9 @@ impl Conn {
                     }
                 }
                 Step::Ping(nonce) => self.frame(&Frame::Pong(nonce)),
-                Step::Reject(e) => {
-                    let code = code_label(&e.code);
-                    self.ctx.state.metrics().rejected(code, "frames", None);
-                    self.error(e);
+                Step::Reject(id, f) => {
+                    self.ctx.state.metrics().rejected(f.code, "frames", None);
+                    self.error(id, f);
                 }
                 Step::Fatal(e) => return Ok(End::Fatal(e)),
                 Step::Batch(head, batch, mut permit, uncounted) => {
@@ -322,7 +354,7 @@ impl Conn {
                     let head = match Head::parse(&self.buf, self.ctx.max_frame) {
                         Ok(Some(h)) => h,
                         Ok(None) => return Step::Need(HEAD_LEN),
-                        Err(e) => return Step::Fatal(frame_error(&e)),
+                        Err(e) => return Step::Fatal(Failure::from(&e)),
                     };
                     match head.frame_type() {
                         Some(FrameType::Batch) => {
@@ -341,9 +373,8 @@ impl Conn {
                             }));
                         }
                         Some(FrameType::Ping) if head.len != 8 => {
-                            return Step::Fatal(ErrorFrame::new(
-                                0,
-                                ErrorCode::Malformed.as_str(),
+                            return Step::Fatal(Failure::new(
+                                ErrorCode::Malformed,
                                 format!("a PING body is 8 bytes, not {}", head.len),
                             ));
                         }
@@ -356,17 +387,18 @@ impl Conn {
                             match parsed {
                                 Ok(Frame::Ping(nonce)) => return Step::Ping(nonce),
                                 Ok(_) => {}
-                                Err(e) => return Step::Fatal(frame_error(&e)),
+                                Err(e) => return Step::Fatal(Failure::from(&e)),
                             }
                         }
                         Some(t) => {
-                            return Step::Fatal(ErrorFrame::new(
-                                0,
-                                ErrorCode::Malformed.as_str(),
+                            return Step::Fatal(Failure::new(
+                                ErrorCode::Malformed,
                                 format!("a client may not send {} frames here", t.name()),
                             ));
                         }
-                        None => return Step::Fatal(frame_error(&FrameError::UnknownType(head.ty))),
+                        None => {
+                            return Step::Fatal(Failure::from(&FrameError::UnknownType(head.ty)));
+                        }
                     }
                 }
                 Reading::Batch(p) => {
@@ -377,16 +409,14 @@ impl Conn {
                         && let Some(h) = p.decoder.head()
                     {
                         if h.request_id == 0 {
-                            return Step::Fatal(ErrorFrame::new(
-                                0,
-                                ErrorCode::Malformed.as_str(),
+                            return Step::Fatal(Failure::new(
+                                ErrorCode::Malformed,
                                 "request id 0 is reserved for connection-level errors",
                             ));
                         }
                         if self.ids.contains(&h.request_id) {
-                            return Step::Fatal(ErrorFrame::new(
-                                0,
-                                ErrorCode::BadRequest.as_str(),
+                            return Step::Fatal(Failure::new(
+                                ErrorCode::BadRequest,
                                 format!(
                                     "request id {} is already in flight on this connection",
                                     h.request_id
@@ -419,10 +449,10 @@ impl Conn {
                             self.reading = Reading::Skip(left);
                             return match id {
                                 Some(id) if !self.ids.contains(&id) => {
-                                    Step::Reject(input_error(id, e))
+                                    Step::Reject(id, Failure::from(e))
                                 }
                                 // No usable id to answer with: the connection cannot go on.
-                                _ => Step::Fatal(input_error(0, e)),
+                                _ => Step::Fatal(Failure::from(e)),
                             };
                         }
                     }
@@ -462,16 +492,17 @@ impl Conn {
         let id = head.request_id;
         let events = batch.len() as u64;
         if head.expected_last_seq.is_some() && batch.runs().len() > 1 {
-            self.ctx.state.metrics().rejected(
-                ErrorCode::BadRequest.as_str(),
-                "frames",
-                Some(events),
-            );
-            self.error(ErrorFrame::new(
+            self.ctx
+                .state
+                .metrics()
+                .rejected(ErrorCode::BadRequest, "frames", Some(events));
+            self.error(
                 id,
-                ErrorCode::BadRequest.as_str(),
-                "an expected last seq needs all events of the batch in one stream",
-            ));
+                Failure::new(
+                    ErrorCode::BadRequest,
+                    "an expected last seq needs all events of the batch in one stream",
+                ),
+            );
             return Ok(true);
         }
         if self.barrier {
@@ -513,9 +544,7 @@ impl Conn {
                                     self.complete(done);
                                 }
                                 () = self.stop.cancelled() => {
-                                    self.error(ErrorFrame::new(
-                                        id,
-                                        ErrorCode::NotReady.as_str(),
+                                    self.error(id, Failure::shutting_down(
                                         "the service is shutting down; this batch was not stored",
                                     ));
                                     return Ok(false);
@@ -567,15 +596,21 @@ impl Conn {
                 }));
             }
             Err(e) => {
-                let (mut frame, fill) = submit_error(done.id, e);
-                metrics.rejected(code_label(&frame.code), "frames", Some(done.events));
+                let (failure, fill) = submit_error(done.id, e);
+                metrics.rejected(failure.code, "frames", Some(done.events));
+                let mut frame = failure.into_frame(done.id);
                 frame.queue_fill = Some(fill_to_basis_points(fill));
-                self.error(frame);
+                self.error_frame(frame);
             }
         }
     }
 
-    fn error(&mut self, e: ErrorFrame) {
+    /// Answer batch `request_id` (0: the connection) with `f`.
+    fn error(&mut self, request_id: u64, f: Failure) {
+        self.error_frame(f.into_frame(request_id));
+    }
+
+    fn error_frame(&mut self, e: ErrorFrame) {
         if e.request_id != 0 {
             tracing::debug!(request_id = e.request_id, code = %e.code, "batch refused");
         }
@@ -621,46 +656,20 @@ fn wire_durability(d: Durability) -> frames::Durability {
     }
 }
 
-/// A connection-level error for a framing problem.
-fn frame_error(e: &FrameError) -> ErrorFrame {
-    match e {
-        FrameError::TooLarge { max, .. } => {
-            let mut out = ErrorFrame::new(0, ErrorCode::TooLarge.as_str(), e.to_string());
-            out.limit = Some(vx_ingest::LIMIT_BODY_BYTES.into());
-            out.max = Some(*max);
-            out
-        }
-        _ => ErrorFrame::new(0, ErrorCode::Malformed.as_str(), e.to_string()),
-    }
-}
-
-/// A refused batch's error, with the SPEC's code and details.
-fn input_error(id: u64, e: InputError) -> ErrorFrame {
-    Failure::from(e).into_frame(id)
-}
-
-/// The error of a failed write, and the queue fill to report with it.
-fn submit_error(id: u64, e: SubmitError) -> (ErrorFrame, f64) {
+/// The failure of a write, and the queue fill to report with it.
+fn submit_error(id: u64, e: SubmitError) -> (Failure, f64) {
     match e {
         // `try_admit` is the only source of backpressure, and it is waited out above.
         SubmitError::Backpressure {
             retry_after_ms,
             queue_fill,
             message,
-        } => (
-            Failure::backpressure(retry_after_ms, message).into_frame(id),
-            queue_fill,
-        ),
+        } => (Failure::backpressure(retry_after_ms, message), queue_fill),
         SubmitError::Write { error, queue_fill } => {
             if !matches!(error, WriteError::Conflict { .. }) {
                 tracing::warn!(request_id = id, error = %error, "write failed");
             }
-            (Failure::from(error).into_frame(id), queue_fill)
+            (Failure::from(error), queue_fill)
         }
     }
-}
-
-/// The metrics label of an error code (labels are `&'static str`).
-fn code_label(code: &str) -> &'static str {
-    ErrorCode::parse(code).map_or("other", ErrorCode::as_str)
 }

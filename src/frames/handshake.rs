@@ -7,13 +7,14 @@
 
 use super::{Ctx, HANDSHAKE_TIMEOUT, WINDOW};
 use crate::config::Scope;
+use crate::failure::Failure;
 use crate::state::Phase;
 use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use vx_proto::ErrorCode;
 use vx_proto::frames::{
-    ErrorFrame, Frame, FrameError, Hello, MAGIC, MAX_VERSION, MIN_VERSION, Welcome, parse_frame,
+    Frame, FrameError, Hello, MAGIC, MAX_VERSION, MIN_VERSION, Welcome, parse_frame,
 };
 
 /// The largest HELLO body: two versions and a token of up to `u16::MAX` bytes.
@@ -34,9 +35,8 @@ where
         Err(_) => {
             refuse(
                 io,
-                ErrorFrame::new(
-                    0,
-                    ErrorCode::BadRequest.as_str(),
+                Failure::new(
+                    ErrorCode::BadRequest,
                     "no HELLO within the handshake timeout",
                 ),
             )
@@ -55,7 +55,7 @@ where
     };
     match check(&hello, ctx) {
         Err(e) => {
-            refuse(io, *e).await?;
+            refuse(io, e).await?;
             Ok(None)
         }
         Ok((version, router)) => {
@@ -75,7 +75,7 @@ where
 
 enum Read {
     Hello(Hello),
-    Refused(ErrorFrame),
+    Refused(Failure),
     Eof,
 }
 
@@ -89,9 +89,8 @@ where
         }
     }
     if buf.get(..MAGIC.len()) != Some(&MAGIC[..]) {
-        return Ok(Read::Refused(ErrorFrame::new(
-            0,
-            ErrorCode::Malformed.as_str(),
+        return Ok(Read::Refused(Failure::new(
+            ErrorCode::Malformed,
             "not a Veltrix frames client: a connection must begin with the magic \"VXFR\"",
         )));
     }
@@ -103,16 +102,14 @@ where
                 return Ok(Read::Hello(h));
             }
             Ok(Some(_)) | Err(FrameError::Unexpected(_)) => {
-                return Ok(Read::Refused(ErrorFrame::new(
-                    0,
-                    ErrorCode::Malformed.as_str(),
+                return Ok(Read::Refused(Failure::new(
+                    ErrorCode::Malformed,
                     "the first frame of a connection must be HELLO",
                 )));
             }
             Err(e) => {
-                return Ok(Read::Refused(ErrorFrame::new(
-                    0,
-                    ErrorCode::Malformed.as_str(),
+                return Ok(Read::Refused(Failure::new(
+                    ErrorCode::Malformed,
                     format!("bad HELLO: {e}"),
                 )));
             }
@@ -126,58 +123,40 @@ where
 }
 
 /// Version, readiness and auth; the chosen version and the router, or the refusal.
-fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Box<ErrorFrame>> {
+fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Failure> {
     let version = hello.max_version.min(MAX_VERSION);
     if version < hello.min_version.max(MIN_VERSION) {
-        let mut e = ErrorFrame::new(
-            0,
-            ErrorCode::BadRequest.as_str(),
+        return Err(Failure::new(
+            ErrorCode::BadRequest,
             format!(
                 "no common protocol version: the client speaks {}..={}, this server \
                  {MIN_VERSION}..={MAX_VERSION}",
                 hello.min_version, hello.max_version
             ),
-        );
-        e.limit = Some("protocol version".into());
-        e.max = Some(u64::from(MAX_VERSION));
-        return Err(Box::new(e));
+        )
+        .limit("protocol version", Some(u64::from(MAX_VERSION))));
     }
     let state = &ctx.state;
     let router = match (state.phase(), state.engine()) {
         (Phase::Ready, Some(router)) => router.clone(),
-        (Phase::Draining, _) => {
-            let mut e = ErrorFrame::new(
-                0,
-                ErrorCode::NotReady.as_str(),
-                "the service is shutting down",
-            );
-            e.retry_after_ms = Some(1000);
-            return Err(Box::new(e));
-        }
-        _ => {
-            let mut e = ErrorFrame::new(
-                0,
-                ErrorCode::NotReady.as_str(),
-                "the service is starting (recovering the log); retry shortly",
-            );
-            e.retry_after_ms = Some(1000);
-            return Err(Box::new(e));
-        }
+        (Phase::Draining, _) => return Err(Failure::shutting_down("the service is shutting down")),
+        _ => return Err(Failure::starting()),
     };
     // A frames connection only ingests: it needs what `POST /v1/events` needs.
-    crate::auth::authorize(state.tokens(), hello.token.as_deref(), Scope::Ingest)
-        .map_err(|f| Box::new(f.into_frame(0)))?;
+    crate::auth::authorize(state.tokens(), hello.token.as_deref(), Scope::Ingest)?;
     Ok((version, router))
 }
 
 /// Send the magic and a connection-level ERROR; the caller then closes.
-async fn refuse<S>(io: &mut S, e: ErrorFrame) -> io::Result<()>
+async fn refuse<S>(io: &mut S, f: Failure) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    tracing::debug!(code = %e.code, message = %e.message, "frames handshake refused");
+    tracing::debug!(code = %f.code, message = %f.message, "frames handshake refused");
     let mut out = MAGIC.to_vec();
-    Frame::Error(e).encode(&mut out).map_err(io::Error::other)?;
+    Frame::Error(f.into_frame(0))
+        .encode(&mut out)
+        .map_err(io::Error::other)?;
     io.write_all(&out).await?;
     io.shutdown().await?;
     super::linger(io).await;

@@ -29,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub const WINDOW: u16 = 64;
 /// How long a new connection may take to send its magic and HELLO.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The `limit` of the ERROR `timeout` that closes a connection idle between frames.
+const LIMIT_IDLE_TIMEOUT: &str = "server.frames_idle_timeout";
 /// After a connection-level error, how long (and how many bytes) the server keeps reading and
 /// discarding what the client still sends before it closes: closing a socket with unread
 /// input makes the kernel reset the connection, which can destroy the error frame in flight.

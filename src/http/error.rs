@@ -15,8 +15,8 @@ pub use crate::failure::Details;
 
 #[derive(Debug)]
 pub struct AppError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    /// The code, and through it the status (SPEC §3's table, in [`ErrorCode`]).
+    pub code: ErrorCode,
     pub message: String,
     /// Boxed: most errors carry none, and handlers pass `Result<_, AppError>` around.
     pub details: Box<Details>,
@@ -45,13 +45,17 @@ impl AppError {
     /// An error with `code`, its status from SPEC §3's table.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         AppError {
-            status: StatusCode::from_u16(code.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            code: code.as_str(),
+            code,
             message: message.into(),
             details: Box::default(),
             headers: Vec::new(),
         }
+    }
+
+    /// The HTTP status of the code.
+    pub fn status(&self) -> StatusCode {
+        // Every status in the table is a valid one; 500 should the table ever hold a typo.
+        StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     pub fn with_header(mut self, name: HeaderName, value: impl ToString) -> Self {
@@ -91,17 +95,12 @@ impl AppError {
 
     /// 503 while bootstrapping.
     pub fn starting() -> Self {
-        Self::new(
-            ErrorCode::NotReady,
-            "the service is starting (recovering the log); retry shortly",
-        )
-        .with_header(RETRY_AFTER, 1)
+        Failure::starting().into()
     }
 
     /// 503 while shutting down: the client should go elsewhere, so close the connection.
     pub fn draining() -> Self {
-        Self::new(ErrorCode::NotReady, "the service is shutting down")
-            .with_header(RETRY_AFTER, 1)
+        AppError::from(Failure::shutting_down("the service is shutting down"))
             .with_header(CONNECTION, "close")
     }
 
@@ -120,9 +119,7 @@ impl AppError {
 
     /// 408: the body stalled for `ingest.body_timeout`.
     pub fn timeout(message: impl Into<String>) -> Self {
-        let mut out = Self::new(ErrorCode::Timeout, message);
-        out.details.limit = Some("ingest.body_timeout".into());
-        out
+        Failure::timeout(vx_ingest::LIMIT_BODY_TIMEOUT, message).into()
     }
 
     /// A failure that is none of the client's doing and has no code of its own in the SPEC
@@ -166,7 +163,7 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let body = Body {
             error: Inner {
-                code: self.code,
+                code: self.code.as_str(),
                 message: &self.message,
                 details: &self.details,
             },
@@ -176,7 +173,7 @@ impl IntoResponse for AppError {
         let json = serde_json::to_vec(&body).unwrap_or_else(|_| {
             format!(r#"{{"error":{{"code":"{}","message":""}}}}"#, self.code).into_bytes()
         });
-        let mut resp = (self.status, json).into_response();
+        let mut resp = (self.status(), json).into_response();
         let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in self.headers {

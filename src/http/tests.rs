@@ -223,7 +223,7 @@ fn accept_negotiation() {
         if let Some(v) = v {
             h.insert("accept", v.parse().unwrap());
         }
-        negotiate(&h).map_err(|e| e.code)
+        negotiate(&h).map_err(|e| e.code.as_str())
     };
     assert_eq!(with(None), Ok(Output::Ndjson));
     assert_eq!(with(Some("*/*")), Ok(Output::Ndjson));
@@ -250,7 +250,7 @@ fn input_and_write_errors_map_once() {
         .at_index(3);
     let a = AppError::from(e);
     assert_eq!(
-        (a.status, a.code),
+        (a.status(), a.code.as_str()),
         (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
     );
     assert_eq!(a.details.index, Some(3));
@@ -259,13 +259,16 @@ fn input_and_write_errors_map_once() {
 
     let a = AppError::from(vx_proto::InputError::invalid("ts", "bad ts").at_line(2, 7));
     assert_eq!(
-        (a.status, a.code),
+        (a.status(), a.code.as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, "invalid_event")
     );
     assert_eq!((a.details.line, a.details.column), (Some(2), Some(7)));
     assert_eq!(a.details.field.as_deref(), Some("ts"));
     let a = AppError::from(vx_proto::InputError::malformed("eh"));
-    assert_eq!((a.status, a.code), (StatusCode::BAD_REQUEST, "malformed"));
+    assert_eq!(
+        (a.status(), a.code.as_str()),
+        (StatusCode::BAD_REQUEST, "malformed")
+    );
 
     use vx_storage::WriteError;
     let a = AppError::from(WriteError::Conflict {
@@ -274,7 +277,7 @@ fn input_and_write_errors_map_once() {
         last_seq: 9,
     });
     assert_eq!(
-        (a.status, a.code, a.details.last_seq),
+        (a.status(), a.code.as_str(), a.details.last_seq),
         (StatusCode::CONFLICT, "conflict", Some(9))
     );
     for e in [
@@ -284,7 +287,7 @@ fn input_and_write_errors_map_once() {
     ] {
         let a = AppError::from(e);
         assert_eq!(
-            (a.status, a.code),
+            (a.status(), a.code.as_str()),
             (StatusCode::INSUFFICIENT_STORAGE, "storage_full")
         );
     }
