@@ -238,16 +238,8 @@ async fn batches_over_tcp_and_uds_are_acked_stored_and_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_handshake_checks_bearer_tokens() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("veltrix.yaml");
-    std::fs::write(
-        &cfg,
-        "auth:\n  tokens:\n    - token: ingest-secret\n      scopes: [ingest]\n    \
-         - token: read-secret\n      scopes: [read]\n    - token: admin-secret\n      \
-         scopes: [admin]\n",
-    )
-    .unwrap();
     let server = frames_server(tmp.path())
-        .args(["--config", cfg.to_str().unwrap()])
+        .with_scoped_tokens(tmp.path())
         .start();
     let addr = frames_addr(&server);
     for (token, code) in [

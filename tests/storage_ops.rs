@@ -102,16 +102,8 @@ async fn delete_is_durable_and_seq_continues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_needs_the_admin_scope() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("veltrix.yaml");
-    std::fs::write(
-        &file,
-        "auth:\n  tokens:\n    - token: ingest-secret\n      scopes: [ingest]\n    \
-         - token: read-secret\n      scopes: [read]\n    - token: admin-secret\n      \
-         scopes: [admin]\n",
-    )
-    .unwrap();
     let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--config", file.to_str().unwrap()])
+        .with_scoped_tokens(tmp.path())
         .start();
     let api = &server.api;
     let r = api

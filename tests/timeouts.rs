@@ -144,6 +144,33 @@ fn frames_cfg(tmp: &std::path::Path) -> ServerConfig {
         .env("VX_SERVER_FRAMES_IDLE_TIMEOUT", "1s")
 }
 
+/// `n` minimal events of `stream`, `ts` 0, 1, 2 …
+fn plain_events(stream: &str, n: i64) -> Vec<WireEvent<'_>> {
+    (0..n)
+        .map(|i| WireEvent {
+            stream,
+            entity: None,
+            ty: "t",
+            ts: Some(i),
+            kind: Kind::Event,
+            value: None::<Num>,
+            id: None,
+            data: None,
+        })
+        .collect()
+}
+
+/// One BATCH frame of `evs` with request id `id`.
+fn batch_frame(id: u64, evs: &[WireEvent<'_>]) -> Vec<u8> {
+    let head = BatchHead {
+        request_id: id,
+        ..BatchHead::default()
+    };
+    let mut frame = Vec::new();
+    encode_batch(&mut frame, &head, evs).unwrap();
+    frame
+}
+
 async fn connect(server: &Server) -> Client {
     Client::connect_tcp(frames_addr(server), &Options::default())
         .await
@@ -155,24 +182,8 @@ async fn a_frames_connection_stalled_inside_a_frame_is_closed_with_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let server = frames_cfg(tmp.path()).start();
     let (mut tx, mut rx) = connect(&server).await.split();
-    let evs: Vec<WireEvent<'_>> = (0..50)
-        .map(|i| WireEvent {
-            stream: "fstall",
-            entity: None,
-            ty: "t",
-            ts: Some(i),
-            kind: Kind::Event,
-            value: None::<Num>,
-            id: None,
-            data: None,
-        })
-        .collect();
-    let head = BatchHead {
-        request_id: 7,
-        ..BatchHead::default()
-    };
-    let mut frame = Vec::new();
-    encode_batch(&mut frame, &head, &evs).unwrap();
+    let evs = plain_events("fstall", 50);
+    let frame = batch_frame(7, &evs);
     tx.send_raw(&frame[..frame.len() / 2]).await.unwrap();
     let started = Instant::now();
     let mut replies = Vec::new();
@@ -208,18 +219,9 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
     let server = frames_cfg(tmp.path()).start();
     // Busy, then idle: each batch is answered; silence past 1 s closes the connection.
     let (mut tx, mut rx) = connect(&server).await.split();
-    for i in 0..3 {
-        let evs = [WireEvent {
-            stream: "fidle",
-            entity: None,
-            ty: "t",
-            ts: Some(i),
-            kind: Kind::Event,
-            value: None::<Num>,
-            id: None,
-            data: None,
-        }];
-        tx.send_batch(&evs, None).await.unwrap();
+    for _ in 0..3 {
+        let evs = plain_events("fidle", 1);
+        tx.send_batch(&evs[..], None).await.unwrap();
         assert!(matches!(rx.next_reply().await.unwrap(), Reply::Ack(_)));
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
@@ -245,24 +247,8 @@ async fn a_frame_that_keeps_arriving_slowly_is_not_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let server = frames_cfg(tmp.path()).start();
     let (mut tx, mut rx) = connect(&server).await.split();
-    let evs: Vec<WireEvent<'_>> = (0..20)
-        .map(|i| WireEvent {
-            stream: "fslow",
-            entity: None,
-            ty: "t",
-            ts: Some(i),
-            kind: Kind::Event,
-            value: None::<Num>,
-            id: None,
-            data: None,
-        })
-        .collect();
-    let head = BatchHead {
-        request_id: 9,
-        ..BatchHead::default()
-    };
-    let mut frame = Vec::new();
-    encode_batch(&mut frame, &head, &evs).unwrap();
+    let evs = plain_events("fslow", 20);
+    let frame = batch_frame(9, &evs);
     // 6 pieces 200 ms apart: 1 s inside one frame, but never 500 ms (the body timeout)
     // without a byte. The timeout is per wait, as for HTTP bodies.
     for piece in frame.chunks(frame.len().div_ceil(6)) {

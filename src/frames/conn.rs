@@ -287,19 +287,19 @@ impl Conn {
                     } else {
                         self.ctx.idle_timeout
                     };
-                    let timed = if mid_frame || self.inflight.is_empty() {
-                        let since = *self.waiting_since.get_or_insert_with(Instant::now);
-                        // A deadline past what `Instant` can hold is no deadline.
-                        since.checked_add(after).is_some_and(|deadline| {
-                            if self.timer.deadline() != deadline {
-                                self.timer.as_mut().reset(deadline);
-                            }
-                            true
-                        })
-                    } else {
+                    if !mid_frame && !self.inflight.is_empty() {
                         self.waiting_since = None;
-                        false
-                    };
+                    }
+                    let deadline = (mid_frame || self.inflight.is_empty())
+                        .then(|| *self.waiting_since.get_or_insert_with(Instant::now))
+                        // A deadline past what `Instant` can hold is no deadline.
+                        .and_then(|since| since.checked_add(after));
+                    if let Some(d) = deadline
+                        && self.timer.deadline() != d
+                    {
+                        self.timer.as_mut().reset(d);
+                    }
+                    let timed = deadline.is_some();
                     tokio::select! {
                         () = self.stop.cancelled() => return Ok(End::Shutdown),
                         Some(done) = self.inflight.next(), if !self.inflight.is_empty() => {

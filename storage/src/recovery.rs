@@ -502,15 +502,8 @@ impl Recovery<'_> {
 
     /// A stream's writer state, loaded from the carry file the first time it is seen.
     fn load(&mut self, name: &str) -> Result<WState, OpenError> {
-        if let Some(s) = self.engine.streams.get(name) {
-            return Ok(*s);
-        }
-        let carried = self
-            .engine
-            .shared
-            .carry_get(name)
-            .map_err(io_err("reading the carry file"))?
-            .map(|e| WState::from(&e));
+        // `Engine::load` keeps a state it has already; otherwise it takes the carried one.
+        let carried = self.known(name)?;
         Ok(self.engine.load(name, carried))
     }
 

@@ -158,6 +158,21 @@ impl ServerConfig {
         self
     }
 
+    /// With three bearer tokens, one per scope: `ingest-secret`, `read-secret` and
+    /// `admin-secret`, in a config file written into `dir`.
+    pub fn with_scoped_tokens(self, dir: &Path) -> Self {
+        let file = dir.join("veltrix.yaml");
+        std::fs::write(
+            &file,
+            "auth:\n  tokens:\n    - token: ingest-secret\n      scopes: [ingest]\n    \
+             - token: read-secret\n      scopes: [read]\n    - token: admin-secret\n      \
+             scopes: [admin]\n",
+        )
+        .expect("write the config file");
+        self.arg("--config")
+            .arg(file.to_string_lossy().into_owned())
+    }
+
     pub fn uds(mut self, path: impl Into<PathBuf>) -> Self {
         self.uds = Some(path.into());
         self
