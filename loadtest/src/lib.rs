@@ -1,0 +1,36 @@
+//! `vx-loadtest`: a reproducible, coordinated-omission-free load generator for Veltrix (SPEC
+//! §9) that also drives its peers (Redis over RESP for the `kv` scenario).
+//!
+//! A TOML workload ([`workload`]) says what to send, how fast and for how long. Open loop
+//! ([`schedule`]) sends at the intended rate whatever the server does and measures latency
+//! from the intended send time; closed loop sends as answers come back. Every operation's
+//! outcome lands in HdrHistograms ([`recorder`]), which the JSON report carries in serialized
+//! form so that reports of several load hosts [`report::merge`] exactly.
+//!
+//! # Layout
+//! - [`cli`]: the command line (`run`, `merge`).
+//! - [`workload`]: the keys, their defaults and help, `--set`, validation.
+//! - [`endpoint`]: endpoint addresses and which scenario each carries.
+//! - [`runner`]: preparing, running and sampling a run.
+//! - [`lanes`]: the load lanes (HTTP one-at-a-time, frames and RESP pipelined).
+//! - [`ops`]: what the lanes send (seeded per lane).
+//! - [`dist`]: uniform and Zipfian key choice.
+//! - [`schedule`]: intended send times and lateness.
+//! - [`recorder`]: per-lane counts and histograms.
+//! - [`report`]: the table, the JSON report and `merge`.
+//! - [`plot`]: the SVG.
+//! - [`http`], [`resp`]: the HTTP/1.1 connection and the RESP codec.
+
+pub mod cli;
+pub mod dist;
+pub mod endpoint;
+pub mod http;
+pub mod lanes;
+pub mod ops;
+pub mod plot;
+pub mod recorder;
+pub mod report;
+pub mod resp;
+pub mod runner;
+pub mod schedule;
+pub mod workload;
