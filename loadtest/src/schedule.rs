@@ -18,9 +18,6 @@ use tokio::sync::Semaphore;
 
 /// A send that leaves within this of its intended time is on time.
 pub const LATE_AFTER: Duration = Duration::from_millis(1);
-/// The pacer releases together every send due within this much of now (so that it wakes at
-/// most ~20,000 times a second, whatever the rate).
-const PACER_BATCH: Duration = Duration::from_micros(50);
 
 #[derive(Clone, Copy, Debug)]
 pub struct Schedule {
@@ -57,16 +54,17 @@ impl Schedule {
 }
 
 /// Releases open-loop sends on time: permit `i` of lane `l` is added at
-/// `schedules[l].intended(i)`. The permits of a lane that falls behind accumulate (the lane
-/// then sends at once, late, and the lateness is recorded); they are bounded by the run's
-/// length × rate.
+/// `schedules[l].intended(i)`, for every send meant before the end of the run (a lane stops
+/// at its first send at or after the end). The permits of a lane that falls behind accumulate
+/// (the lane then sends at once, late, and the lateness is recorded); they are bounded by the
+/// run's length × rate.
 pub struct Pacer {
     permits: Vec<Arc<Semaphore>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Pacer {
-    /// Start the pacer thread; it ends at `end` (closing every lane's semaphore) or on drop.
+    /// Start the pacer thread; it ends at `end`, or on drop (closing every lane's semaphore).
     pub fn start(schedules: Vec<Schedule>, end: Instant) -> std::io::Result<Pacer> {
         let permits: Vec<Arc<Semaphore>> = schedules
             .iter()
@@ -94,8 +92,19 @@ impl Drop for Pacer {
 
 fn pace(schedules: &[Schedule], permits: &[Arc<Semaphore>], end: Instant, stop: &AtomicBool) {
     let lanes = schedules.len() as u64;
+    let mut released = vec![0u64; schedules.len()];
     let mut k = 0u64;
-    'run: while lanes > 0 && !stop.load(Ordering::Acquire) {
+    if lanes == 0 {
+        return;
+    }
+    'run: loop {
+        if stop.load(Ordering::Acquire) {
+            // The run is abandoned: end every lane's wait.
+            for p in permits {
+                p.close();
+            }
+            return;
+        }
         // The k-th send of the whole run is lane k % lanes's (k / lanes)-th: the lanes are
         // staggered evenly, so this walks the merged schedule in time order.
         let due = schedules[(k % lanes) as usize].intended(k / lanes);
@@ -103,27 +112,37 @@ fn pace(schedules: &[Schedule], permits: &[Arc<Semaphore>], end: Instant, stop: 
             break;
         }
         let now = Instant::now();
-        if due > now + PACER_BATCH {
+        if due > now {
             std::thread::sleep((due - now).min(Duration::from_millis(100)));
             continue;
         }
-        // Release everything due up to now + PACER_BATCH.
-        let horizon = Instant::now() + PACER_BATCH;
+        // Release everything due by now: never early, and since a sleep lasts at least the
+        // thread's timer slack (50 µs by default), the pacer wakes at most ~20,000 times a
+        // second whatever the rate.
+        let horizon = Instant::now();
         loop {
             let lane = (k % lanes) as usize;
             let t = schedules[lane].intended(k / lanes);
-            if t > horizon {
-                break;
-            }
             if t >= end {
                 break 'run;
             }
+            if t > horizon {
+                break;
+            }
             permits[lane].add_permits(1);
+            released[lane] += 1;
             k += 1;
         }
     }
-    for p in permits {
-        p.close();
+    // Whatever float rounding left of a lane's sends before the end (a lane stops by itself at
+    // its first send at or after the end, so it must get every one before it).
+    for (lane, s) in schedules.iter().enumerate() {
+        while s.intended(released[lane]) < end {
+            let wait = s.intended(released[lane]).saturating_duration_since(Instant::now());
+            std::thread::sleep(wait);
+            permits[lane].add_permits(1);
+            released[lane] += 1;
+        }
     }
 }
 
@@ -194,21 +213,38 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         rt.block_on(async {
-            for lane in 0..2 {
+            for (lane, schedule) in schedules.iter().enumerate() {
                 let Some(sem) = pacer.lane(lane) else {
                     panic!("no lane {lane}");
                 };
                 let mut got = 0u64;
-                while let Ok(p) = sem.acquire().await {
-                    p.forget();
+                while schedule.intended(got) < end {
+                    match sem.acquire().await {
+                        Ok(p) => p.forget(),
+                        Err(e) => panic!("{e}"),
+                    }
                     // A permit never comes before its intended time.
-                    assert!(Instant::now() >= schedules[lane].intended(got));
+                    assert!(Instant::now() >= schedule.intended(got));
                     got += 1;
                 }
                 assert_eq!(got, 15, "lane {lane}");
+                // And no permit beyond the end.
+                std::thread::sleep(Duration::from_millis(20));
+                assert_eq!(sem.available_permits(), 0);
             }
         });
         assert!(pacer.lane(2).is_none());
+        // Dropping the pacer of an abandoned run ends the lanes' waits.
+        let far = Instant::now() + Duration::from_secs(3600);
+        let pacer = match Pacer::start(vec![Schedule::open(far, 1.0, 1, 0)], far) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let sem = pacer.lane(0);
+        drop(pacer);
+        if let Some(sem) = sem {
+            rt.block_on(async { assert!(sem.acquire().await.is_err()) });
+        }
     }
 
     #[test]
