@@ -44,6 +44,8 @@ pub struct LaneCtx {
     /// `Some` in open loop, with the pacer's permits of this lane.
     pub schedule: Option<Schedule>,
     pub pacer: Option<Arc<Semaphore>>,
+    /// The clock all lanes start on (closed loop waits for it too).
+    pub start: Instant,
     /// No operation is started at or after this.
     pub end: Instant,
     pub timeout: Duration,
@@ -80,6 +82,9 @@ impl LaneCtx {
                 Some(t)
             }
             None => {
+                if i == 0 {
+                    sleep_until(self.start.into()).await;
+                }
                 let now = Instant::now();
                 (now < self.end).then_some(now)
             }
@@ -427,14 +432,19 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
                 }
             }
         };
-        permit.forget();
-        ctx.sent(start);
-        // Closed loop counts from the moment a slot is free and the operation is queued.
+        // Closed loop counts from the moment a slot is free and the operation is queued,
+        // and sends nothing once the run is over.
         let start = if ctx.schedule.is_some() {
             start
         } else {
-            Instant::now()
+            let now = Instant::now();
+            if now >= ctx.end {
+                return true;
+            }
+            now
         };
+        permit.forget();
+        ctx.sent(start);
         *i += 1;
         match w.queue() {
             Ok((key, mut p)) => {

@@ -144,6 +144,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
             endpoint: ep,
             schedule: schedules.as_ref().map(|s| s[lane as usize]),
             pacer: pacer.as_ref().and_then(|p| p.lane(lane as usize)),
+            start: load_start,
             end,
             timeout,
             rec,

@@ -138,7 +138,9 @@ fn pace(schedules: &[Schedule], permits: &[Arc<Semaphore>], end: Instant, stop: 
     // its first send at or after the end, so it must get every one before it).
     for (lane, s) in schedules.iter().enumerate() {
         while s.intended(released[lane]) < end {
-            let wait = s.intended(released[lane]).saturating_duration_since(Instant::now());
+            let wait = s
+                .intended(released[lane])
+                .saturating_duration_since(Instant::now());
             std::thread::sleep(wait);
             permits[lane].add_permits(1);
             released[lane] += 1;

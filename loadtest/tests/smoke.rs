@@ -1,0 +1,457 @@
+//! Smoke tests of `vx-loadtest` (the real binary) against the real Veltrix server started
+//! in-process on `127.0.0.1:0` and temporary Unix sockets, and against a real `redis-server`
+//! for the kv scenario. They assert that each scenario runs to completion, counts what the
+//! server stored, and writes a valid report; never a speed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use veltrix::config::{Config, FsyncSetting};
+use veltrix::server::Server;
+use vx_loadtest::report::{Report, decode_histogram};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vx-loadtest");
+
+/// A Veltrix server serving HTTP and frames on TCP and Unix sockets, stopped on drop.
+struct Veltrix {
+    http: SocketAddr,
+    frames: SocketAddr,
+    dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Veltrix {
+    fn start() -> Veltrix {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.server.listen = "127.0.0.1:0".into();
+        cfg.server.uds = Some(dir.path().join("http.sock"));
+        cfg.server.frames_listen = Some("127.0.0.1:0".into());
+        cfg.server.frames_uds = Some(dir.path().join("frames.sock"));
+        cfg.storage.data_dir = dir.path().join("data");
+        cfg.storage.shards = Some(4);
+        cfg.storage.fsync = FsyncSetting::Always;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = runtime.block_on(Server::bind(cfg)).unwrap();
+        let http = server.local_addr();
+        let frames = server.frames_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        runtime.spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        let v = Veltrix {
+            http,
+            frames,
+            dir,
+            stop: Some(tx),
+            runtime: Some(runtime),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while get(v.http, "/readyz").0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "the server is not ready after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        v
+    }
+
+    fn socket(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Events stored in the streams named `prefix…`.
+    fn stored(&self, prefix: &str) -> u64 {
+        let (status, body) = get(
+            self.http,
+            &format!("/v1/streams?prefix={prefix}&limit=10000"),
+        );
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["events"].as_u64().unwrap())
+            .sum()
+    }
+}
+
+impl Drop for Veltrix {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// A bare HTTP/1.1 GET: status and body.
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    // Chunked bodies: keep the JSON between the first and last chunk markers.
+    let body = match (body.find('{'), body.rfind('}')) {
+        (Some(a), Some(b)) => body[a..=b].to_string(),
+        _ => body.to_string(),
+    };
+    (status, body)
+}
+
+fn write_workload(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+/// Run a workload with `--json`; assert it completed and return its report.
+fn run_report(workload: &Path, sets: &[&str], json: &Path) -> Report {
+    let mut args = vec!["run", workload.to_str().unwrap(), "-q"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    args.extend(["--json", json.to_str().unwrap()]);
+    let out = run(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "{workload:?} {sets:?}: {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("p99.9 ms"), "no table:\n{stdout}");
+    let text = std::fs::read_to_string(json).unwrap();
+    Report::from_json(&text, "report").unwrap()
+}
+
+/// Every operation of the report: successes counted, no errors, a histogram holding exactly
+/// the successes; and a time series.
+fn check_report(r: &Report, op: &str) -> u64 {
+    let o = r
+        .operations
+        .get(op)
+        .unwrap_or_else(|| panic!("no {op} in {:?}", r.operations.keys()));
+    assert!(o.ok > 0, "{op}: nothing succeeded");
+    assert_eq!(o.errors, 0, "{op}: errors {:?}", r.errors);
+    let h = decode_histogram(&o.histogram).unwrap();
+    assert_eq!(h.len(), o.ok, "{op}: the histogram holds every success");
+    assert!(o.latency_ms.p50 > 0.0 && o.latency_ms.p50 <= o.latency_ms.max);
+    assert!(!r.intervals.is_empty());
+    o.events
+}
+
+#[test]
+fn ingest_over_every_transport_stores_exactly_what_the_report_counts() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let http = format!("endpoints=\"http://{}\"", v.http);
+    let unix = format!("endpoints=\"unix:{}\"", v.socket("http.sock").display());
+    let frames = format!("endpoints=\"frames://{}\"", v.frames);
+    let frames_unix = format!(
+        "endpoints=\"frames+unix:{}\"",
+        v.socket("frames.sock").display()
+    );
+    let wl = write_workload(
+        tmp.path(),
+        "ingest.toml",
+        "scenario = \"ingest\"\nbatch = 10\nstreams = 3\nconnections = 2\nwarmup_s = 0\nmeasure_s = 1\n",
+    );
+    // Without a warm-up every operation falls in the measured window, so the server holds
+    // exactly the events the report counts.
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("http-", vec![&http, "stream_prefix=\"http-\""]),
+        (
+            "unix-",
+            vec![
+                &unix,
+                "stream_prefix=\"unix-\"",
+                "rate=200",
+                "format=\"json\"",
+                "durability=\"fsync\"",
+                "ids=true",
+            ],
+        ),
+        (
+            "frames-",
+            vec![&frames, "stream_prefix=\"frames-\"", "pipeline_depth=4"],
+        ),
+        (
+            "fu-",
+            vec![
+                &frames_unix,
+                "stream_prefix=\"fu-\"",
+                "rate=300",
+                "pipeline_depth=2",
+                "durability=\"write\"",
+            ],
+        ),
+    ];
+    for (prefix, sets) in cases {
+        let json = tmp.path().join(format!("{prefix}.json"));
+        let r = run_report(&wl, &sets, &json);
+        let events = check_report(&r, "ingest");
+        assert_eq!(events, r.operations["ingest"].ok * 10, "{prefix}");
+        assert_eq!(v.stored(prefix), events, "{prefix}: stored vs counted");
+        if r.open_loop {
+            // Every scheduled send of the window was made, on time or counted late.
+            let rate = r.workload.rate.unwrap();
+            let expected = (rate * r.measure_s) as u64;
+            assert!(
+                r.late_sends.sends.abs_diff(expected) <= 2,
+                "{prefix}: {:?}",
+                r.late_sends
+            );
+            assert_eq!(r.operations["ingest"].ok, r.late_sends.sends, "{prefix}");
+        } else {
+            assert_eq!(r.late_sends.sends, 0);
+        }
+    }
+}
+
+#[test]
+fn replay_pages_and_scans_read_the_preloaded_streams() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "replay.toml",
+        &format!(
+            "scenario = \"replay\"\nendpoints = [\"http://{}\"]\nstreams = 2\npreload_events = 500\npage_events = 64\nscan_pct = 20\nconnections = 2\nwarmup_s = 0.2\nmeasure_s = 1\nstream_prefix = \"rp-\"\n",
+            v.http
+        ),
+    );
+    let json = tmp.path().join("replay.json");
+    let r = run_report(&wl, &[], &json);
+    assert_eq!(v.stored("rp-"), 1000, "preload fills each stream to 500");
+    let page_events = check_report(&r, "page");
+    // Every page is full: positions are drawn so that a whole page fits.
+    assert_eq!(page_events, r.operations["page"].ok * 64);
+    let scan_events = check_report(&r, "scan");
+    assert_eq!(scan_events, r.operations["scan"].ok * 500);
+    // A second run finds the streams full and writes nothing more.
+    let r = run_report(&wl, &["measure_s=0.3", "scan_pct=0"], &json);
+    check_report(&r, "page");
+    assert_eq!(v.stored("rp-"), 1000);
+
+    // Over the Unix socket too.
+    let unix = format!("endpoints=\"unix:{}\"", v.socket("http.sock").display());
+    let r = run_report(&wl, &[&unix, "measure_s=0.3", "scan_pct=0"], &json);
+    check_report(&r, "page");
+}
+
+#[test]
+fn kv_runs_the_mix_against_redis() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut redis) = redis else {
+        panic!(
+            "redis-server is needed for the kv scenario (apt-get install redis-server; .ci/run installs it)"
+        );
+    };
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(&mut redis);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let json = dir.path().join("kv.json");
+    let svg = dir.path().join("kv.svg");
+    let endpoint = format!("endpoints=\"resp://127.0.0.1:{port}\"");
+    let out = run(&[
+        "run",
+        workloads.join("kv-70-25-5.toml").to_str().unwrap(),
+        "-q",
+        "--set",
+        &endpoint,
+        "--set",
+        "key_space=2000",
+        "--set",
+        "connections=4",
+        "--set",
+        "pipeline_depth=8",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "measure_s=1",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = Report::from_json(&std::fs::read_to_string(&json).unwrap(), "kv").unwrap();
+    let (get, set, del) = (
+        check_report(&r, "get"),
+        check_report(&r, "set"),
+        check_report(&r, "del"),
+    );
+    let total = (get + set + del) as f64;
+    // 70/25/5 within a generous margin (a second of a few thousand operations).
+    assert!(
+        (get as f64 / total - 0.70).abs() < 0.05,
+        "{get} {set} {del}"
+    );
+    assert!(
+        (set as f64 / total - 0.25).abs() < 0.05,
+        "{get} {set} {del}"
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("get p99"),
+        "not the plot"
+    );
+}
+
+#[test]
+fn merge_adds_the_reports_of_two_hosts() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "w.toml",
+        &format!(
+            "endpoints = \"http://{}\"\nbatch = 5\nconnections = 1\nwarmup_s = 0\nmeasure_s = 0.5\nrate = 100\n",
+            v.http
+        ),
+    );
+    let (a, b, m) = (
+        tmp.path().join("a.json"),
+        tmp.path().join("b.json"),
+        tmp.path().join("m.json"),
+    );
+    let ra = run_report(&wl, &[], &a);
+    let rb = run_report(&wl, &["seed=2"], &b);
+    let out = run(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--json",
+        m.to_str().unwrap(),
+        "--plot",
+        tmp.path().join("m.svg").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 hosts merged"));
+    let rm = Report::from_json(&std::fs::read_to_string(&m).unwrap(), "m").unwrap();
+    let (oa, ob, om) = (
+        &ra.operations["ingest"],
+        &rb.operations["ingest"],
+        &rm.operations["ingest"],
+    );
+    assert_eq!(om.ok, oa.ok + ob.ok);
+    assert_eq!(om.events, oa.events + ob.events);
+    let mut direct = decode_histogram(&oa.histogram).unwrap();
+    direct
+        .add(decode_histogram(&ob.histogram).unwrap())
+        .unwrap();
+    assert_eq!(decode_histogram(&om.histogram).unwrap(), direct);
+    assert_eq!(
+        rm.late_sends.sends,
+        ra.late_sends.sends + rb.late_sends.sends
+    );
+    assert_eq!(rm.hosts.len(), 2);
+
+    // A file that is not a report is refused, with exit 1.
+    let out = run(&["merge", wl.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a vx-loadtest report"));
+}
+
+#[test]
+fn the_command_line_explains_itself_and_refuses_what_cannot_run() {
+    let out = run(&["run", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for key in vx_loadtest::workload::KEYS {
+        assert!(help.contains(key.name), "--help misses {}", key.name);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let refuse = |text: &str, sets: &[&str], says: &str| {
+        let wl = write_workload(tmp.path(), "bad.toml", text);
+        let mut args = vec!["run", wl.to_str().unwrap(), "-q"];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text} {sets:?}: {err}");
+        assert!(err.contains(says), "{text} {sets:?}: {err}");
+    };
+    refuse("ratee = 1\n", &[], "ratee");
+    refuse("", &["batch=0"], "batch");
+    refuse("scenario = \"fanout\"\n", &[], "live follow");
+    // Nothing listens there: the run fails at once, naming the endpoint.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    refuse(
+        &format!("endpoints = \"http://{closed}\"\n"),
+        &[],
+        "cannot connect",
+    );
+    let out = run(&["run", tmp.path().join("missing.toml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+}
