@@ -16,7 +16,8 @@
 #      (ProducerPerformance acks=all, unthrottled and throttled to the same event rate;
 #      ConsumerPerformance).
 #   4. Redis 7 (Debian redis-server), driven by vx-loadtest with kv-70-25-5.toml, without
-#      persistence and with AOF everysec: the reference for the feature store's reads.
+#      persistence and with AOF everysec, and GET-only: the reference for the feature store's
+#      reads, and for Veltrix's smallest read (a 1-event page, also measured in step 1).
 # Each measurement is repeated REPS times; the table shows medians. Every run's line, with the
 # load average before it, goes to docs/bench/compare-runs.txt. The table in docs/BENCHMARKS.md
 # between the `compare:begin` and `compare:end` markers is rewritten, with the machine, the
@@ -160,6 +161,12 @@ for rep in $(seq 1 "$REPS"); do
   j=$(lt vx-pages replay-pages.toml --set "$HTTP")
   record vx_pages "$(jqr .operations.page.events_per_s "$j")" "rep=$rep veltrix replay 256-event pages events_per_s p99=$(jqr .operations.page.latency_ms.p99 "$j") load1_before=$l"
   record vx_pages_p99 "$(jqr .operations.page.latency_ms.p99 "$j")"
+  # The smallest read: one event per request, 50 connections (Redis's GET shape below).
+  l=$(load1)
+  j=$(lt vx-point replay-pages.toml --set "$HTTP" --set page_events=1 --set connections=50)
+  record vx_point "$(jqr .operations.page.ops_per_s "$j")" "rep=$rep veltrix 1-event reads connections=50 ops_per_s p50=$(jqr .operations.page.latency_ms.p50 "$j") p99=$(jqr .operations.page.latency_ms.p99 "$j") load1_before=$l"
+  record vx_point_p50 "$(jqr .operations.page.latency_ms.p50 "$j")"
+  record vx_point_p99 "$(jqr .operations.page.latency_ms.p99 "$j")"
   stop
 done
 
@@ -206,6 +213,14 @@ for mode in none aof; do
     record "redis_${mode}_ops" "$total" "rep=$rep redis mode=$mode kv 70/25/5 zipf ops_per_s get_p50=$(jqr .operations.get.latency_ms.p50 "$j") get_p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
     record "redis_${mode}_get_p50" "$(jqr .operations.get.latency_ms.p50 "$j")"
     record "redis_${mode}_get_p99" "$(jqr .operations.get.latency_ms.p99 "$j")"
+    if [[ $mode == none ]]; then
+      l=$(load1)
+      j=$(lt redis-get kv-70-25-5.toml --set "$RESP" --set read_pct=100 --set write_pct=0 \
+            --set delete_pct=0 --set preload_keys=0)
+      record redis_get_ops "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep redis mode=none GET only ops_per_s p50=$(jqr .operations.get.latency_ms.p50 "$j") p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
+      record redis_get_p50 "$(jqr .operations.get.latency_ms.p50 "$j")"
+      record redis_get_p99 "$(jqr .operations.get.latency_ms.p99 "$j")"
+    fi
     stop
   done
 done
@@ -241,6 +256,8 @@ table="$WORK/table.md"
   echo "| | NATS JetStream, ordered consumer of $(fmt $((NATS_MSGS * 8 / 5))) messages | $(fmt "$nats_ord") msgs/s | $(ratio "$vx_scan" "$nats_ord") |"
   echo "| kv 70% GET / 25% SET / 5% DEL, Zipfian 0.99, 1M keys, 50 connections (GET p50 / p99 ms) | Redis, no persistence | $(fmt "$(med redis_none_ops)") ops/s ($(ms "$(med redis_none_get_p50)") / $(ms "$(med redis_none_get_p99)")) | features: issue 8 |"
   echo "| | Redis, AOF everysec | $(fmt "$(med redis_aof_ops)") ops/s ($(ms "$(med redis_aof_get_p50)") / $(ms "$(med redis_aof_get_p99)")) | |"
+  echo "| smallest read, 50 connections, closed loop (p50 / p99 ms) | Veltrix, 1-event page over HTTP (\`GET …/events?from=N&limit=1\`) | $(fmt "$(med vx_point)") reads/s ($(ms "$(med vx_point_p50)") / $(ms "$(med vx_point_p99)")) | 1.00× |"
+  echo "| | Redis, GET of a 128-byte value (1M keys, Zipfian) | $(fmt "$(med redis_get_ops)") GETs/s ($(ms "$(med redis_get_p50)") / $(ms "$(med redis_get_p99)")) | $(ratio "$(med vx_point)" "$(med redis_get_ops)") |"
   echo
   echo "Parameters: REPS=$REPS WARMUP_S=$WARMUP_S MEASURE_S=$MEASURE_S LAT_RATE=$LAT_RATE REPLAY_EVENTS=$REPLAY_EVENTS NATS_MSGS=$NATS_MSGS; workloads in loadtest/workloads/; every run with its load average in docs/bench/compare-runs.txt."
   echo "<!-- compare:end -->"

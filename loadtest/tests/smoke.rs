@@ -28,6 +28,10 @@ struct Veltrix {
 
 impl Veltrix {
     fn start() -> Veltrix {
+        Veltrix::start_with(|_| {})
+    }
+
+    fn start_with(tweak: impl FnOnce(&mut Config)) -> Veltrix {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = Config::default();
         cfg.server.listen = "127.0.0.1:0".into();
@@ -37,6 +41,7 @@ impl Veltrix {
         cfg.storage.data_dir = dir.path().join("data");
         cfg.storage.shards = Some(4);
         cfg.storage.fsync = FsyncSetting::Always;
+        tweak(&mut cfg);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -69,6 +74,20 @@ impl Veltrix {
 
     fn socket(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// Events stored in the streams named `prefix…` once `expected` are visible (an ack at
+    /// `write` durability comes before the fsync that makes the events visible to readers under
+    /// `fsync always`), or after 5 s; never more than were acknowledged.
+    fn stored_eventually(&self, prefix: &str, expected: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = self.stored(prefix);
+            if n == expected || Instant::now() > deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Events stored in the streams named `prefix…`.
@@ -222,7 +241,11 @@ fn ingest_over_every_transport_stores_exactly_what_the_report_counts() {
         let r = run_report(&wl, &sets, &json);
         let events = check_report(&r, "ingest");
         assert_eq!(events, r.operations["ingest"].ok * 10, "{prefix}");
-        assert_eq!(v.stored(prefix), events, "{prefix}: stored vs counted");
+        assert_eq!(
+            v.stored_eventually(prefix, events),
+            events,
+            "{prefix}: stored vs counted"
+        );
         if r.open_loop {
             // Every scheduled send of the window was made, on time or counted late.
             let rate = r.workload.rate.unwrap();
@@ -236,6 +259,44 @@ fn ingest_over_every_transport_stores_exactly_what_the_report_counts() {
         } else {
             assert_eq!(r.late_sends.sends, 0);
         }
+    }
+}
+
+#[test]
+fn refusals_are_counted_apart_from_errors_and_store_nothing() {
+    // One shard of 100 events at a 90% mark: two 50-event requests in flight fill it, so
+    // eight connections sending at once are refused often.
+    let v = Veltrix::start_with(|cfg| {
+        cfg.storage.shards = Some(1);
+        cfg.ingest.queue_capacity = 100;
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "busy.toml",
+        &format!(
+            "endpoints = \"http://{}\"\nbatch = 50\nconnections = 8\nwarmup_s = 0\nmeasure_s = 1.5\n",
+            v.http
+        ),
+    );
+    for (prefix, rate) in [("open-", "rate=4000"), ("closed-", "seed=3")] {
+        let json = tmp.path().join(format!("{prefix}.json"));
+        let stream = format!("stream_prefix=\"{prefix}\"");
+        let r = run_report(&wl, &[&stream, rate], &json);
+        let o = &r.operations["ingest"];
+        assert!(o.refused > 0, "{prefix}: no 429 at all: {o:?}");
+        assert_eq!(
+            o.errors, 0,
+            "{prefix}: a 429 is not an error: {:?}",
+            r.errors
+        );
+        assert!(o.ok > 0, "{prefix}: {o:?}");
+        // Refused requests stored nothing: the server holds exactly the successes.
+        assert_eq!(v.stored_eventually(prefix, o.events), o.events, "{prefix}");
+        assert!(
+            String::from_utf8_lossy(&std::fs::read(&json).unwrap()).contains("\"refused\""),
+            "{prefix}"
+        );
     }
 }
 
