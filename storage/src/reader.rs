@@ -23,8 +23,11 @@ use std::sync::Arc;
 use vx_proto::EventView;
 use vx_proto::packed::{self, EVENT_HEADER_LEN};
 
-/// Bytes read from the log at a time.
+/// Bytes read from the log at a time, at most. A walk starts with [`FIRST_READ`] and doubles
+/// its reads up to this, so a short page (one event) does not read, zero and copy a whole
+/// run while a scan still reads in large chunks.
 const READ_CHUNK: usize = 256 << 10;
+const FIRST_READ: usize = 16 << 10;
 /// Spans of a sealed node read at a time.
 const SPAN_CHUNK: u32 = 64;
 /// Bound on how often a cursor starts over after the segments moved under it.
@@ -45,6 +48,8 @@ pub struct Cursor {
     q: ReadQuery,
     node: Option<Node>,
     walk: Option<Walk>,
+    /// The buffer of the last finished walk, reused by the next (no allocation per span).
+    spare: Vec<u8>,
 }
 
 /// The sealed node being read, and a chunk of its spans.
@@ -91,6 +96,8 @@ struct Walk {
     at: At,
     buf: Vec<u8>,
     buf_off: u64,
+    /// Size of the next read.
+    chunk: usize,
 }
 
 impl Walk {
@@ -112,7 +119,8 @@ impl Walk {
         if need > left {
             return Err(self.corrupt(pos, "an item extends past its span"));
         }
-        let want = need.max(READ_CHUNK).min(left);
+        let want = need.max(self.chunk).min(left);
+        self.chunk = (self.chunk * 2).min(READ_CHUNK);
         self.buf.clear();
         self.buf.resize(want, 0);
         self.file.read_exact_at(&mut self.buf, pos)?;
@@ -275,6 +283,7 @@ impl Cursor {
             q,
             node: None,
             walk: None,
+            spare: Vec::new(),
         }
     }
 
@@ -294,6 +303,7 @@ impl Cursor {
             q,
             node: None,
             walk: None,
+            spare: Vec::new(),
         }
     }
 
@@ -519,8 +529,14 @@ impl Cursor {
                     pos: off,
                     seq: span.first_seq,
                     at: At::RunHeader,
-                    buf: Vec::new(),
+                    // Emptied: stale bytes of another span must never look buffered.
+                    buf: {
+                        let mut b = std::mem::take(&mut self.spare);
+                        b.clear();
+                        b
+                    },
                     buf_off: 0,
+                    chunk: FIRST_READ,
                 });
             }
             let Some(walk) = self.walk.as_mut() else {
@@ -528,7 +544,9 @@ impl Cursor {
             };
             let Some((seq, at, n)) = walk.next(&self.stream)? else {
                 let last = walk.span.last_seq();
-                self.walk = None;
+                if let Some(done) = self.walk.take() {
+                    self.spare = done.buf;
+                }
                 self.next_seq = self.next_seq.max(last + 1);
                 continue;
             };
