@@ -331,43 +331,142 @@ fn replay_pages_and_scans_read_the_preloaded_streams() {
     check_report(&r, "page");
 }
 
-#[test]
-fn kv_runs_the_mix_against_redis() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let redis = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut redis) = redis else {
-        panic!(
-            "redis-server is needed for the kv scenario (apt-get install redis-server; .ci/run installs it)"
-        );
-    };
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+/// A RESP server for the kv scenario: the real `redis-server` where it is installed (CI
+/// installs it), else a minimal one in this process (GET, SET, DEL over a map), so that
+/// `cargo test --workspace` runs on a machine without Redis too.
+enum Resp {
+    Redis {
+        child: std::process::Child,
+        port: u16,
+        /// Its data dir, removed on drop.
+        _dir: tempfile::TempDir,
+    },
+    InProcess(u16),
+}
+
+impl Resp {
+    fn start() -> Resp {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let redis = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let Ok(child) = redis else {
+            eprintln!(
+                "redis-server is not installed: the kv scenario runs against an in-test RESP server"
+            );
+            return Resp::InProcess(mini_resp_server());
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Resp::Redis {
+            child,
+            port,
+            _dir: dir,
         }
     }
-    let _guard = Kill(&mut redis);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
+
+    fn port(&self) -> u16 {
+        match self {
+            Resp::Redis { port, .. } | Resp::InProcess(port) => *port,
+        }
     }
+}
+
+impl Drop for Resp {
+    fn drop(&mut self) {
+        if let Resp::Redis { child, .. } = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// GET, SET and DEL of RESP2 over a shared map, a thread per connection.
+fn mini_resp_server() -> u16 {
+    use std::collections::HashMap;
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let map: Arc<Mutex<HashMap<Vec<u8>, Vec<u8>>>> = Arc::default();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let map = map.clone();
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().unwrap();
+                let mut rd = std::io::BufReader::new(conn);
+                let mut line = String::new();
+                let mut read_line = |rd: &mut std::io::BufReader<TcpStream>| -> Option<String> {
+                    line.clear();
+                    (rd.read_line(&mut line).ok()? > 0).then(|| line.trim_end().to_string())
+                };
+                while let Some(head) = read_line(&mut rd) {
+                    let n: usize = head.trim_start_matches('*').parse().unwrap();
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        let len: usize = read_line(&mut rd)
+                            .unwrap()
+                            .trim_start_matches('$')
+                            .parse()
+                            .unwrap();
+                        let mut arg = vec![0; len + 2];
+                        rd.read_exact(&mut arg).unwrap();
+                        arg.truncate(len);
+                        args.push(arg);
+                    }
+                    let mut m = map.lock().unwrap();
+                    let reply = match args[0].as_slice() {
+                        b"GET" => match m.get(&args[1]) {
+                            Some(v) => {
+                                let mut r = format!("${}\r\n", v.len()).into_bytes();
+                                r.extend_from_slice(v);
+                                r.extend_from_slice(b"\r\n");
+                                r
+                            }
+                            None => b"$-1\r\n".to_vec(),
+                        },
+                        b"SET" => {
+                            m.insert(args[1].clone(), args[2].clone());
+                            b"+OK\r\n".to_vec()
+                        }
+                        b"DEL" => {
+                            format!(":{}\r\n", u8::from(m.remove(&args[1]).is_some())).into_bytes()
+                        }
+                        _ => b"-ERR unknown command\r\n".to_vec(),
+                    };
+                    drop(m);
+                    if out.write_all(&reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn kv_runs_the_mix_over_resp() {
+    let server = Resp::start();
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
     let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
     let json = dir.path().join("kv.json");
     let svg = dir.path().join("kv.svg");
