@@ -129,6 +129,7 @@ impl HttpConn {
         let (parts, mut body) = resp.into_parts();
         let keep = keep_body || !status.is_success();
         let mut kept: Vec<u8> = Vec::new();
+        let mut overflowed = false;
         let mut bytes = 0u64;
         let mut lines = 0u64;
         while let Some(frame) = body.frame().await {
@@ -136,8 +137,14 @@ impl HttpConn {
             if let Ok(data) = frame.into_data() {
                 bytes += data.len() as u64;
                 lines += memchr::memchr_iter(b'\n', &data).count() as u64;
-                if keep && kept.len() + data.len() <= MAX_KEPT_BODY {
-                    kept.extend_from_slice(&data);
+                if keep && !overflowed {
+                    if kept.len() + data.len() <= MAX_KEPT_BODY {
+                        kept.extend_from_slice(&data);
+                    } else {
+                        // Never a body with a hole in it: past the limit, none at all.
+                        overflowed = true;
+                        kept = Vec::new();
+                    }
                 }
             }
         }
@@ -146,7 +153,7 @@ impl HttpConn {
             headers: parts.headers,
             bytes,
             lines,
-            body: keep.then(|| Bytes::from(kept)),
+            body: (keep && !overflowed).then(|| Bytes::from(kept)),
         })
     }
 }

@@ -344,7 +344,8 @@ async fn prepare_replay(
     let mut after: Option<String> = None;
     loop {
         let mut path = format!(
-            "/v1/streams?limit=10000&prefix={}",
+            // 200 entries stay well inside the 64 KiB a kept body may have.
+            "/v1/streams?limit=200&prefix={}",
             segment(&w.stream_prefix)
         );
         if let Some(a) = &after {
@@ -361,7 +362,7 @@ async fn prepare_replay(
             .body
             .as_ref()
             .and_then(|b| serde_json::from_slice(b).ok())
-            .ok_or_else(|| prep("the stream list is not JSON (or over 64 KiB a page)".into()))?;
+            .ok_or_else(|| prep("the stream list is not the JSON of SPEC §5".into()))?;
         for s in v["streams"].as_array().into_iter().flatten() {
             let (Some(name), Some(first), Some(last), Some(events)) = (
                 s["stream"].as_str(),
