@@ -13,8 +13,8 @@
 #   2. NATS JetStream (Debian nats-server -js, file storage), via bench/peers/nats.sh
 #      (`nats bench` async publish with acks; ordered-consumer replay).
 #   3. Kafka 3.9 (KRaft, one broker, jars from Maven Central), via bench/peers/kafka.sh
-#      (ProducerPerformance acks=all, unthrottled and throttled to the same event rate;
-#      ConsumerPerformance).
+#      (ProducerPerformance acks=all, unthrottled and throttled to the same event rate, with
+#      linger.ms=5 and 0; ConsumerPerformance).
 #   4. Redis 7 (Debian redis-server), driven by vx-loadtest with kv-70-25-5.toml, without
 #      persistence and with AOF everysec, and GET-only: the reference for the feature store's
 #      reads, and for Veltrix's smallest read (a 1-event page, also measured in step 1).
@@ -187,15 +187,17 @@ nats_ver=$(nats-server --version 2>&1 | head -1)
 # ---- Kafka -----------------------------------------------------------------------------------
 log "Kafka"
 kafka_out=$(REPS=$REPS RECORDS=$REPLAY_EVENTS RECORD_SIZE=128 LAT_RATE=$LAT_RATE \
-  LAT_RECORDS=$((LAT_RATE * 20)) WORKDIR="$WORK/kafka" bash bench/peers/kafka.sh)
+  LAT_RECORDS=$((LAT_RATE * MEASURE_S)) WORKDIR="$WORK/kafka" bash bench/peers/kafka.sh)
 echo "$kafka_out" | grep '^kafka-run' >>"$RUNS"
-echo "$kafka_out" | grep '^kafka produce_throttled' >>"$RUNS"
 k_prod=$(echo "$kafka_out" | grep '^kafka produce ' | field msgs_per_s)
 k_cons=$(echo "$kafka_out" | grep '^kafka consume ' | field msgs_per_s)
 k_fetch=$(echo "$kafka_out" | grep '^kafka consume ' | field fetch_msgs_per_s)
-k_p50=$(echo "$kafka_out" | grep '^kafka produce_throttled' | field p50_ms)
-k_p99=$(echo "$kafka_out" | grep '^kafka produce_throttled' | field p99_ms)
-k_p999=$(echo "$kafka_out" | grep '^kafka produce_throttled' | field p999_ms)
+k_p50=$(echo "$kafka_out" | grep '^kafka produce_throttled ' | field p50_ms)
+k_p99=$(echo "$kafka_out" | grep '^kafka produce_throttled ' | field p99_ms)
+k_p999=$(echo "$kafka_out" | grep '^kafka produce_throttled ' | field p999_ms)
+k0_p50=$(echo "$kafka_out" | grep '^kafka produce_throttled_nolinger ' | field p50_ms)
+k0_p99=$(echo "$kafka_out" | grep '^kafka produce_throttled_nolinger ' | field p99_ms)
+k0_p999=$(echo "$kafka_out" | grep '^kafka produce_throttled_nolinger ' | field p999_ms)
 kafka_ver=${KAFKA_VERSION:-3.9.1}
 
 # ---- Redis -----------------------------------------------------------------------------------
@@ -252,7 +254,8 @@ table="$WORK/table.md"
   echo "| | Kafka, 1 partition, ProducerPerformance acks=all linger.ms=5 | $(fmt "$k_prod") msgs/s | $(ratio "$vx_http" "$k_prod") |"
   echo "| ack latency at $(fmt "$LAT_RATE") events/s, open loop (p50 / p99 / p99.9 ms) | Veltrix, HTTP, 20-event requests at $LAT_REQ/s, fsync | $(ms "$(med vx_lat_p50)") / $(ms "$(med vx_lat_p99)") / $(ms "$(med vx_lat_p999)") | |"
   echo "| | Veltrix, frames, single-event batches at $LAT_RATE/s, fsync | $(ms "$(med vx_lat1_p50)") / $(ms "$(med vx_lat1_p99)") / $(ms "$(med vx_lat1_p999)") | |"
-  echo "| | Kafka, producer throttled to $LAT_RATE records/s, acks=all (no fsync) | $(ms "$k_p50") / $(ms "$k_p99") / $(ms "$k_p999") | |"
+  echo "| | Kafka, producer throttled to $LAT_RATE records/s, acks=all linger.ms=5 (no fsync) | $(ms "$k_p50") / $(ms "$k_p99") / $(ms "$k_p999") | |"
+  echo "| | Kafka, same with linger.ms=0 | $(ms "$k0_p50") / $(ms "$k0_p99") / $(ms "$k0_p999") | |"
   echo "| replay | Veltrix, one stream of $(fmt "$REPLAY_EVENTS") events read whole (NDJSON over HTTP, 1 reader) | $(fmt "$vx_scan") events/s | 1.00× |"
   echo "| | Veltrix, 256-event pages from random positions, 4 readers (p99 $(ms "$(med vx_pages_p99)") ms) | $(fmt "$vx_pages") events/s | |"
   echo "| | Kafka, ConsumerPerformance of $(fmt "$REPLAY_EVENTS") records (fetch time only: $(fmt "$k_fetch")/s) | $(fmt "$k_cons") msgs/s | $(ratio "$vx_scan" "$k_cons") |"
