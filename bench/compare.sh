@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Veltrix beside its peers, in one command:
 #
-#   bench/compare.sh            # REPS=3 by default; about 25 minutes on the 2-core box
+#   bench/compare.sh            # REPS=3 by default; about 12 minutes on the 2-core box
 #
 # Builds release, then one system at a time (each started on loopback with its data in a
 # temporary directory, stopped by its PID before the next starts):
@@ -235,6 +235,8 @@ redis_ver=$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')
 fmt() { awk -v v="$1" 'BEGIN { if (v == "" || v == "nan") print "n/a"; else if (v >= 1e6) printf "%.2fM", v/1e6; else if (v >= 1e3) printf "%.0fk", v/1e3; else printf "%.3g", v }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b+0 == 0 || a == "nan" || b == "nan") print "n/a"; else printf "%.2f×", a/b }'; }
 ms() { awk -v v="$1" 'BEGIN { if (v == "" || v == "nan") print "n/a"; else printf "%.2f", v }'; }
+# ProducerPerformance reports whole milliseconds (0 means under 1 ms).
+kms() { awk -v v="$1" 'BEGIN { if (v == "" || v == "nan") print "n/a"; else if (v+0 == 0) print "<1"; else printf "%g", v }'; }
 
 vx_http=$(med vx_http); vx_frames=$(med vx_frames); vx_scan=$(med vx_scan); vx_pages=$(med vx_pages)
 machine="$(nproc) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
@@ -254,8 +256,8 @@ table="$WORK/table.md"
   echo "| | Kafka, 1 partition, ProducerPerformance acks=all linger.ms=5 | $(fmt "$k_prod") msgs/s | $(ratio "$vx_http" "$k_prod") |"
   echo "| ack latency at $(fmt "$LAT_RATE") events/s, open loop (p50 / p99 / p99.9 ms) | Veltrix, HTTP, 20-event requests at $LAT_REQ/s, fsync | $(ms "$(med vx_lat_p50)") / $(ms "$(med vx_lat_p99)") / $(ms "$(med vx_lat_p999)") | |"
   echo "| | Veltrix, frames, single-event batches at $LAT_RATE/s, fsync | $(ms "$(med vx_lat1_p50)") / $(ms "$(med vx_lat1_p99)") / $(ms "$(med vx_lat1_p999)") | |"
-  echo "| | Kafka, producer throttled to $LAT_RATE records/s, acks=all linger.ms=5 (no fsync) | $(ms "$k_p50") / $(ms "$k_p99") / $(ms "$k_p999") | |"
-  echo "| | Kafka, same with linger.ms=0 | $(ms "$k0_p50") / $(ms "$k0_p99") / $(ms "$k0_p999") | |"
+  echo "| | Kafka, producer throttled to $LAT_RATE records/s, acks=all linger.ms=5 (no fsync; whole ms) | $(kms "$k_p50") / $(kms "$k_p99") / $(kms "$k_p999") | |"
+  echo "| | Kafka, same with linger.ms=0 | $(kms "$k0_p50") / $(kms "$k0_p99") / $(kms "$k0_p999") | |"
   echo "| replay | Veltrix, one stream of $(fmt "$REPLAY_EVENTS") events read whole (NDJSON over HTTP, 1 reader) | $(fmt "$vx_scan") events/s | 1.00× |"
   echo "| | Veltrix, 256-event pages from random positions, 4 readers (p99 $(ms "$(med vx_pages_p99)") ms) | $(fmt "$vx_pages") events/s | |"
   echo "| | Kafka, ConsumerPerformance of $(fmt "$REPLAY_EVENTS") records (fetch time only: $(fmt "$k_fetch")/s) | $(fmt "$k_cons") msgs/s | $(ratio "$vx_scan" "$k_cons") |"
