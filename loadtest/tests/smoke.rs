@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use veltrix::config::{Config, FsyncSetting};
+use veltrix::config::{Config, FsyncSetting, Scope, TokenDecl};
 use veltrix::server::Server;
 use vx_loadtest::report::{Report, decode_histogram};
 
@@ -19,6 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_vx-loadtest");
 
 /// A Veltrix server serving HTTP and frames on TCP and Unix sockets, stopped on drop.
 struct Veltrix {
+    /// The token the harness's own reads send, when auth is on.
+    token: Option<String>,
     http: SocketAddr,
     frames: SocketAddr,
     dir: tempfile::TempDir,
@@ -55,6 +57,7 @@ impl Veltrix {
             let _ = rx.await;
         }));
         let v = Veltrix {
+            token: None,
             http,
             frames,
             dir,
@@ -62,7 +65,7 @@ impl Veltrix {
             runtime: Some(runtime),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while get(v.http, "/readyz").0 != 200 {
+        while get(v.http, "/readyz", None).0 != 200 {
             assert!(
                 Instant::now() < deadline,
                 "the server is not ready after 10 s"
@@ -95,6 +98,7 @@ impl Veltrix {
         let (status, body) = get(
             self.http,
             &format!("/v1/streams?prefix={prefix}&limit=10000"),
+            self.token.as_deref(),
         );
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
@@ -119,13 +123,14 @@ impl Drop for Veltrix {
 }
 
 /// A bare HTTP/1.1 GET: status and body.
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(addr) else {
         return (0, String::new());
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     // HTTP/1.0: the answer is never chunked, the body is the rest of the stream.
-    let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n{auth}\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return (0, String::new());
     }
@@ -294,6 +299,64 @@ fn refusals_are_counted_apart_from_errors_and_store_nothing() {
             "{prefix}"
         );
     }
+}
+
+#[test]
+fn the_token_reaches_every_transport_and_a_refused_one_is_an_error() {
+    let mut v = Veltrix::start_with(|cfg| {
+        cfg.auth.tokens = vec![TokenDecl {
+            token: "s3cret".into(),
+            scopes: vec![Scope::Ingest, Scope::Read],
+        }];
+    });
+    v.token = Some("s3cret".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "auth.toml",
+        "batch = 5\nconnections = 1\nwarmup_s = 0\nmeasure_s = 0.3\nrate = 50\n",
+    );
+    let http = format!("endpoints=\"http://{}\"", v.http);
+    let frames = format!("endpoints=\"frames://{}\"", v.frames);
+    for (prefix, ep) in [("auth-http-", &http), ("auth-frames-", &frames)] {
+        let json = tmp.path().join(format!("{prefix}.json"));
+        let stream = format!("stream_prefix=\"{prefix}\"");
+        let r = run_report(&wl, &[ep, &stream, "token=\"s3cret\""], &json);
+        let events = check_report(&r, "ingest");
+        assert_eq!(v.stored_eventually(prefix, events), events, "{prefix}");
+    }
+    // A wrong token: every request over HTTP is an error (401), named in the report, and the
+    // run exits 2 (nothing succeeded); nothing is stored.
+    let json = tmp.path().join("bad.json");
+    let out = run(&[
+        "run",
+        wl.to_str().unwrap(),
+        "-q",
+        "--set",
+        &http,
+        "--set",
+        "stream_prefix=\"auth-bad-\"",
+        "--set",
+        "token=\"wrong\"",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = Report::from_json(&std::fs::read_to_string(&json).unwrap(), "bad").unwrap();
+    let o = &r.operations["ingest"];
+    assert_eq!(o.ok, 0);
+    assert!(o.errors > 0);
+    assert!(
+        r.errors.keys().any(|e| e.contains("401 unauthorized")),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(v.stored("auth-bad-"), 0);
 }
 
 #[test]
