@@ -159,7 +159,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "connections",
         default: "4",
-        help: "connections opened (per endpoint list, round-robin)",
+        help: "connections opened (per endpoint list, round-robin), 1 to 10000; with HTTP endpoints connections × pipeline_depth is at most 100000",
     },
     Key {
         name: "pipeline_depth",
@@ -169,7 +169,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "rate",
         default: "absent",
-        help: "operations (requests) per second over all connections, open loop: sends are scheduled at this rate whatever the server does and latency is measured from the scheduled time; absent: closed loop, each slot sends when its previous answer arrives",
+        help: "operations (requests) per second over all connections, open loop: sends are scheduled at this rate whatever the server does and latency is measured from the scheduled time; absent: closed loop, each slot sends when its previous answer arrives; at most 10000000",
     },
     Key {
         name: "warmup_s",
@@ -399,10 +399,22 @@ impl Workload {
             ));
         }
         if let Some(rate) = self.rate
-            && !(rate.is_finite() && rate > 0.0)
+            && !(rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0)
         {
             return bad(format!(
-                "rate: {rate} must be a positive number of operations/s"
+                "rate: {rate} must be a number of operations/s above 0 and at most 10000000"
+            ));
+        }
+        // HTTP endpoints open a connection per pipeline slot.
+        let lanes = u64::from(self.connections) * u64::from(self.pipeline_depth);
+        if self
+            .endpoints
+            .iter()
+            .any(|e| e.starts_with("http://") || e.starts_with("unix:"))
+            && lanes > 100_000
+        {
+            return bad(format!(
+                "connections × pipeline_depth: {lanes} HTTP connections (at most 100000)"
             ));
         }
         for (name, v, max) in [
@@ -620,6 +632,10 @@ mod tests {
         assert!(err("", &["nope=1"]).contains("unknown key"));
         assert!(err("", &["rate"]).contains("key=value"));
         assert!(err("", &["rate=-1"]).contains("rate"));
+        assert!(err("", &["rate=1e12"]).contains("rate"));
+        assert!(
+            err("", &["connections=10000", "pipeline_depth=4096"]).contains("HTTP connections")
+        );
         assert!(
             err("scenario = \"replay\"\nendpoints = \"resp://h:1\"\n", &[])
                 .contains("cannot carry")
