@@ -298,6 +298,8 @@ struct Pipe {
 
 /// The sending side of a pipelined protocol.
 trait PipeWriter: Send {
+    /// The operation it sends (for errors before anything is queued).
+    fn op(&self) -> Op;
     /// Encode the next operation into the send buffer; returns its key and what to record.
     fn queue(&mut self) -> Result<(u64, Pending), String>;
     fn flush(&mut self) -> impl Future<Output = Result<(), String>> + Send;
@@ -398,6 +400,13 @@ async fn run_pipe<W: PipeWriter, R: PipeReader>(
     finished && !pipe.broken.load(Ordering::Acquire)
 }
 
+/// An operation that was due but never sent: an error, and its index is used up.
+fn lost(ctx: &LaneCtx, op: Op, i: &mut u64, why: &str, start: Instant) -> bool {
+    *i += 1;
+    ctx.record(op, &Outcome::Error(why.to_string()), start);
+    false
+}
+
 async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mut u64) -> bool {
     loop {
         if pipe.broken.load(Ordering::Acquire) {
@@ -413,22 +422,26 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
         let Some(start) = ctx.next_start(*i).await else {
             return true;
         };
+        // From here the operation is owed: open loop took its pacer permit. If the connection
+        // breaks before it is sent, it is counted as an error (and its index used up), so the
+        // schedule after a reconnect stays in step with the pacer.
+        let op = w.op();
         let pause = pipe.pause_until.lock().take();
         if let Some(until) = pause {
-            if w.flush().await.is_err() {
-                return false;
+            if let Err(e) = w.flush().await {
+                return lost(ctx, op, i, &e, start);
             }
             sleep_until(until.min(ctx.end).into()).await;
         }
         let permit = match pipe.slots.try_acquire() {
             Ok(p) => p,
             Err(_) => {
-                if w.flush().await.is_err() {
-                    return false;
+                if let Err(e) = w.flush().await {
+                    return lost(ctx, op, i, &e, start);
                 }
                 match pipe.slots.acquire().await {
                     Ok(p) => p,
-                    Err(_) => return false,
+                    Err(_) => return lost(ctx, op, i, "the connection broke", start),
                 }
             }
         };
@@ -453,7 +466,7 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
             }
             Err(e) => {
                 pipe.slots.add_permits(1);
-                ctx.record(Op::Ingest, &Outcome::Error(e), start);
+                ctx.record(op, &Outcome::Error(e), start);
             }
         }
     }
@@ -585,6 +598,10 @@ impl FramesWriter {
 }
 
 impl PipeWriter for FramesWriter {
+    fn op(&self) -> Op {
+        Op::Ingest
+    }
+
     fn queue(&mut self) -> Result<(u64, Pending), String> {
         let g = self
             .source
@@ -660,6 +677,10 @@ pub struct RespWriter {
 }
 
 impl PipeWriter for RespWriter {
+    fn op(&self) -> Op {
+        Op::Get
+    }
+
     fn queue(&mut self) -> Result<(u64, Pending), String> {
         let g = self
             .source

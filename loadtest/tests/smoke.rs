@@ -439,7 +439,7 @@ impl Resp {
             eprintln!(
                 "redis-server is not installed: the kv scenario runs against an in-test RESP server"
             );
-            return Resp::InProcess(mini_resp_server());
+            return Resp::InProcess(mini_resp_server(None));
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -469,8 +469,9 @@ impl Drop for Resp {
     }
 }
 
-/// GET, SET and DEL of RESP2 over a shared map, a thread per connection.
-fn mini_resp_server() -> u16 {
+/// GET, SET and DEL of RESP2 over a shared map, a thread per connection; with `close_after`,
+/// each connection is dropped after that many commands.
+fn mini_resp_server(close_after: Option<usize>) -> u16 {
     use std::collections::HashMap;
     use std::io::BufRead;
     use std::sync::{Arc, Mutex};
@@ -489,7 +490,12 @@ fn mini_resp_server() -> u16 {
                     line.clear();
                     (rd.read_line(&mut line).ok()? > 0).then(|| line.trim_end().to_string())
                 };
+                let mut served = 0usize;
                 while let Some(head) = read_line(&mut rd) {
+                    if close_after.is_some_and(|n| served >= n) {
+                        return;
+                    }
+                    served += 1;
                     let n: usize = head.trim_start_matches('*').parse().unwrap();
                     let mut args = Vec::new();
                     for _ in 0..n {
@@ -590,6 +596,64 @@ fn kv_runs_the_mix_over_resp() {
         svg.contains("<svg") && svg.contains("get p99"),
         "not the plot"
     );
+}
+
+#[test]
+fn lanes_reconnect_when_the_server_drops_them_and_the_run_still_ends() {
+    // Every connection is dropped after 40 commands, with up to 8 in flight: pipelined lanes
+    // lose answers, count them as errors, reconnect, and stay in step with the schedule.
+    let port = mini_resp_server(Some(40));
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "drop.toml",
+        &format!(
+            "scenario = \"kv\"\nendpoints = \"resp://127.0.0.1:{port}\"\nkey_space = 100\npreload_keys = 0\nconnections = 2\npipeline_depth = 8\nwarmup_s = 0\nmeasure_s = 1\ntimeout_s = 2\n"
+        ),
+    );
+    for mode in ["rate=2000", "seed=5"] {
+        let json = tmp.path().join("drop.json");
+        let mut child = Command::new(BIN)
+            .args(["run", wl.to_str().unwrap(), "-q", "--set", mode, "--json"])
+            .arg(&json)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{mode}: the run did not end after its connections broke");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{mode}: {status:?}");
+        let r = Report::from_json(&std::fs::read_to_string(&json).unwrap(), "drop").unwrap();
+        let (ok, errors): (u64, u64) = r
+            .operations
+            .values()
+            .fold((0, 0), |(a, b), o| (a + o.ok, b + o.errors));
+        assert!(ok > 40, "{mode}: reconnected lanes go on: {ok}");
+        assert!(errors > 0, "{mode}: lost answers are errors");
+        if r.open_loop {
+            // Every scheduled operation is accounted for exactly once: answered, or an error
+            // (lost in flight, or due while the connection was down).
+            let accounted: u64 = r
+                .operations
+                .values()
+                .map(|o| o.ok + o.errors + o.refused)
+                .sum();
+            let scheduled = (r.workload.rate.unwrap() * r.measure_s) as u64;
+            assert!(
+                accounted.abs_diff(scheduled) <= 2,
+                "{mode}: {accounted} of {scheduled}"
+            );
+            assert!(r.late_sends.sends <= accounted);
+        }
+    }
 }
 
 #[test]
