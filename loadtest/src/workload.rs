@@ -78,7 +78,8 @@ pub struct Workload {
     pub sample_hz: f64,
     pub seed: u64,
     pub timeout_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// A secret: read from the workload, never written into a report.
+    #[serde(skip_serializing)]
     pub token: Option<String>,
     pub key_space: u64,
     pub key_size_b: usize,
@@ -585,7 +586,10 @@ mod tests {
             Ok(t) => t,
             Err(e) => panic!("serialize: {e}"),
         };
-        let fields: Vec<&str> = table.keys().map(String::as_str).collect();
+        let mut fields: Vec<&str> = table.keys().map(String::as_str).collect();
+        // The token is never serialized (reports must not carry it), but it is a key.
+        assert!(!fields.contains(&"token"));
+        fields.push("token");
         let keys: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
         for f in &fields {
             assert!(keys.contains(f), "field {f} is not in KEYS");

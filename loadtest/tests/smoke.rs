@@ -322,6 +322,8 @@ fn the_token_reaches_every_transport_and_a_refused_one_is_an_error() {
         let json = tmp.path().join(format!("{prefix}.json"));
         let stream = format!("stream_prefix=\"{prefix}\"");
         let r = run_report(&wl, &[ep, &stream, "token=\"s3cret\""], &json);
+        let text = std::fs::read_to_string(&json).unwrap();
+        assert!(!text.contains("s3cret"), "the report carries the token");
         let events = check_report(&r, "ingest");
         assert_eq!(v.stored_eventually(prefix, events), events, "{prefix}");
     }
