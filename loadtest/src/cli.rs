@@ -123,6 +123,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 let origin = path.display().to_string();
                 all.push((origin.clone(), Report::from_json(&text, &origin)?));
             }
+            for warning in crate::report::merge_warnings(&all) {
+                eprintln!("vx-loadtest: warning: {warning}");
+            }
             let report = merge(&all)?;
             write_outputs(&report, json.as_deref(), plot.as_deref())?;
             report

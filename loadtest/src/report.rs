@@ -392,6 +392,61 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
     })
 }
 
+/// What makes a merge of `reports` doubtful: workloads that differ in more than their
+/// endpoints and seed (each host may aim at its own server and draw its own keys), or runs that
+/// did not overlap in time. `merge` still merges; the command line prints these as warnings.
+pub fn merge_warnings(reports: &[(String, Report)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some((first_name, first)) = reports.first() else {
+        return out;
+    };
+    let comparable = |w: &Workload| -> Option<toml::Table> {
+        let mut w = w.clone();
+        w.endpoints.clear();
+        w.seed = 0;
+        toml::Table::try_from(&w).ok()
+    };
+    let base = comparable(&first.workload);
+    for (name, r) in &reports[1..] {
+        let other = comparable(&r.workload);
+        if let (Some(a), Some(b)) = (&base, &other) {
+            let mut keys: Vec<&String> = a
+                .keys()
+                .chain(b.keys())
+                .filter(|k| a.get(*k) != b.get(*k))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            if !keys.is_empty() {
+                let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+                out.push(format!(
+                    "{name} ran another workload than {first_name} (differs in {}): the merged figures mix them",
+                    keys.join(", ")
+                ));
+            }
+        }
+        let start = |r: &Report| {
+            r.hosts.first().and_then(|h| {
+                time::OffsetDateTime::parse(
+                    &h.started_at,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()
+            })
+        };
+        if let (Some(a), Some(b)) = (start(first), start(r)) {
+            let apart = (a - b).abs().as_seconds_f64();
+            let span = first.workload.warmup_s + first.measure_s.max(r.measure_s);
+            if apart > span {
+                out.push(format!(
+                    "{name} started {apart:.0} s apart from {first_name}, longer than a run: the hosts did not load the server at the same time, so adding their throughputs overstates it"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// An empty histogram's encoding (for reports with nothing late).
 pub fn empty_histogram() -> String {
     encode_histogram(&new_histogram(RUN_SIGFIG))
@@ -488,6 +543,27 @@ mod tests {
         // And a merged report merges again (it is a report like any other).
         let again = merge(&[("m".into(), merged.clone())]);
         assert_eq!(again.ok().map(|r| r.operations["ingest"].ok), Some(1010));
+    }
+
+    #[test]
+    fn merge_warns_about_other_workloads_and_runs_that_did_not_overlap() {
+        let a = report(&[5], 0, 1.0);
+        let mut b = report(&[5], 0, 1.0);
+        b.workload.endpoints = vec!["http://other:1".into()];
+        b.workload.seed = 9;
+        let pair = |b: &Report| vec![("a".to_string(), a.clone()), ("b".to_string(), b.clone())];
+        // Other endpoints and seeds are what several hosts have: no warning.
+        assert!(merge_warnings(&pair(&b)).is_empty());
+        let mut c = b.clone();
+        c.workload.batch = 100;
+        c.workload.rate = Some(5.0);
+        let w = merge_warnings(&pair(&c));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("batch, rate"), "{w:?}");
+        let mut d = b.clone();
+        d.hosts[0].started_at = "2026-11-23T01:00:00Z".into();
+        let w = merge_warnings(&pair(&d));
+        assert!(w.len() == 1 && w[0].contains("3600 s apart"), "{w:?}");
     }
 
     #[test]
