@@ -37,22 +37,16 @@ pub struct Reply {
 impl Reply {
     /// `X-Vx-Retry-After-Ms`, else `Retry-After` (seconds).
     pub fn retry_after(&self) -> Option<Duration> {
-        let header = |name: &str| {
-            self.headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        header("x-vx-retry-after-ms")
+        self.header_u64("x-vx-retry-after-ms")
             .map(Duration::from_millis)
-            .or_else(|| header("retry-after").map(Duration::from_secs))
+            .or_else(|| self.header_u64("retry-after").map(Duration::from_secs))
     }
 
     pub fn header_u64(&self, name: &str) -> Option<u64> {
         self.headers
             .get(name)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
+            .and_then(|v| v.trim().parse().ok())
     }
 
     /// A short description of a failed answer: the status and the SPEC error code.

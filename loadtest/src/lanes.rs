@@ -36,6 +36,11 @@ const SCAN_PAGE: u32 = 100_000;
 /// Wait between attempts to reopen a broken connection.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
+/// How long to hold off after a 429: what the server asked, else a second.
+pub fn retry_pause(retry_after: Option<Duration>) -> Duration {
+    retry_after.unwrap_or(Duration::from_secs(1))
+}
+
 /// What every lane shares with the run.
 #[derive(Clone)]
 pub struct LaneCtx {
@@ -101,8 +106,7 @@ impl LaneCtx {
     /// Closed loop honours a 429's pause (bounded by the end of the run).
     async fn pause(&self, retry_after: Option<Duration>) {
         if self.schedule.is_none() {
-            let pause = retry_after.unwrap_or(Duration::from_secs(1));
-            let until = (Instant::now() + pause).min(self.end);
+            let until = (Instant::now() + retry_pause(retry_after)).min(self.end);
             sleep_until(until.into()).await;
         }
     }
@@ -510,8 +514,7 @@ async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
             },
             Answer::Refused(retry_after) => {
                 if ctx.schedule.is_none() {
-                    let pause = retry_after.unwrap_or(Duration::from_secs(1));
-                    *pipe.pause_until.lock() = Some(Instant::now() + pause);
+                    *pipe.pause_until.lock() = Some(Instant::now() + retry_pause(retry_after));
                 }
                 Outcome::Refused { retry_after }
             }

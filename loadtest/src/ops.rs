@@ -135,7 +135,7 @@ impl IngestGen {
         }
     }
 
-    /// `n` events of `stream` as an NDJSON body (the replay scenario's preload).
+    /// `n` events of `stream` as an NDJSON body.
     pub fn ndjson_for(&mut self, stream: &str, n: u32) -> Vec<u8> {
         let mut out = String::with_capacity(n as usize * (self.value_size + 2));
         for _ in 0..n {
@@ -148,16 +148,11 @@ impl IngestGen {
     /// The next HTTP body and its content type.
     pub fn next_body(&mut self) -> (Vec<u8>, &'static str) {
         let stream = self.next_stream();
-        let mut out = String::with_capacity(self.batch as usize * (self.value_size + 2) + 2);
         match self.format {
-            Format::Ndjson => {
-                for _ in 0..self.batch {
-                    self.write_event(&stream, &mut out);
-                    out.push('\n');
-                }
-                (out.into_bytes(), "application/x-ndjson")
-            }
+            Format::Ndjson => (self.ndjson_for(&stream, self.batch), "application/x-ndjson"),
             Format::Json => {
+                let mut out =
+                    String::with_capacity(self.batch as usize * (self.value_size + 1) + 2);
                 out.push('[');
                 for i in 0..self.batch {
                     if i > 0 {
@@ -214,7 +209,8 @@ impl ReplayGen {
         if self.scan_pct > 0.0 && self.rng.random_range(0.0..100.0) < self.scan_pct {
             return ReplayOp::Scan { stream };
         }
-        let s = &streams[stream.min(streams.len().saturating_sub(1))];
+        // `pick` draws over exactly `streams.len()` streams.
+        let s = &streams[stream];
         // A uniformly random full page when the stream has one, else its start.
         let last_start = s
             .last_seq

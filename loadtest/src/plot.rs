@@ -62,10 +62,7 @@ fn draw(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
         "{} · {} · {}",
         w.scenario.as_str(),
         w.endpoints.join(", "),
-        match w.rate {
-            Some(r) => format!("open loop {r} ops/s"),
-            None => "closed loop".into(),
-        }
+        w.loop_label()
     );
 
     let root = SVGBackend::new(path, (1100, 760)).into_drawing_area();

@@ -3,7 +3,7 @@
 //! logs), so that [`merge`] of several load hosts' reports adds histograms exactly instead of
 //! averaging percentiles. docs/LOADTEST.md describes the JSON field by field.
 
-use crate::recorder::{INTERVAL_SIGFIG, LateAcc, OpAcc, RUN_SIGFIG, new_histogram};
+use crate::recorder::{INTERVAL_SIGFIG, LateAcc, OpAcc, RUN_SIGFIG};
 use crate::workload::Workload;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -169,13 +169,8 @@ impl OpReport {
         }
     }
 
-    fn to_acc(&self, origin: &str, sigfig: u8) -> Result<OpAcc, ReportError> {
-        let mut acc = OpAcc::new(sigfig);
-        let h = decode_histogram(&self.histogram)
-            .map_err(|e| ReportError::Histogram(origin.into(), e))?;
-        acc.hist
-            .add(&h)
-            .map_err(|e| ReportError::Histogram(origin.into(), format!("{e:?}")))?;
+    fn to_acc(&self, origin: &str) -> Result<OpAcc, ReportError> {
+        let mut acc = acc_of(&self.histogram, origin, RUN_SIGFIG)?;
         acc.ok = self.ok;
         acc.refused = self.refused;
         acc.errors = self.errors;
@@ -183,6 +178,16 @@ impl OpReport {
         acc.bytes = self.bytes;
         Ok(acc)
     }
+}
+
+/// An accumulator holding a report's serialized histogram (counts left at zero).
+fn acc_of(histogram: &str, origin: &str, sigfig: u8) -> Result<OpAcc, ReportError> {
+    let mut acc = OpAcc::new(sigfig);
+    let h = decode_histogram(histogram).map_err(|e| ReportError::Histogram(origin.into(), e))?;
+    acc.hist
+        .add(&h)
+        .map_err(|e| ReportError::Histogram(origin.into(), format!("{e:?}")))?;
+    Ok(acc)
 }
 
 impl IntervalOp {
@@ -196,6 +201,15 @@ impl IntervalOp {
             latency_ms: Percentiles::of(&acc.hist),
             histogram: encode_histogram(&acc.hist),
         }
+    }
+
+    fn to_acc(&self, origin: &str) -> Result<OpAcc, ReportError> {
+        let mut acc = acc_of(&self.histogram, origin, INTERVAL_SIGFIG)?;
+        acc.ok = self.ok;
+        acc.refused = self.refused;
+        acc.errors = self.errors;
+        acc.events = self.events;
+        Ok(acc)
     }
 }
 
@@ -230,10 +244,7 @@ impl Report {
             "{} · {} · {} · {} connection(s) × depth {} · measured {:.1} s{}",
             w.scenario.as_str(),
             w.endpoints.join(", "),
-            match w.rate {
-                Some(r) => format!("open loop at {r} ops/s"),
-                None => "closed loop".into(),
-            },
+            w.loop_label(),
             w.connections,
             w.pipeline_depth,
             self.measure_s,
@@ -322,7 +333,7 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
             }
         }
         for (name, op) in &r.operations {
-            let acc = op.to_acc(origin, RUN_SIGFIG)?;
+            let acc = op.to_acc(origin)?;
             ops.entry(name.clone())
                 .or_insert_with(|| OpAcc::new(RUN_SIGFIG))
                 .add(&acc);
@@ -345,18 +356,7 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
                 .entry(slot)
                 .or_insert_with(|| (iv.t_s, BTreeMap::new()));
             for (name, op) in &iv.ops {
-                let as_run = OpReport {
-                    ok: op.ok,
-                    refused: op.refused,
-                    errors: op.errors,
-                    events: op.events,
-                    bytes: 0,
-                    ops_per_s: 0.0,
-                    events_per_s: 0.0,
-                    latency_ms: op.latency_ms,
-                    histogram: op.histogram.clone(),
-                };
-                let acc = as_run.to_acc(origin, INTERVAL_SIGFIG)?;
+                let acc = op.to_acc(origin)?;
                 entry
                     .1
                     .entry(name.clone())
@@ -445,11 +445,6 @@ pub fn merge_warnings(reports: &[(String, Report)]) -> Vec<String> {
         }
     }
     out
-}
-
-/// An empty histogram's encoding (for reports with nothing late).
-pub fn empty_histogram() -> String {
-    encode_histogram(&new_histogram(RUN_SIGFIG))
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 
 use crate::endpoint::Endpoint;
 use crate::http::{HttpConn, segment};
-use crate::lanes::{LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane};
+use crate::lanes::{
+    LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane, retry_pause,
+};
 use crate::ops::{IngestGen, KvGen, ReplayGen, StreamInfo, kv_key};
 use crate::recorder::{LaneRecorder, LateAcc, OpAcc, named};
 use crate::report::{Host, Interval, IntervalOp, LateReport, OpReport, REPORT_FORMAT, Report};
@@ -329,8 +331,7 @@ async fn prepare_replay(
                         written += u64::from(n);
                     }
                     429 => {
-                        let pause = reply.retry_after().unwrap_or(Duration::from_secs(1));
-                        tokio::time::sleep(pause).await;
+                        tokio::time::sleep(retry_pause(reply.retry_after())).await;
                     }
                     _ => return Err(prep(format!("preloading {name}: {}", reply.failure()))),
                 }

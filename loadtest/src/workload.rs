@@ -498,6 +498,14 @@ impl Workload {
         Ok(())
     }
 
+    /// "open loop at R ops/s" or "closed loop", for titles.
+    pub fn loop_label(&self) -> String {
+        match self.rate {
+            Some(r) => format!("open loop at {r} ops/s"),
+            None => "closed loop".into(),
+        }
+    }
+
     /// The keys 0..n that kv SETs before the run.
     pub fn kv_preload(&self) -> u64 {
         self.preload_keys
