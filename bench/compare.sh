@@ -31,6 +31,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 REPS=${REPS:-3}
 WARMUP_S=${WARMUP_S:-3}
@@ -61,24 +63,12 @@ fi
 
 WORK=$(mktemp -d /tmp/vx-compare.XXXXXX)
 PID=""
-stop() {
-  if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
-    kill "$PID" 2>/dev/null || true
-    for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$PID" 2>/dev/null && kill -9 "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
-  fi
-  PID=""
-}
+stop() { stop_pid "$PID"; PID=""; }
 cleanup() { stop; [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
-for p in "$VX_PORT" "$VX_FRAMES_PORT" "$REDIS_PORT"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "something already listens on 127.0.0.1:$p; refusing to start" >&2; exit 1
-  fi
-done
+refuse_if_listening "$VX_PORT" "$VX_FRAMES_PORT" "$REDIS_PORT"
 
 log "building release"
 cargo build --release -p veltrix -p vx-loadtest >&2
@@ -96,7 +86,6 @@ record() { # key value [context…]
   echo "$*" >>"$RUNS"
   log "$*"
 }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else printf "%g\n", (a[NR/2]+a[NR/2+1])/2}'; }
 med() { awk -v k="$1" '$1==k {print $2}' "$RESULTS" | median; }
 
 # ---- Veltrix ---------------------------------------------------------------------------------

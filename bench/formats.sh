@@ -10,7 +10,8 @@ BINS=${BINS:-target/release/veltrix}
 FSYNC=${FSYNC:-interval}
 bodies=$(mktemp -d /tmp/vxbodies.XXXX)
 cargo run -q --release -p vx-proto --example bench_bodies -- "$bodies" 1000 100
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 RES=$(mktemp)
 for rep in $(seq 1 "$REPS"); do
  for BIN in $BINS; do

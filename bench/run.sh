@@ -18,7 +18,8 @@ command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk" >&2;
 [[ -x $BIN ]] || cargo build --release --bin veltrix
 export BATCH STREAMS
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 serve() { # mode dir
   "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$2" --fsync "$1" >"$2.log" 2>&1 &

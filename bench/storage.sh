@@ -26,7 +26,8 @@ STEPS=${1:-all}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk" >&2; exit 1; }
 mkdir -p "$OUT"
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 metric() { curl -fsS "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
 serve() { # dir
   local t0; t0=$(date +%s.%N)
