@@ -112,6 +112,12 @@ pub struct StorageConfig {
     pub dedup_window: Duration,
     pub dedup_memory: u64,
     pub max_streams: u64,
+    /// Declared aggregates (`features`).
+    pub features: Vec<crate::features::FeatureDecl>,
+    /// `storage.max_feature_bytes`: past it, writes creating entities or features are refused.
+    pub max_feature_bytes: u64,
+    /// `storage.snapshot_interval`: how often the feature tables are snapshotted.
+    pub snapshot_interval: Duration,
     /// Descriptors of sealed segments and index files kept open for readers (an LRU cache);
     /// the active segment and the data dir lock take two more.
     pub open_files: usize,
@@ -137,6 +143,9 @@ impl StorageConfig {
             dedup_window: Duration::from_secs(600),
             dedup_memory: 64 << 20,
             max_streams: 1_000_000,
+            features: Vec::new(),
+            max_feature_bytes: 4 << 30,
+            snapshot_interval: Duration::from_secs(300),
             open_files: crate::segment::FILE_CACHE,
             channel_capacity: 4096,
             repair: false,
@@ -182,6 +191,8 @@ pub enum WriteError {
     Poisoned(String),
     #[error("stream limit reached: storage.max_streams is {max}")]
     TooManyStreams { max: u64 },
+    #[error("feature table limit reached: storage.max_feature_bytes is {max}")]
+    FeatureBudget { max: u64 },
     /// A record over the log's limit; config checks at start-up make it unreachable.
     #[error("{0}")]
     TooLarge(#[from] crate::record::TooLarge),
@@ -190,6 +201,33 @@ pub enum WriteError {
     NotFound { stream: String },
     #[error("the storage engine is shutting down")]
     ShuttingDown,
+}
+
+/// A direct feature write (SPEC §6 `PUT` / `DELETE /v1/features/...`): one log record.
+pub struct FeatureWrite {
+    pub entity: String,
+    pub op: FeatureOp,
+    pub durability: Option<Durability>,
+    /// Dropped once the request is applied (or refused): releases the admission reservation.
+    pub guard: Option<Box<dyn Send>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeatureOp {
+    /// Set values; `None` deletes that feature.
+    Put(Vec<(String, Option<crate::features::FeatureValue>)>),
+    /// Delete one feature, or (`None`) the whole entity.
+    Delete(Option<String>),
+}
+
+/// What a direct feature write did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureOutcome {
+    pub set: u64,
+    pub deleted: u64,
+    /// The entity (for a delete of one feature: the feature) existed.
+    pub found: bool,
+    pub durability: Durability,
 }
 
 /// A stream deleted (SPEC §5 `DELETE /v1/streams/{stream}`).
@@ -216,6 +254,8 @@ pub struct RecoveryReport {
     /// Stray files of an interrupted roll or write that were removed.
     pub removed_strays: u64,
     pub took: Duration,
+    /// The feature tables: the snapshot loaded and the log replayed after it.
+    pub features: crate::snapshot::FeatureBoot,
 }
 
 #[derive(Debug, thiserror::Error)]

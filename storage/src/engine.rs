@@ -40,6 +40,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
+use crate::features::Features;
 use vx_proto::shard::shard_of;
 
 /// State shared between the writer and the [`crate::Store`] handles (readers).
@@ -53,6 +54,11 @@ pub(crate) struct Shared {
     pub horizons: Vec<AtomicI64>,
     pub retained_segments: AtomicU64,
     pub retained_bytes: AtomicU64,
+    /// The feature tables (changed by the writer only).
+    pub features: Arc<Features>,
+    /// Retention keeps every record after this LSN: the oldest kept snapshot covers the
+    /// feature tables up to it, so state rebuilt from a snapshot never misses a record.
+    pub snapshot_floor: AtomicU64,
 }
 
 impl Shared {
@@ -62,6 +68,7 @@ impl Shared {
         log_dir: PathBuf,
         active_seg: u64,
         open_files: usize,
+        features: Arc<Features>,
     ) -> Shared {
         Shared {
             index: Index::new(shards, active_seg),
@@ -72,6 +79,8 @@ impl Shared {
             horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),
             retained_segments: AtomicU64::new(0),
             retained_bytes: AtomicU64::new(0),
+            features,
+            snapshot_floor: AtomicU64::new(0),
         }
     }
 
@@ -141,6 +150,8 @@ pub(crate) struct Engine {
     pub carry_orphans: u64,
     /// Data dir lock and metadata: held as long as the engine lives.
     pub dir: DataDir,
+    /// The snapshot thread, which retention asks for a snapshot when the floor holds it back.
+    pub snap_tx: Option<flume::Sender<crate::snapshot::SnapMsg>>,
 }
 
 impl Engine {
@@ -462,11 +473,50 @@ impl Engine {
             if !(too_old || too_big) {
                 break;
             }
+            // The segment's last LSN is the next segment's first minus one.
+            let next_first = self
+                .shared
+                .segments
+                .all()
+                .iter()
+                .map(|i| i.first_lsn)
+                .find(|&f| f > oldest.first_lsn)
+                .unwrap_or(self.active_first);
+            if !self.snapshot_covers(next_first.saturating_sub(1)) {
+                break;
+            }
             if let Err(e) = self.remove_segment(oldest) {
                 tracing::warn!(segment = oldest.first_lsn, error = %e, "retention cannot remove a segment; retrying later");
                 break;
             }
         }
+    }
+
+    /// Whether the kept snapshots cover the feature tables up to `lsn`, taking snapshots (at
+    /// most two, the writer waiting) until they do. With a log longer than the snapshot
+    /// interval this never waits: the oldest segment is older than both kept snapshots.
+    fn snapshot_covers(&mut self, lsn: u64) -> bool {
+        for _ in 0..2 {
+            if lsn <= self.shared.snapshot_floor.load(Ordering::Acquire) {
+                return true;
+            }
+            let Some(tx) = &self.snap_tx else {
+                return false;
+            };
+            let (reply, rx) = std::sync::mpsc::channel();
+            if tx.send(crate::snapshot::SnapMsg::Now(reply)).is_err() {
+                return false;
+            }
+            match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "retention waits: the snapshot it needs failed");
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+        lsn <= self.shared.snapshot_floor.load(Ordering::Acquire)
     }
 
     fn remove_segment(&mut self, info: SegInfo) -> io::Result<()> {

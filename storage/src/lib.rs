@@ -21,12 +21,14 @@ mod carry;
 mod chain;
 mod dedup;
 mod engine;
+pub mod features;
 pub mod idxfile;
 mod index;
 mod reader;
 pub mod record;
 mod recovery;
 mod segment;
+pub mod snapshot;
 pub mod sim;
 pub mod vfs;
 mod writer;
@@ -97,6 +99,9 @@ struct Inner {
     dedup_key: u64,
     closed: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    snap_tx: flume::Sender<snapshot::SnapMsg>,
+    snap_thread: Mutex<Option<JoinHandle<()>>>,
+    snap_status: Arc<snapshot::SnapStatus>,
 }
 
 impl Store {
@@ -105,7 +110,42 @@ impl Store {
         check_config(&cfg)?;
         let capacity = cfg.channel_capacity.max(1);
         let mode = cfg.fsync;
-        let (engine, report) = recovery::open(cfg, writer::now_ms())?;
+        let snapshot_interval = cfg.snapshot_interval;
+        let (mut engine, mut report) = recovery::open(cfg, writer::now_ms())?;
+        let (boot, kept) = snapshot::bootstrap(&engine)?;
+        tracing::info!(
+            snapshot = boot.snapshot.as_ref().map(|p| p.display().to_string()),
+            skipped = boot.skipped.len(),
+            entities = boot.entities,
+            replayed_records = boot.replayed_records,
+            recomputed = ?boot.recomputed,
+            took_ms = u64::try_from(boot.took.as_millis()).unwrap_or(u64::MAX),
+            "feature tables rebuilt"
+        );
+        report.features = boot;
+        let snap_status = Arc::new(snapshot::SnapStatus::default());
+        if let Some(k) = kept.first() {
+            snap_status
+                .last_created_ms
+                .store(k.created_ms, Ordering::Relaxed);
+        }
+        let (snap_tx, snap_rx) = flume::bounded(16);
+        engine.snap_tx = Some(snap_tx.clone());
+        let snap_thread = {
+            let shared = Arc::clone(&engine.shared);
+            let vfs = Arc::clone(&engine.vfs);
+            let dir = engine.dir.root.join(snapshot::SNAPSHOT_DIR);
+            let status = Arc::clone(&snap_status);
+            std::thread::Builder::new()
+                .name("vx-snapshot".into())
+                .spawn(move || {
+                    snapshot::run(shared, vfs, dir, snapshot_interval, kept, status, snap_rx)
+                })
+                .map_err(|source| OpenError::Io {
+                    context: "starting the snapshot thread".into(),
+                    source,
+                })?
+        };
         tracing::info!(
             segments = report.segments,
             index_files = report.index_files,
@@ -138,6 +178,9 @@ impl Store {
                     dedup_key,
                     closed: AtomicBool::new(false),
                     thread: Mutex::new(Some(thread)),
+                    snap_tx,
+                    snap_thread: Mutex::new(Some(snap_thread)),
+                    snap_status,
                 }),
             },
             report,
@@ -191,6 +234,25 @@ impl Store {
             .await
             .map_err(|_| WriteError::ShuttingDown)?;
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))
+    }
+
+    /// A direct feature write (SPEC §6): one durable record, applied before it resolves.
+    pub async fn write_features(&self, fw: FeatureWrite) -> Result<FeatureOutcome, WriteError> {
+        if let Some(e) = self.refuse_early() {
+            return Err(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send_async(Msg::Feature(fw, tx))
+            .await
+            .map_err(|_| WriteError::ShuttingDown)?;
+        rx.await.unwrap_or(Err(WriteError::ShuttingDown))
+    }
+
+    /// The feature tables, for reads.
+    pub fn features(&self) -> &features::Features {
+        &self.inner.shared.features
     }
 
     /// Delete a stream (SPEC §5): a durable tombstone; `NotFound` if it does not exist.
@@ -401,7 +463,47 @@ impl Store {
         if handle.join().is_err() {
             tracing::error!("the log writer thread panicked");
         }
+        // The writer has applied everything: the last snapshot covers the whole log.
+        if let Some(h) = self.inner.snap_thread.lock().take() {
+            let _ = self.inner.snap_tx.send(snapshot::SnapMsg::Stop);
+            if h.join().is_err() {
+                tracing::error!("the snapshot thread panicked");
+            }
+        }
     }
+
+    /// Take a snapshot of the feature tables now and wait for it. Blocking.
+    pub fn snapshot_now(&self) -> std::io::Result<snapshot::SnapInfo> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.inner
+            .snap_tx
+            .send(snapshot::SnapMsg::Now(tx))
+            .map_err(|_| std::io::Error::other("the snapshot thread has stopped"))?;
+        rx.recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the snapshot thread has stopped")))
+    }
+
+    /// When the newest snapshot was written (ms since the epoch), and how many were written
+    /// and failed since start.
+    pub fn snapshot_stats(&self) -> SnapshotStats {
+        let s = &self.inner.snap_status;
+        let last = s.last_created_ms.load(Ordering::Relaxed);
+        SnapshotStats {
+            last_created_ms: (last != 0).then_some(last),
+            written: s.written.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+            last_bytes: s.last_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Snapshot counters (metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub last_created_ms: Option<i64>,
+    pub written: u64,
+    pub failed: u64,
+    pub last_bytes: u64,
 }
 
 /// The metadata of a stream whose events were all retained away.

@@ -10,12 +10,13 @@
 //!   0   u32  len        bytes of the whole record, header included (32 ..= 1 GiB)
 //!   4   u32  crc32c     CRC-32C (Castagnoli) of bytes [8, len)
 //!   8   u8   version    2
-//!   9   u8   type       1 = event batch, 4 = stream tombstone
-//!                       (2 feature put, 3 feature delete: reserved)
+//!   9   u8   type       1 = event batch, 2 = feature put, 3 = feature delete,
+//!                       4 = stream tombstone
 //!   10  u16  flags      0 (reserved: codec of the body)
 //!   12  u64  lsn        log sequence number: 1, 2, 3 … with no gaps across segments
 //!   20  i64  append_ms  server append time, ms since the Unix epoch
-//!   28  u32  n          event batch: number of runs; tombstone: 1
+//!   28  u32  n          event batch: number of runs; feature put: number of names;
+//!                       feature delete and tombstone: 1
 //! event batch: n runs, one per stream of the request
 //!   u16  stream_len, then the stream's bytes (UTF-8)
 //!   u64  base_seq       seq of the run's first event; the i-th event has base_seq + i
@@ -27,8 +28,17 @@
 //!   u64  last_seq       the stream's last seq when it was deleted: every seq ≤ it is gone,
 //!                       and a later write continues at last_seq + 1
 //! ```
+//! feature put (SPEC §6 `PUT /v1/features/{entity}`)
+//!   u16  entity_len, then the entity's bytes (1..=256)
+//!   n ×  u8 name_len (1..=128), the name's bytes, u8 tag, then the value by tag:
+//!        0 null (delete that feature; no bytes), 1 i64 (8 bytes), 2 f64 (8 bytes, finite),
+//!        3 bool (1 byte: 0 or 1), 4 string (u32 length, then the UTF-8 bytes)
+//! feature delete (`DELETE /v1/features/{entity}[/{name}]`)
+//!   u16  entity_len, then the entity's bytes
+//!   u8   name_len       0: the whole entity; else the feature's name follows
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
+use crate::features::FeatureValue;
 use vx_proto::packed::DecodeError;
 
 pub const HEADER_LEN: usize = 32;
@@ -42,6 +52,8 @@ pub const MAX_RECORD_LEN: usize = 1 << 30;
 #[repr(u8)]
 pub enum RecordType {
     Events = 1,
+    FeaturePut = 2,
+    FeatureDelete = 3,
     Tombstone = 4,
 }
 
@@ -49,6 +61,8 @@ impl RecordType {
     fn from_u8(b: u8) -> Option<Self> {
         match b {
             1 => Some(Self::Events),
+            2 => Some(Self::FeaturePut),
+            3 => Some(Self::FeatureDelete),
             4 => Some(Self::Tombstone),
             _ => None,
         }
@@ -152,6 +166,46 @@ impl RecordBuilder {
         self.n = 1;
     }
 
+    /// A feature put record's body: the entity and its (name, value or delete) pairs.
+    pub fn feature_put(&mut self, buf: &mut Vec<u8>, entity: &str, set: &[(String, Option<FeatureValue>)]) {
+        entity_bytes(buf, entity);
+        for (name, v) in set {
+            name_bytes(buf, name);
+            match v {
+                None => buf.push(0),
+                Some(FeatureValue::Int(i)) => {
+                    buf.push(1);
+                    buf.extend_from_slice(&i.to_le_bytes());
+                }
+                Some(FeatureValue::Float(f)) => {
+                    buf.push(2);
+                    buf.extend_from_slice(&f.to_bits().to_le_bytes());
+                }
+                Some(FeatureValue::Bool(b)) => {
+                    buf.push(3);
+                    buf.push(u8::from(*b));
+                }
+                Some(FeatureValue::Str(s)) => {
+                    buf.push(4);
+                    let len = u32::try_from(s.len()).unwrap_or(u32::MAX);
+                    buf.extend_from_slice(&len.to_le_bytes());
+                    buf.extend_from_slice(&s.as_bytes()[..len as usize]);
+                }
+            }
+        }
+        self.n = u32::try_from(set.len()).unwrap_or(u32::MAX);
+    }
+
+    /// A feature delete record's body: the entity, and one feature or (`None`) all of them.
+    pub fn feature_delete(&mut self, buf: &mut Vec<u8>, entity: &str, name: Option<&str>) {
+        entity_bytes(buf, entity);
+        match name {
+            Some(n) => name_bytes(buf, n),
+            None => buf.push(0),
+        }
+        self.n = 1;
+    }
+
     /// Seal the record: fill in length, count and checksum. Returns the record length.
     pub fn finish(self, buf: &mut [u8]) -> Result<usize, TooLarge> {
         let len = buf.len() - self.start;
@@ -166,6 +220,19 @@ impl RecordBuilder {
         buf[s + 4..s + 8].copy_from_slice(&crc.to_le_bytes());
         Ok(len)
     }
+}
+
+// Entities are 1–256 bytes and names 1–128 (checked by the HTTP layer before a write).
+fn entity_bytes(buf: &mut Vec<u8>, entity: &str) {
+    let len = u16::try_from(entity.len()).unwrap_or(u16::MAX);
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&entity.as_bytes()[..usize::from(len).min(entity.len())]);
+}
+
+fn name_bytes(buf: &mut Vec<u8>, name: &str) {
+    let len = u8::try_from(name.len()).unwrap_or(u8::MAX);
+    buf.push(len);
+    buf.extend_from_slice(&name.as_bytes()[..usize::from(len).min(name.len())]);
 }
 
 /// A little cursor over a byte slice.
@@ -357,6 +424,63 @@ pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
     Ok((stream, last_seq))
 }
 
+/// The body of a feature put record: the entity and its (name, value or delete) pairs.
+pub fn feature_put(rec: &[u8], n: u32) -> Result<(&str, Vec<(&str, Option<FeatureValue>)>), Decode> {
+    let mut r = Rd {
+        b: rec,
+        pos: HEADER_LEN,
+    };
+    let el = usize::from(r.u16()?);
+    let entity = r.str(el)?;
+    let mut set = Vec::with_capacity((n as usize).min(1024));
+    for _ in 0..n {
+        let nl = usize::from(r.arr::<1>()?[0]);
+        let name = r.str(nl)?;
+        let v = match r.arr::<1>()?[0] {
+            0 => None,
+            1 => Some(FeatureValue::Int(r.i64()?)),
+            2 => {
+                let f = f64::from_bits(r.u64()?);
+                if !f.is_finite() {
+                    return Err(Decode::Bad("non-finite feature value"));
+                }
+                Some(FeatureValue::Float(f))
+            }
+            3 => match r.arr::<1>()?[0] {
+                0 => Some(FeatureValue::Bool(false)),
+                1 => Some(FeatureValue::Bool(true)),
+                _ => return Err(Decode::Bad("feature bool")),
+            },
+            4 => {
+                let sl = r.u32()? as usize;
+                Some(FeatureValue::Str(r.str(sl)?.into()))
+            }
+            _ => return Err(Decode::Bad("unknown feature value tag")),
+        };
+        set.push((name, v));
+    }
+    if r.pos != rec.len() {
+        return Err(Decode::Bad("feature put record length"));
+    }
+    Ok((entity, set))
+}
+
+/// The body of a feature delete record: the entity, and the feature (`None`: all of them).
+pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
+    let mut r = Rd {
+        b: rec,
+        pos: HEADER_LEN,
+    };
+    let el = usize::from(r.u16()?);
+    let entity = r.str(el)?;
+    let nl = usize::from(r.arr::<1>()?[0]);
+    let name = if nl == 0 { None } else { Some(r.str(nl)?) };
+    if r.pos != rec.len() {
+        return Err(Decode::Bad("feature delete record length"));
+    }
+    Ok((entity, name))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -481,5 +605,67 @@ mod tests {
             u32::from_le_bytes(rec[4..8].try_into().unwrap()),
             crc32c::crc32c(&rec[8..])
         );
+    }
+
+    /// Feature put and delete records byte by byte (the module docs' layout).
+    #[test]
+    fn feature_records_golden_bytes() {
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeaturePut, 9, 77);
+        let set = vec![
+            ("a".to_string(), Some(FeatureValue::Int(-2))),
+            ("b".to_string(), Some(FeatureValue::Float(0.5))),
+            ("c".to_string(), Some(FeatureValue::Bool(true))),
+            ("d".to_string(), Some(FeatureValue::Str("xy".into()))),
+            ("e".to_string(), None),
+        ];
+        rb.feature_put(&mut buf, "p7", &set);
+        let len = rb.finish(&mut buf).unwrap();
+        let mut want = Vec::new();
+        want.extend_from_slice(&(len as u32).to_le_bytes());
+        want.extend_from_slice(&buf[4..8]);
+        want.extend_from_slice(&[2, 2, 0, 0]);
+        want.extend_from_slice(&9u64.to_le_bytes());
+        want.extend_from_slice(&77i64.to_le_bytes());
+        want.extend_from_slice(&5u32.to_le_bytes());
+        want.extend_from_slice(&2u16.to_le_bytes());
+        want.extend_from_slice(b"p7");
+        want.extend_from_slice(&[1, b'a', 1]);
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        want.extend_from_slice(&[1, b'b', 2]);
+        want.extend_from_slice(&0.5f64.to_bits().to_le_bytes());
+        want.extend_from_slice(&[1, b'c', 3, 1]);
+        want.extend_from_slice(&[1, b'd', 4]);
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"xy");
+        want.extend_from_slice(&[1, b'e', 0]);
+        assert_eq!(buf, want);
+        assert_eq!(
+            u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+            crc32c::crc32c(&buf[8..])
+        );
+        let h = parse_header(&buf).unwrap();
+        let (entity, got) = feature_put(&buf, h.n).unwrap();
+        assert_eq!(entity, "p7");
+        let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e"]);
+        assert_eq!(got[3].1, Some(FeatureValue::Str("xy".into())));
+        assert_eq!(got[4].1, None);
+
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 10, 78);
+        rb.feature_delete(&mut buf, "p7", Some("hp"));
+        rb.finish(&mut buf).unwrap();
+        assert_eq!(&buf[8..10], &[2, 3]);
+        assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 2, b'h', b'p']);
+        assert_eq!(feature_delete(&buf).unwrap(), ("p7", Some("hp")));
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 11, 79);
+        rb.feature_delete(&mut buf, "p7", None);
+        rb.finish(&mut buf).unwrap();
+        assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 0]);
+        assert_eq!(feature_delete(&buf).unwrap(), ("p7", None));
+        // A truncated or padded body is refused.
+        assert!(feature_delete(&buf[..buf.len() - 1]).is_err());
     }
 }

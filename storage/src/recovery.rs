@@ -168,6 +168,11 @@ fn pass(
         log_dir.clone(),
         first,
         cfg.open_files,
+        Arc::new(crate::features::Features::new(
+            shards,
+            cfg.features.clone(),
+            cfg.max_feature_bytes,
+        )),
     ));
     *shared.carry.write() = carry;
     let window_ms = i64::try_from(cfg.dedup_window.as_millis()).unwrap_or(i64::MAX);
@@ -198,6 +203,7 @@ fn pass(
         carry_orphans: 0,
         cfg,
         dir,
+        snap_tx: None,
     };
     let mut r = Recovery {
         engine: &mut engine,
@@ -804,6 +810,18 @@ impl Recovery<'_> {
     ) -> Result<Result<(), String>, OpenError> {
         let shards = self.engine.shards;
         match h.ty {
+            // Feature writes change no stream; they are applied to the feature tables after
+            // recovery (snapshot.rs). Here they only have to be well-formed.
+            RecordType::FeaturePut => {
+                if let Err(e) = record::feature_put(rec, h.n) {
+                    return Ok(Err(decode_reason(e)));
+                }
+            }
+            RecordType::FeatureDelete => {
+                if let Err(e) = record::feature_delete(rec) {
+                    return Ok(Err(decode_reason(e)));
+                }
+            }
             RecordType::Tombstone => {
                 let (stream, last) = match record::tombstone(rec) {
                     Ok(t) => t,
@@ -937,7 +955,7 @@ fn decode_reason(e: Decode) -> String {
 }
 
 /// What walking a segment finds next.
-enum Walk<'a> {
+pub(crate) enum Walk<'a> {
     /// A record whose length fits the file (its checksum is not checked yet).
     Record(record::Header, &'a [u8]),
     /// Bytes that are not a record header, or a record cut off by the end of the file.
@@ -946,7 +964,7 @@ enum Walk<'a> {
 
 /// Read the records of `file` (of `len` bytes) in order, calling `f(offset, item)` for each
 /// until it returns false or a bad item was handed over.
-fn read_records(
+pub(crate) fn read_records(
     file: &dyn VFile,
     path: &Path,
     len: u64,

@@ -27,6 +27,7 @@ use vx_proto::Batch;
 
 pub(crate) type Reply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 pub(crate) type DeleteReply = oneshot::Sender<Result<DeleteOutcome, WriteError>>;
+pub(crate) type FeatureReply = oneshot::Sender<Result<FeatureOutcome, WriteError>>;
 
 pub(crate) enum Msg {
     Write(WriteRequest, Reply),
@@ -35,6 +36,7 @@ pub(crate) enum Msg {
         durability: Option<Durability>,
         reply: DeleteReply,
     },
+    Feature(FeatureWrite, FeatureReply),
     /// Finish what is queued before this, fsync, and stop.
     Shutdown,
 }
@@ -57,6 +59,7 @@ pub(crate) fn now_ms() -> i64 {
 enum Answer {
     Write(Option<Reply>, WriteOutcome),
     Delete(Option<DeleteReply>, DeleteOutcome),
+    Feature(Option<FeatureReply>, FeatureOutcome),
 }
 
 /// One stream's run of a planned record; offsets are relative to the group buffer until the
@@ -79,6 +82,8 @@ struct Planned {
     batch: Option<Batch>,
     runs: Vec<PlannedRun>,
     tombstone: Option<(u32, String, u64)>,
+    /// The request's record in the group buffer (start, end), to apply to the features.
+    rec: Option<(usize, usize)>,
     /// Dedup entries to commit once the record is visible: (shard, key, seq).
     ids: Vec<(u32, u128, u64)>,
 }
@@ -88,6 +93,7 @@ impl Planned {
         match &mut self.answer {
             Answer::Write(_, o) => o.durability = d,
             Answer::Delete(_, o) => o.durability = d,
+            Answer::Feature(_, o) => o.durability = d,
         }
     }
 
@@ -95,6 +101,7 @@ impl Planned {
         match &self.answer {
             Answer::Write(r, _) => r.is_some(),
             Answer::Delete(r, _) => r.is_some(),
+            Answer::Feature(r, _) => r.is_some(),
         }
     }
 
@@ -111,6 +118,11 @@ impl Planned {
                 }
             }
             Answer::Delete(reply, o) => {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(res.map(|()| o.clone()));
+                }
+            }
+            Answer::Feature(reply, o) => {
                 if let Some(reply) = reply.take() {
                     let _ = reply.send(res.map(|()| o.clone()));
                 }
@@ -133,6 +145,7 @@ struct Scratch {
 
 /// What planning one write request produced.
 struct WritePlan {
+    rec: Option<(usize, usize)>,
     outcome: WriteOutcome,
     runs: Vec<PlannedRun>,
     ids: Vec<(u32, u128, u64)>,
@@ -225,6 +238,9 @@ impl Engine {
                 Msg::Delete { reply, .. } => {
                     let _ = reply.send(Err(WriteError::ShuttingDown));
                 }
+                Msg::Feature(_, reply) => {
+                    let _ = reply.send(Err(WriteError::ShuttingDown));
+                }
                 Msg::Shutdown => {}
             }
         }
@@ -310,6 +326,7 @@ impl Engine {
                             batch: Some(req.batch),
                             runs: plan.runs,
                             tombstone: None,
+                            rec: plan.rec,
                             ids: plan.ids,
                         },
                         Err(e) => {
@@ -342,6 +359,38 @@ impl Engine {
                             batch: None,
                             runs: Vec::new(),
                             tombstone: Some((shard, stream, last_seq)),
+                            rec: None,
+                            ids: Vec::new(),
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::Feature(fw, reply) => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    let want = fw.durability.unwrap_or(visible_at);
+                    match self.plan_feature(&fw, now, scratch) {
+                        Ok((rec, found)) => Planned {
+                            answer: Answer::Feature(
+                                Some(reply),
+                                FeatureOutcome {
+                                    set: 0,
+                                    deleted: 0,
+                                    found,
+                                    durability: Durability::None,
+                                },
+                            ),
+                            guard: fw.guard,
+                            want,
+                            batch: None,
+                            runs: Vec::new(),
+                            tombstone: None,
+                            rec: Some(rec),
                             ids: Vec::new(),
                         },
                         Err(e) => {
@@ -407,7 +456,7 @@ impl Engine {
                 .iter()
                 .map(|p| match &p.answer {
                     Answer::Write(_, o) => o.accepted,
-                    Answer::Delete(..) => 0,
+                    Answer::Delete(..) | Answer::Feature(..) => 0,
                 })
                 .sum();
             if let Some(o) = &self.cfg.observer {
@@ -468,6 +517,11 @@ impl Engine {
             if let Some((shard, stream, last_seq)) = &p.tombstone {
                 self.apply_tombstone(*shard, stream, *last_seq);
             }
+            if let Some((start, end)) = p.rec
+                && let Some(rec) = buf.get(start..end)
+            {
+                self.apply_features(rec, &mut p.answer);
+            }
             self.active_ids += p.ids.len() as u64;
             for &(shard, key, seq) in &p.ids {
                 if let Some(t) = self.dedup.get_mut(shard as usize) {
@@ -492,11 +546,83 @@ impl Engine {
                 p.answer(Ok(()));
             }
         }
+        let features = &self.shared.features;
+        features.end_group();
+        features
+            .applied
+            .store(self.next_lsn.saturating_sub(1), Ordering::Release);
         self.publish_horizons();
+    }
+
+    /// Apply a written record to the feature tables (the same function recovery replays it
+    /// through), and fill in a direct write's outcome.
+    fn apply_features(&self, rec: &[u8], answer: &mut Answer) {
+        let applied = crate::record::parse_header(rec)
+            .map_err(|e| format!("{e:?}"))
+            .and_then(|h| {
+                self.shared
+                    .features
+                    .apply(rec, &h, None)
+                    .map_err(|e| format!("{e:?}"))
+            });
+        match applied {
+            Ok(a) => {
+                if let Answer::Feature(_, o) = answer {
+                    o.set = a.set;
+                    o.deleted = a.deleted;
+                    o.found = a.found;
+                }
+            }
+            // The writer built the record itself: this is a bug, not bad input.
+            Err(e) => tracing::error!(error = %e, "cannot apply a record to the feature tables"),
+        }
+    }
+
+    /// A direct feature write's record; returns its range in the group buffer and whether
+    /// the entity (or feature) exists before the group (the answer of a `none` delete).
+    fn plan_feature(
+        &mut self,
+        fw: &FeatureWrite,
+        now: i64,
+        scratch: &mut Scratch,
+    ) -> Result<((usize, usize), bool), WriteError> {
+        let features = &self.shared.features;
+        let found = match &fw.op {
+            FeatureOp::Put(set) => {
+                if !features.reserve_put(&fw.entity, set) {
+                    return Err(WriteError::FeatureBudget {
+                        max: self.cfg.max_feature_bytes,
+                    });
+                }
+                features.exists(&fw.entity, None)
+            }
+            FeatureOp::Delete(name) => features.exists(&fw.entity, name.as_deref()),
+        };
+        let buf = &mut scratch.buf;
+        let start = buf.len();
+        let ty = match fw.op {
+            FeatureOp::Put(_) => RecordType::FeaturePut,
+            FeatureOp::Delete(_) => RecordType::FeatureDelete,
+        };
+        let mut rb = RecordBuilder::begin(buf, ty, self.next_lsn, now);
+        match &fw.op {
+            FeatureOp::Put(set) => rb.feature_put(buf, &fw.entity, set),
+            FeatureOp::Delete(name) => rb.feature_delete(buf, &fw.entity, name.as_deref()),
+        }
+        let len = match rb.finish(buf) {
+            Ok(len) => len,
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e.into());
+            }
+        };
+        self.next_lsn += 1;
+        Ok(((start, start + len), found))
     }
 
     /// Forget a group whose write or fsync failed: `seq` assignments, counters and LSNs.
     fn abort_group(&mut self, first_lsn: u64, counters: (u64, u64), scratch: &mut Scratch) {
+        self.shared.features.end_group();
         self.next_lsn = first_lsn;
         (self.live, self.carry_orphans) = counters;
         for (stream, prior) in scratch.undo.drain(..).rev() {
@@ -576,6 +702,7 @@ impl Engine {
                 })
                 .collect();
             return Ok(WritePlan {
+                rec: None,
                 outcome: WriteOutcome {
                     accepted: 0,
                     duplicates: dups,
@@ -608,6 +735,11 @@ impl Engine {
         {
             return Err(WriteError::TooManyStreams {
                 max: self.cfg.max_streams,
+            });
+        }
+        if !self.shared.features.reserve_events(batch) {
+            return Err(WriteError::FeatureBudget {
+                max: self.cfg.max_feature_bytes,
             });
         }
         // Pass 2: assign seqs and copy the runs.
@@ -722,6 +854,7 @@ impl Engine {
         }
         self.next_lsn += 1;
         Ok(WritePlan {
+            rec: Some((rec_start, rec_start + len)),
             outcome: WriteOutcome {
                 accepted: total_fresh,
                 duplicates: dups,
@@ -789,6 +922,10 @@ fn msg_bytes(m: &Msg) -> usize {
     match m {
         Msg::Write(req, _) => req.batch.mem_bytes(),
         Msg::Delete { stream, .. } => stream.len(),
+        Msg::Feature(fw, _) => match &fw.op {
+            FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
+            FeatureOp::Delete(_) => fw.entity.len(),
+        },
         Msg::Shutdown => 0,
     }
 }
