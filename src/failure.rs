@@ -143,6 +143,8 @@ impl From<WriteError> for Failure {
             }
             WriteError::TooManyStreams { max } => Failure::new(ErrorCode::StorageFull, message)
                 .limit("storage.max_streams", Some(max)),
+            WriteError::FeatureBudget { max } => Failure::new(ErrorCode::StorageFull, message)
+                .limit("storage.max_feature_bytes", Some(max)),
             WriteError::TooLarge(_) => {
                 Failure::new(ErrorCode::TooLarge, message).limit(vx_ingest::LIMIT_BODY_BYTES, None)
             }
@@ -187,6 +189,7 @@ mod tests {
             (WriteError::StorageFull("disk".into()), "storage_full", 507),
             (WriteError::Poisoned("fsync".into()), "storage_full", 507),
             (WriteError::TooManyStreams { max: 9 }, "storage_full", 507),
+            (WriteError::FeatureBudget { max: 9 }, "storage_full", 507),
             (
                 WriteError::TooLarge(vx_storage::record::TooLarge { len: 1 << 31 }),
                 "too_large",

@@ -73,9 +73,11 @@ impl Endpoint {
     pub fn serves(&self, scenario: Scenario) -> bool {
         match scenario {
             Scenario::Ingest => !matches!(self, Endpoint::Resp(_)),
-            Scenario::Replay => matches!(self, Endpoint::Http(_) | Endpoint::Unix(_)),
+            Scenario::Replay | Scenario::Features => {
+                matches!(self, Endpoint::Http(_) | Endpoint::Unix(_))
+            }
             Scenario::Kv => matches!(self, Endpoint::Resp(_)),
-            Scenario::Features | Scenario::Fanout => false,
+            Scenario::Fanout => false,
         }
     }
 

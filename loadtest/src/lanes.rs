@@ -1,7 +1,8 @@
 //! Load lanes: each sends its share of the operations on its own connection, at its scheduled
 //! times (open loop) or as answers come back (closed loop), and records every outcome.
 //!
-//! - An HTTP lane carries one request at a time (HTTP/1.1 has no usable pipelining).
+//! - An HTTP lane carries one request at a time (HTTP/1.1 has no usable pipelining): ingest,
+//!   replay, and the features scenario's key-value mix.
 //! - A pipelined lane (frames, RESP) keeps up to `pipeline_depth` operations in flight on one
 //!   connection: a writer sends, a reader task matches answers (frames by request id, RESP in
 //!   order) and frees a slot for each.
@@ -12,6 +13,7 @@
 //! lane for the server's `Retry-After` (`X-Vx-Retry-After-Ms` when given).
 
 use crate::endpoint::Endpoint;
+use crate::http::Reply;
 use crate::http::{HttpConn, segment};
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, ReplayOp, StreamInfo};
 use crate::recorder::{LaneRecorder, Op, Outcome};
@@ -61,7 +63,10 @@ pub struct LaneCtx {
 pub enum LaneGen {
     Ingest(IngestGen),
     Replay(ReplayGen, Arc<Vec<StreamInfo>>),
+    /// Over RESP.
     Kv(KvGen),
+    /// The same mix over the feature API (HTTP).
+    Features(KvGen),
 }
 
 impl LaneCtx {
@@ -159,7 +164,8 @@ fn op_of(g: &LaneGen) -> Op {
     match g {
         LaneGen::Ingest(_) => Op::Ingest,
         LaneGen::Replay(..) => Op::Page,
-        LaneGen::Kv(_) => Op::Get,
+        // The operation last drawn: an error (a timeout) that ends it is counted under it.
+        LaneGen::Kv(g) | LaneGen::Features(g) => g.last_op(),
     }
 }
 
@@ -204,11 +210,51 @@ async fn http_op(
             }
             ReplayOp::Scan { stream } => (Op::Scan, scan(conn, &streams[stream]).await),
         },
+        LaneGen::Features(g) => {
+            let op = g.next_op();
+            let req = g.feature_request(&op);
+            let (events, bytes) = (op.events(), g.bytes_of(&op));
+            let mut headers = Vec::with_capacity(1);
+            if let Some(ty) = req.content_type {
+                headers.push(("content-type", ty));
+            }
+            let r = conn
+                .call(req.method, &req.path, &headers, req.body, false)
+                .await
+                .map(|reply| feature_outcome(&op, &reply, events, bytes));
+            (op.op(), r)
+        }
         LaneGen::Kv(_) => (
             Op::Get,
             Err("the kv scenario runs over RESP, not HTTP".into()),
         ),
     }
+}
+
+/// The outcome of a features request. A 404 `not_found` to a GET or DELETE is a miss, a
+/// success as Redis's nil (GET) and 0 (DEL) are: an unknown entity, which a Zipfian mix with
+/// deletes meets all the time. A 404 of any other code (or to a PUT or a query, which never
+/// answer it) is an error. 429 is backpressure, 507 (the feature budget is full) an error.
+pub fn feature_outcome(op: &KvOp, reply: &Reply, events: u64, bytes: u64) -> Outcome {
+    match reply.status.as_u16() {
+        200 => Outcome::Ok { events, bytes },
+        404 if matches!(op, KvOp::Get(_) | KvOp::Del(_)) && is_not_found(reply) => {
+            Outcome::Ok { events, bytes }
+        }
+        429 => Outcome::Refused {
+            retry_after: reply.retry_after(),
+        },
+        _ => Outcome::Error(reply.failure()),
+    }
+}
+
+/// Whether a reply carries SPEC's `not_found` error code (error bodies are always kept).
+fn is_not_found(reply: &Reply) -> bool {
+    reply
+        .body
+        .as_ref()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .is_some_and(|v| v["error"]["code"] == "not_found")
 }
 
 /// One replay page; also returns `X-Vx-Next-Seq` and `X-Vx-Last-Seq`.
@@ -690,15 +736,7 @@ impl PipeWriter for RespWriter {
             .as_mut()
             .ok_or_else(|| "RESP carries the kv scenario only".to_string())?;
         let op = g.next_op();
-        let (key, bytes) = match &op {
-            KvOp::Get(k) | KvOp::Del(k) => (g.key(*k), 0),
-            KvOp::Set(k) => (g.key(*k), g.value().len() as u64),
-        };
-        match &op {
-            KvOp::Get(_) => resp::encode(&[b"GET", &key], &mut self.out),
-            KvOp::Set(_) => resp::encode(&[b"SET", &key, g.value()], &mut self.out),
-            KvOp::Del(_) => resp::encode(&[b"DEL", &key], &mut self.out),
-        }
+        g.encode_resp(&op, &mut self.out);
         let n = self.next;
         self.next += 1;
         Ok((
@@ -706,8 +744,8 @@ impl PipeWriter for RespWriter {
             Pending {
                 op: op.op(),
                 started: Instant::now(),
-                events: 1,
-                bytes,
+                events: op.events(),
+                bytes: g.bytes_of(&op),
             },
         ))
     }
@@ -763,5 +801,83 @@ impl PipeReader for RespReader {
                 return Err("the server closed the connection".into());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::StatusCode;
+    use hyper::header::{HeaderMap, HeaderValue};
+
+    fn reply(status: u16, body: &str, headers: &[(&'static str, &'static str)]) -> Reply {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(*k, HeaderValue::from_static(v));
+        }
+        Reply {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::IM_A_TEAPOT),
+            headers: map,
+            bytes: body.len() as u64,
+            lines: 0,
+            body: Some(Bytes::from(body.to_string())),
+        }
+    }
+
+    #[test]
+    fn feature_misses_are_successes_and_the_rest_is_as_in_ingest() {
+        let ok = Outcome::Ok {
+            events: 1,
+            bytes: 0,
+        };
+        let not_found = r#"{"error":{"code":"not_found","message":"unknown entity"}}"#;
+        let get = KvOp::Get(1);
+        assert_eq!(feature_outcome(&get, &reply(200, "{}", &[]), 1, 0), ok);
+        // An unknown entity is a miss, like Redis's nil and DEL's 0.
+        assert_eq!(feature_outcome(&get, &reply(404, not_found, &[]), 1, 0), ok);
+        assert_eq!(
+            feature_outcome(&KvOp::Del(1), &reply(404, not_found, &[]), 1, 0),
+            ok
+        );
+        // A 404 that is not SPEC's not_found, or to a PUT or a query, is an error.
+        assert!(matches!(
+            feature_outcome(&get, &reply(404, "gone", &[]), 1, 0),
+            Outcome::Error(_)
+        ));
+        assert_eq!(
+            feature_outcome(&KvOp::Set(1), &reply(404, not_found, &[]), 1, 128),
+            Outcome::Error("HTTP 404 not_found".into())
+        );
+        assert!(matches!(
+            feature_outcome(&KvOp::Query(vec![1]), &reply(404, not_found, &[]), 1, 0),
+            Outcome::Error(_)
+        ));
+        assert_eq!(
+            feature_outcome(
+                &KvOp::Set(1),
+                &reply(
+                    429,
+                    "",
+                    &[("x-vx-retry-after-ms", "25"), ("retry-after", "1")]
+                ),
+                1,
+                128
+            ),
+            Outcome::Refused {
+                retry_after: Some(Duration::from_millis(25))
+            }
+        );
+        let full = r#"{"error":{"code":"storage_full","message":"feature budget"}}"#;
+        assert_eq!(
+            feature_outcome(&KvOp::Set(1), &reply(507, full, &[]), 1, 128),
+            Outcome::Error("HTTP 507 storage_full".into())
+        );
+        assert_eq!(
+            feature_outcome(&KvOp::Query(vec![1, 2]), &reply(200, "{}", &[]), 2, 0),
+            Outcome::Ok {
+                events: 2,
+                bytes: 0
+            }
+        );
     }
 }

@@ -26,12 +26,30 @@ pub enum Op {
     /// A whole stream read, page after page.
     Scan,
     Get,
+    /// kv SET, features PUT.
     Set,
+    /// kv DEL, features DELETE.
     Del,
+    /// A batch read of `batch_size` keys: kv MGET, features POST /v1/features/query.
+    Query,
 }
 
+/// How many operations there are: the length of the per-operation arrays.
+pub const N_OPS: usize = Op::ALL.len();
+
+/// One accumulator per operation, indexed by [`Op`].
+pub type OpAccs = [Option<OpAcc>; N_OPS];
+
 impl Op {
-    pub const ALL: [Op; 6] = [Op::Ingest, Op::Page, Op::Scan, Op::Get, Op::Set, Op::Del];
+    pub const ALL: [Op; 7] = [
+        Op::Ingest,
+        Op::Page,
+        Op::Scan,
+        Op::Get,
+        Op::Set,
+        Op::Del,
+        Op::Query,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +59,7 @@ impl Op {
             Op::Get => "get",
             Op::Set => "set",
             Op::Del => "del",
+            Op::Query => "query",
         }
     }
 
@@ -178,8 +197,8 @@ impl Default for LateAcc {
 pub struct LaneRecorder {
     measure_start: Instant,
     measure_end: Instant,
-    totals: [Option<OpAcc>; 6],
-    interval: [Option<OpAcc>; 6],
+    totals: OpAccs,
+    interval: OpAccs,
     late: LateAcc,
     errors: BTreeMap<String, u64>,
 }
@@ -239,7 +258,7 @@ impl LaneRecorder {
     }
 
     /// Move the current interval's counts into `into` (per op) and start a new interval.
-    pub fn take_interval(&mut self, into: &mut [Option<OpAcc>; 6]) {
+    pub fn take_interval(&mut self, into: &mut OpAccs) {
         for (acc, target) in self.interval.iter_mut().zip(into.iter_mut()) {
             if let Some(acc) = acc
                 && !acc.is_empty()
@@ -255,7 +274,7 @@ impl LaneRecorder {
     /// Add this lane's totals, lateness and errors into the run's.
     pub fn add_totals(
         &self,
-        totals: &mut [Option<OpAcc>; 6],
+        totals: &mut OpAccs,
         late: &mut LateAcc,
         errors: &mut BTreeMap<String, u64>,
     ) {
@@ -274,7 +293,7 @@ impl LaneRecorder {
 }
 
 /// The operations in `accs` that saw anything, by name.
-pub fn named(accs: [Option<OpAcc>; 6]) -> impl Iterator<Item = (Op, OpAcc)> {
+pub fn named(accs: OpAccs) -> impl Iterator<Item = (Op, OpAcc)> {
     Op::ALL
         .into_iter()
         .zip(accs)
@@ -328,7 +347,7 @@ mod tests {
         r.take_interval(&mut iv);
         let (_, a) = named(iv).next().unwrap_or((Op::Get, OpAcc::new(2)));
         assert_eq!((a.ok, a.refused, a.errors), (3, 1, 1));
-        let mut again: [Option<OpAcc>; 6] = Default::default();
+        let mut again: OpAccs = Default::default();
         r.take_interval(&mut again);
         assert!(again.iter().all(Option::is_none));
     }

@@ -3,7 +3,7 @@
 //! logs), so that [`merge`] of several load hosts' reports adds histograms exactly instead of
 //! averaging percentiles. docs/LOADTEST.md describes the JSON field by field.
 
-use crate::recorder::{INTERVAL_SIGFIG, LateAcc, OpAcc, RUN_SIGFIG};
+use crate::recorder::{INTERVAL_SIGFIG, LateAcc, Op, OpAcc, RUN_SIGFIG};
 use crate::workload::Workload;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -27,7 +27,7 @@ pub struct Report {
     pub open_loop: bool,
     /// The measured window, seconds (after `merge`: the longest of the hosts').
     pub measure_s: f64,
-    /// Per operation name (`ingest`, `page`, `scan`, `get`, `set`, `del`).
+    /// Per operation name (`ingest`, `page`, `scan`, `get`, `set`, `del`, `query`).
     pub operations: BTreeMap<String, OpReport>,
     pub late_sends: LateReport,
     /// Error messages of the measured window and how often each was seen.
@@ -81,12 +81,18 @@ pub struct OpReport {
     /// Refused with 429 `backpressure` (not errors).
     pub refused: u64,
     pub errors: u64,
-    /// Events carried by the successes (ingest: stored or duplicate; replay: read).
+    /// Events carried by the successes (ingest: stored or duplicate; replay: read; kv and
+    /// features: 1 per operation, `batch_size` per query).
     pub events: u64,
     pub bytes: u64,
     /// Successes per second of the measured window.
     pub ops_per_s: f64,
     pub events_per_s: f64,
+    /// Batch reads (`query`) only: values read per second, `batch_size` × successful queries ÷
+    /// `measure_s`, the figure to set beside GET's `ops_per_s`. Absent for other operations
+    /// (and in reports written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values_per_s: Option<f64>,
     /// Of the successes; open loop: from the intended send time.
     pub latency_ms: Percentiles,
     /// HdrHistogram V2 deflate, base64; values in microseconds.
@@ -155,7 +161,8 @@ pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
 }
 
 impl OpReport {
-    pub fn from_acc(acc: &OpAcc, measure_s: f64) -> OpReport {
+    /// The report of operation `name` (its name says whether it reads values in batches).
+    pub fn from_acc(name: &str, acc: &OpAcc, measure_s: f64) -> OpReport {
         OpReport {
             ok: acc.ok,
             refused: acc.refused,
@@ -164,6 +171,9 @@ impl OpReport {
             bytes: acc.bytes,
             ops_per_s: acc.ok as f64 / measure_s,
             events_per_s: acc.events as f64 / measure_s,
+            // A successful query counts its batch_size keys as events (whether each was
+            // found or not, as MGET answers nil), so its values are its events.
+            values_per_s: (name == Op::Query.name()).then(|| acc.events as f64 / measure_s),
             latency_ms: Percentiles::of(&acc.hist),
             histogram: encode_histogram(&acc.hist),
         }
@@ -290,6 +300,15 @@ impl Report {
         if self.operations.is_empty() {
             let _ = writeln!(out, "(no operation completed in the measured window)");
         }
+        for (name, op) in &self.operations {
+            if let Some(v) = op.values_per_s {
+                let _ = writeln!(
+                    out,
+                    "values/s: {name} {v:.1} (batch_size {} × {:.1} ops/s)",
+                    w.batch_size, op.ops_per_s
+                );
+            }
+        }
         if self.open_loop {
             let l = &self.late_sends;
             let pct = if l.sends == 0 {
@@ -375,7 +394,7 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
         measure_s,
         operations: ops
             .iter()
-            .map(|(k, a)| (k.clone(), OpReport::from_acc(a, measure)))
+            .map(|(k, a)| (k.clone(), OpReport::from_acc(k, a, measure)))
             .collect(),
         late_sends: LateReport::from_acc(&late),
         errors,
@@ -465,7 +484,7 @@ mod tests {
         let mut a = acc(values);
         a.refused = refused;
         let mut ops = BTreeMap::new();
-        ops.insert("ingest".to_string(), OpReport::from_acc(&a, 10.0));
+        ops.insert("ingest".to_string(), OpReport::from_acc("ingest", &a, 10.0));
         let mut iv_acc = OpAcc::new(INTERVAL_SIGFIG);
         iv_acc.add(&a);
         let mut iv_ops = BTreeMap::new();
@@ -559,6 +578,36 @@ mod tests {
         d.hosts[0].started_at = "2026-11-23T01:00:00Z".into();
         let w = merge_warnings(&pair(&d));
         assert!(w.len() == 1 && w[0].contains("3600 s apart"), "{w:?}");
+    }
+
+    #[test]
+    fn batch_reads_report_values_per_second_through_merge_and_the_table() {
+        let mut r = report(&[5], 0, 1.0);
+        r.workload.batch_size = 10;
+        // A query's events are its batch_size keys: 3 queries of 10 in a 10 s window.
+        let mut q = acc(&[100, 200, 300]);
+        q.events = 30;
+        r.operations
+            .insert("query".into(), OpReport::from_acc("query", &q, 10.0));
+        assert_eq!(r.operations["query"].values_per_s, Some(3.0));
+        assert_eq!(r.operations["ingest"].values_per_s, None);
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        assert!(text.contains("\"values_per_s\":3.0"), "{text}");
+        assert_eq!(text.matches("values_per_s").count(), 1, "only query has it");
+        assert!(
+            r.table()
+                .contains("values/s: query 3.0 (batch_size 10 × 0.3 ops/s)")
+        );
+        let merged = match merge(&[("a".into(), r.clone()), ("b".into(), r)]) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(merged.operations["query"].values_per_s, Some(6.0));
+        // A report written before the field existed still reads.
+        let old = text.replace("\"values_per_s\":3.0,", "");
+        assert!(!old.contains("values_per_s"));
+        let back = Report::from_json(&old, "old").map(|r| r.operations["query"].values_per_s);
+        assert!(matches!(back, Ok(None)), "{back:?}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! A run from start to report: prepare what the scenario reads (replay's streams, kv's keys),
+//! A run from start to report: prepare what the scenario reads (replay's streams, the keys of
+//! kv and features),
 //! open every connection, start the lanes on one shared clock, sample the time series at
 //! `sample_hz` with a progress line, and assemble the [`Report`] once the lanes end.
 
@@ -7,8 +8,8 @@ use crate::http::{HttpConn, segment};
 use crate::lanes::{
     LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane, retry_pause,
 };
-use crate::ops::{IngestGen, KvGen, ReplayGen, StreamInfo, kv_key};
-use crate::recorder::{LaneRecorder, LateAcc, OpAcc, named};
+use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, StreamInfo, kv_key};
+use crate::recorder::{LaneRecorder, LateAcc, OpAcc, OpAccs, named};
 use crate::report::{Host, Interval, IntervalOp, LateReport, OpReport, REPORT_FORMAT, Report};
 use crate::resp;
 use crate::schedule::{Pacer, Schedule};
@@ -18,6 +19,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -68,6 +70,10 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         }
         Scenario::Kv => {
             preload_kv(&w, &endpoints[0], &say).await?;
+            None
+        }
+        Scenario::Features => {
+            prepare_features(&w, &endpoints[0], &say).await?;
             None
         }
         _ => None,
@@ -139,6 +145,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
                 let s = streams.clone().unwrap_or_default();
                 LaneGen::Replay(ReplayGen::new(&w, lane, s.len())?, s)
             }
+            Scenario::Features => LaneGen::Features(KvGen::new(&w, lane)?),
             _ => LaneGen::Kv(KvGen::new(&w, lane)?),
         };
         let ctx = LaneCtx {
@@ -161,7 +168,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
     let tick = Duration::from_secs_f64(1.0 / w.sample_hz);
     let per_line = (w.sample_hz.round() as usize).max(1);
     let mut intervals = Vec::new();
-    let mut line: [Option<OpAcc>; 6] = Default::default();
+    let mut line: OpAccs = Default::default();
     let mut line_ticks = 0usize;
     let tty = std::io::stderr().is_terminal();
     let mut next_tick = load_start + tick;
@@ -186,7 +193,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         };
         let t_s = signed_secs(if done { now } else { next_tick }, measure_start);
         next_tick += tick;
-        let mut accs: [Option<OpAcc>; 6] = Default::default();
+        let mut accs: OpAccs = Default::default();
         for r in &recorders {
             r.lock().take_interval(&mut accs);
         }
@@ -223,7 +230,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         eprintln!();
     }
 
-    let mut totals: [Option<OpAcc>; 6] = Default::default();
+    let mut totals: OpAccs = Default::default();
     let mut late = LateAcc::new();
     let mut errors = BTreeMap::new();
     for r in &recorders {
@@ -237,7 +244,12 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         open_loop: w.rate.is_some(),
         measure_s: w.measure_s,
         operations: named(totals)
-            .map(|(op, a)| (op.name().to_string(), OpReport::from_acc(&a, w.measure_s)))
+            .map(|(op, a)| {
+                (
+                    op.name().to_string(),
+                    OpReport::from_acc(op.name(), &a, w.measure_s),
+                )
+            })
             .collect(),
         late_sends: LateReport::from_acc(&late),
         errors,
@@ -253,7 +265,7 @@ fn signed_secs(t: Instant, origin: Instant) -> f64 {
     }
 }
 
-fn progress_line(t_s: f64, warmup_s: f64, secs: f64, accs: [Option<OpAcc>; 6]) -> String {
+fn progress_line(t_s: f64, warmup_s: f64, secs: f64, accs: OpAccs) -> String {
     let phase = if t_s <= 0.0 { "warm-up" } else { "measure" };
     let elapsed = t_s + warmup_s;
     let mut out = format!("[{elapsed:>7.1}s {phase}]");
@@ -475,4 +487,126 @@ async fn preload_kv(w: &Workload, ep: &Endpoint, say: &impl Fn(&str)) -> Result<
         started.elapsed().as_secs_f64()
     ));
     Ok(())
+}
+
+/// Connections the features preload PUTs over at once (at most `connections`): each PUT waits
+/// for its durable write, so the preload needs many in flight to fill the server's group
+/// commits, and a bound so that a preload never opens more than a load lane would.
+const PRELOAD_PARALLEL: u32 = 64;
+
+/// Check that the server has the feature API, then PUT the entities 0..kv_preload once each,
+/// over up to [`PRELOAD_PARALLEL`] connections carrying one request at a time.
+async fn prepare_features(
+    w: &Workload,
+    ep: &Endpoint,
+    say: &impl Fn(&str),
+) -> Result<(), RunError> {
+    let prep = RunError::Prepare;
+    let timeout = Duration::from_secs_f64(w.timeout_s);
+    let g = Arc::new(KvGen::new(w, u32::MAX)?);
+    let mut first = HttpConn::connect(ep, w.token.as_deref())
+        .await
+        .map_err(RunError::Connect)?;
+    // A server without the feature API answers every path under /v1/features with 404
+    // not_found, which the lanes would count as GET misses: a run of "successes" that
+    // measured nothing. Refuse it here instead.
+    let probe = g.feature_request(&KvOp::Query(vec![0]));
+    let reply = tokio::time::timeout(
+        timeout,
+        first.call(
+            probe.method,
+            &probe.path,
+            &[("content-type", "application/json")],
+            probe.body,
+            false,
+        ),
+    )
+    .await
+    .map_err(|_| {
+        prep(format!(
+            "{ep}: no answer to POST /v1/features/query within {} s",
+            w.timeout_s
+        ))
+    })?
+    .map_err(|e| prep(format!("{ep}: POST /v1/features/query: {e}")))?;
+    if reply.status.as_u16() == 404 {
+        return Err(prep(format!(
+            "{ep} has no feature API (POST /v1/features/query answered {}); the features scenario needs a server with SPEC §6's routes",
+            reply.failure()
+        )));
+    }
+    let n = w.kv_preload();
+    if n == 0 {
+        return Ok(());
+    }
+    let parallel = u64::from(w.connections.min(PRELOAD_PARALLEL)).min(n);
+    let mut conns = vec![first];
+    for _ in 1..parallel {
+        conns.push(
+            HttpConn::connect(ep, w.token.as_deref())
+                .await
+                .map_err(RunError::Connect)?,
+        );
+    }
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for conn in conns {
+        tasks.spawn(put_entities(conn, g.clone(), next.clone(), n, timeout));
+    }
+    // The first failure ends the preload; dropping the set aborts the other connections.
+    while let Some(joined) = tasks.join_next().await {
+        let done = joined.map_err(|e| e.to_string()).and_then(|r| r);
+        if let Err(e) = done {
+            return Err(prep(format!("preloading entities at {ep}: {e}")));
+        }
+    }
+    say(&format!(
+        "features: preloaded {n} entities in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// PUT entities on one connection, taking the next index from `next` until `n`; a 429 waits
+/// the pause the server asks and sends the same PUT again.
+async fn put_entities(
+    mut conn: HttpConn,
+    g: Arc<KvGen>,
+    next: Arc<AtomicU64>,
+    n: u64,
+    timeout: Duration,
+) -> Result<(), String> {
+    loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= n {
+            return Ok(());
+        }
+        let req = g.feature_request(&KvOp::Set(k));
+        loop {
+            let reply = tokio::time::timeout(
+                timeout,
+                conn.call(
+                    req.method,
+                    &req.path,
+                    &[("content-type", "application/json")],
+                    req.body.clone(),
+                    false,
+                ),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "PUT {}: no answer within {} s",
+                    g.entity(k),
+                    timeout.as_secs_f64()
+                )
+            })??;
+            match reply.status.as_u16() {
+                200 => break,
+                429 => tokio::time::sleep(retry_pause(reply.retry_after())).await,
+                _ => return Err(format!("PUT {}: {}", g.entity(k), reply.failure())),
+            }
+        }
+    }
 }

@@ -5,8 +5,8 @@ use crate::endpoint::{Endpoint, EndpointError};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
-/// What a run does. `features` and `fanout` are named so that a workload written for them
-/// is refused with a clear message until the feature store and live follow exist.
+/// What a run does. `fanout` is named so that a workload written for it is refused with a
+/// clear message until live follow exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
@@ -89,6 +89,8 @@ pub struct Workload {
     pub read_pct: f64,
     pub write_pct: f64,
     pub delete_pct: f64,
+    pub query_pct: f64,
+    pub batch_size: u32,
     pub preload_keys: Option<u64>,
     pub batch: u32,
     pub streams: u64,
@@ -124,6 +126,8 @@ impl Default for Workload {
             read_pct: 70.0,
             write_pct: 25.0,
             delete_pct: 5.0,
+            query_pct: 0.0,
+            batch_size: 100,
             preload_keys: None,
             batch: 1,
             streams: 1,
@@ -150,7 +154,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "scenario",
         default: "\"ingest\"",
-        help: "ingest | replay | kv (features and fanout arrive with the feature store and live follow)",
+        help: "ingest | replay | kv (a key-value mix against Redis, over RESP) | features (the same mix against Veltrix's feature API, over HTTP); fanout arrives with live follow",
     },
     Key {
         name: "endpoints",
@@ -165,7 +169,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "pipeline_depth",
         default: "1",
-        help: "requests in flight per connection; frames and RESP pipeline on one connection, HTTP/1.1 has no pipelining, so an http or unix endpoint opens this many connections per connection",
+        help: "requests in flight per connection; frames and RESP pipeline on one connection, HTTP/1.1 has no pipelining, so an http or unix endpoint opens this many connections per connection (features refuses more than 1: set connections to the concurrency instead)",
     },
     Key {
         name: "rate",
@@ -205,22 +209,22 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "key_space",
         default: "100000",
-        help: "distinct keys: kv keys, ingest entities",
+        help: "distinct keys: kv keys, features entities, ingest entities",
     },
     Key {
         name: "key_size_b",
         default: "16",
-        help: "bytes of a kv key (\"key:\" and zero-padded digits, as redis-benchmark writes them)",
+        help: "bytes of a kv key or features entity (\"key:\" and zero-padded digits, as redis-benchmark writes them)",
     },
     Key {
         name: "value_size_b",
         default: "128",
-        help: "kv: bytes of a SET value; ingest: bytes of each event's JSON (padded with a data string)",
+        help: "kv: bytes of a SET value; features: bytes of the string feature v a PUT writes (the same bytes); ingest: bytes of each event's JSON (padded with a data string)",
     },
     Key {
         name: "distribution",
         default: "\"uniform\"",
-        help: "uniform | zipfian: how keys (kv), entities and streams (ingest, replay) are picked",
+        help: "uniform | zipfian: how keys (kv, features), entities and streams (ingest, replay) are picked",
     },
     Key {
         name: "zipf_alpha",
@@ -230,22 +234,32 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "read_pct",
         default: "70",
-        help: "kv: percent of GETs",
+        help: "kv and features: percent of GETs",
     },
     Key {
         name: "write_pct",
         default: "25",
-        help: "kv: percent of SETs",
+        help: "kv and features: percent of SETs (features: PUT)",
     },
     Key {
         name: "delete_pct",
         default: "5",
-        help: "kv: percent of DELs (the three add up to 100)",
+        help: "kv and features: percent of DELs (features: DELETE)",
+    },
+    Key {
+        name: "query_pct",
+        default: "0",
+        help: "kv and features: percent of batch reads of batch_size keys (kv: MGET; features: POST /v1/features/query); read_pct + write_pct + delete_pct + query_pct add up to 100",
+    },
+    Key {
+        name: "batch_size",
+        default: "100",
+        help: "kv and features: keys per batch read, 1 to 10000 (the feature query's maximum)",
     },
     Key {
         name: "preload_keys",
         default: "key_space",
-        help: "kv: keys 0..N SET before the warm-up, so GETs hit (0: none)",
+        help: "kv and features: keys 0..N SET (features: PUT) before the warm-up, so GETs hit (0: none)",
     },
     Key {
         name: "batch",
@@ -359,16 +373,8 @@ impl Workload {
     /// Refuse what cannot run, before anything is sent.
     pub fn validate(&self) -> Result<(), WorkloadError> {
         let bad = |m: String| Err(WorkloadError::Invalid(m));
-        match self.scenario {
-            Scenario::Features => {
-                return bad("scenario \"features\" arrives with the feature store; use kv against Redis for now".into());
-            }
-            Scenario::Fanout => {
-                return bad(
-                    "scenario \"fanout\" arrives with live follow (SSE and WebSocket)".into(),
-                );
-            }
-            _ => {}
+        if self.scenario == Scenario::Fanout {
+            return bad("scenario \"fanout\" arrives with live follow (SSE and WebSocket)".into());
         }
         if self.endpoints.is_empty() {
             return bad("endpoints: at least one is needed".into());
@@ -381,7 +387,7 @@ impl Workload {
                     self.scenario.as_str(),
                     match self.scenario {
                         Scenario::Ingest => "use http://, unix:, frames:// or frames+unix:",
-                        Scenario::Replay => "use http:// or unix:",
+                        Scenario::Replay | Scenario::Features => "use http:// or unix:",
                         _ => "use resp://",
                     }
                 ));
@@ -456,7 +462,17 @@ impl Workload {
         if self.value_size_b > 64 << 20 {
             return bad("value_size_b: at most 64 MiB".into());
         }
-        if self.scenario == Scenario::Kv {
+        // kv's pipeline_depth keeps that many requests in flight on one connection; HTTP/1.1
+        // cannot, and opening depth × connections instead (as ingest and replay do) would
+        // compare features on more connections than kv: the same figure would mean two things.
+        if self.scenario == Scenario::Features && self.pipeline_depth > 1 {
+            return bad(format!(
+                "pipeline_depth: {} cannot apply to features: HTTP/1.1 carries one request at a time per connection, so kv's depth (requests in flight on one connection) has no counterpart; set pipeline_depth = 1 and connections = {} for the same concurrency",
+                self.pipeline_depth,
+                u64::from(self.connections) * u64::from(self.pipeline_depth)
+            ));
+        }
+        if matches!(self.scenario, Scenario::Kv | Scenario::Features) {
             let digits = self.key_space.saturating_sub(1).max(1).ilog10() as usize + 1;
             if self.key_size_b < 4 + digits || self.key_size_b > 4096 {
                 return bad(format!(
@@ -464,15 +480,28 @@ impl Workload {
                     self.key_size_b
                 ));
             }
-            let pcts = [self.read_pct, self.write_pct, self.delete_pct];
+            let pcts = [
+                self.read_pct,
+                self.write_pct,
+                self.delete_pct,
+                self.query_pct,
+            ];
             if pcts.iter().any(|p| !(p.is_finite() && *p >= 0.0))
                 || (pcts.iter().sum::<f64>() - 100.0).abs() > 1e-6
             {
                 return bad(format!(
-                    "read_pct + write_pct + delete_pct must be 100 (they are {} + {} + {})",
-                    self.read_pct, self.write_pct, self.delete_pct
+                    "read_pct + write_pct + delete_pct + query_pct must be 100 (they are {} + {} + {} + {})",
+                    self.read_pct, self.write_pct, self.delete_pct, self.query_pct
                 ));
             }
+        }
+        // Checked for every scenario (like batch), so a kv file and its features counterpart
+        // are refused alike; 10000 is the feature query's limit (SPEC §6).
+        if self.batch_size == 0 || self.batch_size > 10_000 {
+            return bad(format!(
+                "batch_size: {} is not in 1..=10000",
+                self.batch_size
+            ));
         }
         if self.scenario == Scenario::Replay {
             if self.page_events == 0 || self.page_events > 100_000 {
@@ -506,7 +535,7 @@ impl Workload {
         }
     }
 
-    /// The keys 0..n that kv SETs before the run.
+    /// The keys 0..n that kv SETs (features PUTs) before the run.
     pub fn kv_preload(&self) -> u64 {
         self.preload_keys
             .unwrap_or(self.key_space)
@@ -659,8 +688,113 @@ mod tests {
             )
             .contains("100")
         );
-        assert!(err("scenario = \"features\"\n", &[]).contains("feature store"));
+        assert!(
+            err("scenario = \"features\"\nendpoints = \"resp://h:1\"\n", &[])
+                .contains("use http:// or unix:")
+        );
+        assert!(
+            err("scenario = \"features\"\n", &["pipeline_depth=4"])
+                .contains("set pipeline_depth = 1 and connections = 16")
+        );
+        assert!(
+            err("scenario = \"features\"\n", &["query_pct=10"]).contains("query_pct must be 100")
+        );
+        assert!(
+            err(
+                "scenario = \"kv\"\nendpoints = \"resp://h:1\"\n",
+                &["batch_size=10001"]
+            )
+            .contains("batch_size")
+        );
+        assert!(err("scenario = \"features\"\n", &["batch_size=0"]).contains("batch_size"));
+        assert!(
+            err(
+                "scenario = \"features\"\n",
+                &["key_space=1000000", "key_size_b=8"]
+            )
+            .contains("key_size_b")
+        );
+        assert!(err("scenario = \"fanout\"\n", &[]).contains("live follow"));
         assert!(err("endpoints = \"ftp://x\"\n", &[]).contains("ftp://x"));
+    }
+
+    #[test]
+    fn features_takes_kv_keys_over_http_and_a_mix_with_batch_reads() {
+        let w = Workload::from_toml(
+            "scenario = \"features\"\nendpoints = [\"http://127.0.0.1:7100\", \"unix:/tmp/vx.sock\"]\n",
+            "t.toml",
+            &[
+                "read_pct=50".into(),
+                "write_pct=10".into(),
+                "delete_pct=0".into(),
+                "query_pct=40".into(),
+                "batch_size=10000".into(),
+            ],
+        );
+        let w = match w {
+            Ok(w) => w,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(w.scenario, Scenario::Features);
+        assert_eq!((w.query_pct, w.batch_size), (40.0, 10_000));
+        assert_eq!(w.kv_preload(), 100_000);
+        // The defaults mix is kv's: no batch reads, 100 keys each when asked.
+        let d = Workload::default();
+        assert_eq!((d.query_pct, d.batch_size), (0.0, 100));
+    }
+
+    fn load(name: &str) -> Workload {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("workloads")
+            .join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(text.starts_with("# "), "{name} opens with what it models");
+        match Workload::load(&path, &[]) {
+            Ok(w) => w,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn every_workload_file_loads_and_features_files_are_kv_files_over_http() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .collect();
+        names.sort();
+        for name in &names {
+            load(name);
+        }
+        // Each pair differs in its scenario and endpoint only, so a comparison of the two
+        // is one of the stores, not of the workloads.
+        for (kv, features) in [
+            ("kv-70-25-5.toml", "features-70-25-5.toml"),
+            ("kv-get.toml", "features-get.toml"),
+            ("kv-query.toml", "features-query.toml"),
+        ] {
+            assert!(names.iter().any(|n| n == features), "{features}");
+            let (a, mut b) = (load(kv), load(features));
+            assert_eq!((a.scenario, b.scenario), (Scenario::Kv, Scenario::Features));
+            assert_eq!(a.endpoints, ["resp://127.0.0.1:6379"]);
+            assert_eq!(b.endpoints, ["http://127.0.0.1:7100"]);
+            b.scenario = a.scenario;
+            b.endpoints = a.endpoints.clone();
+            assert_eq!(a, b, "{kv} and {features}");
+        }
+        let get = load("features-get.toml");
+        assert_eq!(
+            (get.read_pct, get.rate, get.connections),
+            (100.0, Some(20_000.0), 50)
+        );
+        let query = load("features-query.toml");
+        assert_eq!(
+            (query.query_pct, query.batch_size, query.rate),
+            (100.0, 100, None)
+        );
     }
 
     #[test]

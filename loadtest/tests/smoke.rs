@@ -1,7 +1,8 @@
 //! Smoke tests of `vx-loadtest` (the real binary) against the real Veltrix server started
 //! in-process on `127.0.0.1:0` and temporary Unix sockets, and against a real `redis-server`
 //! for the kv scenario. They assert that each scenario runs to completion, counts what the
-//! server stored, and writes a valid report; never a speed.
+//! server stored, and writes a valid report; never a speed. The features and kv scenarios are
+//! also checked against each other: the same seed leaves the same keys in both stores.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -122,15 +123,33 @@ impl Drop for Veltrix {
     }
 }
 
-/// A bare HTTP/1.1 GET: status and body.
+/// A bare HTTP GET: status and body.
 fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    request(addr, "GET", path, token, None)
+}
+
+/// A bare HTTP request, with a JSON body if given: status and body.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    json: Option<&str>,
+) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(addr) else {
         return (0, String::new());
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     // HTTP/1.0: the answer is never chunked, the body is the rest of the stream.
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n{auth}\r\n");
+    let body = json.map_or(String::new(), |b| {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )
+    });
+    let end = if json.is_some() { "" } else { "\r\n" };
+    let req = format!("{method} {path} HTTP/1.0\r\nHost: x\r\n{auth}{body}{end}");
     if s.write_all(req.as_bytes()).is_err() {
         return (0, String::new());
     }
@@ -406,7 +425,7 @@ fn replay_pages_and_scans_read_the_preloaded_streams() {
 }
 
 /// A RESP server for the kv scenario: the real `redis-server` where it is installed (CI
-/// installs it), else a minimal one in this process (GET, SET, DEL over a map), so that
+/// installs it), else a minimal one in this process (GET, SET, DEL, MGET over a map), so that
 /// `cargo test --workspace` runs on a machine without Redis too.
 enum Resp {
     Redis {
@@ -471,7 +490,7 @@ impl Drop for Resp {
     }
 }
 
-/// GET, SET and DEL of RESP2 over a shared map, a thread per connection; with `close_after`,
+/// GET, SET, DEL and MGET of RESP2 over a shared map, a thread per connection; with `close_after`,
 /// each connection is dropped after that many commands.
 fn mini_resp_server(close_after: Option<usize>) -> u16 {
     use std::collections::HashMap;
@@ -528,6 +547,20 @@ fn mini_resp_server(close_after: Option<usize>) -> u16 {
                         }
                         b"DEL" => {
                             format!(":{}\r\n", u8::from(m.remove(&args[1]).is_some())).into_bytes()
+                        }
+                        b"MGET" => {
+                            let mut r = format!("*{}\r\n", args.len() - 1).into_bytes();
+                            for k in &args[1..] {
+                                match m.get(k) {
+                                    Some(v) => {
+                                        r.extend_from_slice(format!("${}\r\n", v.len()).as_bytes());
+                                        r.extend_from_slice(v);
+                                        r.extend_from_slice(b"\r\n");
+                                    }
+                                    None => r.extend_from_slice(b"$-1\r\n"),
+                                }
+                            }
+                            r
                         }
                         _ => b"-ERR unknown command\r\n".to_vec(),
                     };
@@ -740,6 +773,12 @@ fn the_command_line_explains_itself_and_refuses_what_cannot_run() {
     refuse("ratee = 1\n", &[], "ratee");
     refuse("", &["batch=0"], "batch");
     refuse("scenario = \"fanout\"\n", &[], "live follow");
+    // HTTP/1.1 cannot keep kv's pipeline depth on one connection.
+    refuse(
+        "scenario = \"features\"\n",
+        &["pipeline_depth=2"],
+        "set pipeline_depth = 1",
+    );
     // Nothing listens there: the run fails at once, naming the endpoint.
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -752,4 +791,247 @@ fn the_command_line_explains_itself_and_refuses_what_cannot_run() {
     );
     let out = run(&["run", tmp.path().join("missing.toml").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// The feature `v` of `entity` at the server; `None` for an unknown entity (404).
+fn feature_value(v: &Veltrix, entity: &str) -> Option<String> {
+    let path = format!("/v1/features/{}", entity.replace(':', "%3A"));
+    let (status, body) = get(v.http, &path, v.token.as_deref());
+    match status {
+        404 => None,
+        200 => {
+            let j: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(j["entity"], entity, "{body}");
+            Some(j["features"]["v"].as_str().unwrap().to_string())
+        }
+        other => panic!("GET {path}: {other} {body}"),
+    }
+}
+
+/// GET `key` over RESP; `None` for nil.
+fn resp_get(port: u16, key: &[u8]) -> Option<Vec<u8>> {
+    use vx_loadtest::resp;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut cmd = Vec::new();
+    resp::encode(&[b"GET", key], &mut cmd);
+    s.write_all(&cmd).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match resp::parse(&buf).unwrap() {
+            Some((resp::Reply::Bulk(None), _)) => return None,
+            // The value ends before the reply's last CRLF.
+            Some((resp::Reply::Bulk(Some(len)), used)) => {
+                return Some(buf[used - 2 - len..used - 2].to_vec());
+            }
+            Some((other, _)) => panic!("GET answered {other:?}"),
+            None => {
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "the RESP server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+/// The keys a one-connection kv or features run leaves set: its lane's operations replayed in
+/// order, as many as it made (the run must have had no error or refusal, so that every drawn
+/// operation was carried out).
+fn keys_left_set(r: &Report) -> std::collections::BTreeSet<u64> {
+    use vx_loadtest::ops::{KvGen, KvOp};
+    assert_eq!(r.workload.connections, 1);
+    assert!(
+        r.operations
+            .values()
+            .all(|o| o.errors == 0 && o.refused == 0),
+        "{:?}",
+        r.errors
+    );
+    let n: u64 = r.operations.values().map(|o| o.ok).sum();
+    let mut g = KvGen::new(&r.workload, 0).unwrap();
+    let mut set = std::collections::BTreeSet::new();
+    for _ in 0..n {
+        match g.next_op() {
+            KvOp::Set(k) => {
+                set.insert(k);
+            }
+            KvOp::Del(k) => {
+                set.remove(&k);
+            }
+            KvOp::Get(_) | KvOp::Query(_) => {}
+        }
+    }
+    set
+}
+
+#[test]
+fn features_store_what_the_report_counts_and_the_same_keys_as_kv() {
+    let v = Veltrix::start();
+    let redis = Resp::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    // One connection, open loop, no warm-up: a run is exactly the first rate × measure_s
+    // operations of lane 0's generator, in order, so what each store holds afterwards can be
+    // computed. No preload, and deletes: GETs and DELETEs of unknown entities (404) are misses,
+    // not errors.
+    let common = [
+        "key_space=40",
+        "preload_keys=0",
+        "connections=1",
+        "rate=150",
+        "warmup_s=0",
+        "measure_s=1",
+        "read_pct=40",
+        "write_pct=40",
+        "delete_pct=20",
+        "seed=11",
+    ];
+    let http = format!("endpoints=\"http://{}\"", v.http);
+    let resp = format!("endpoints=\"resp://127.0.0.1:{}\"", redis.port());
+    let mut left = Vec::new();
+    for (file, ep) in [("features-70-25-5.toml", &http), ("kv-70-25-5.toml", &resp)] {
+        let mut sets = common.to_vec();
+        sets.push(ep);
+        let json = tmp.path().join(format!("{file}.json"));
+        let r = run_report(&workloads.join(file), &sets, &json);
+        for op in ["get", "set", "del"] {
+            check_report(&r, op);
+        }
+        let ops: u64 = r.operations.values().map(|o| o.ok).sum();
+        assert_eq!(ops, 150, "{file}: every scheduled operation");
+        let expected = keys_left_set(&r);
+        assert!(!expected.is_empty(), "{file}");
+        for k in 0..40 {
+            let key = vx_loadtest::ops::kv_key(k, 16);
+            let held = if r.workload.scenario == vx_loadtest::workload::Scenario::Features {
+                feature_value(&v, std::str::from_utf8(&key).unwrap()).map(String::into_bytes)
+            } else {
+                resp_get(redis.port(), &key)
+            };
+            assert_eq!(held.is_some(), expected.contains(&k), "{file}: key {k}");
+            if let Some(value) = held {
+                assert_eq!(value, vec![b'x'; 128], "{file}: key {k}");
+            }
+        }
+        left.push(expected);
+    }
+    // The same seed drew the same operations on the same keys: both stores hold the same keys.
+    assert_eq!(left[0], left[1]);
+}
+
+#[test]
+fn features_preload_every_entity_and_batch_reads_count_their_values() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let json = tmp.path().join("q.json");
+    // Over the Unix socket: the preload PUTs entities 0..300 (preload_keys defaults to
+    // key_space), then 100% batch reads of 10 entities.
+    let unix = format!("endpoints=\"unix:{}\"", v.socket("http.sock").display());
+    let r = run_report(
+        &workloads.join("features-query.toml"),
+        &[
+            &unix,
+            "key_space=300",
+            "batch_size=10",
+            "connections=4",
+            "warmup_s=0.2",
+            "measure_s=1",
+        ],
+        &json,
+    );
+    assert_eq!(
+        r.operations.keys().collect::<Vec<_>>(),
+        ["query"],
+        "only batch reads"
+    );
+    let q = &r.operations["query"];
+    assert_eq!(check_report(&r, "query"), q.ok * 10);
+    let values = q.values_per_s.expect("values_per_s of query");
+    assert!(
+        (values - (q.ok * 10) as f64 / r.measure_s).abs() < 1e-6,
+        "{values} vs {} queries",
+        q.ok
+    );
+    assert!(r.table().contains("values/s: query"), "{}", r.table());
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(text.contains("\"values_per_s\""));
+    // Every entity was PUT once, with kv's value; reads changed nothing.
+    let value = "x".repeat(128);
+    for k in 0..300 {
+        let key = vx_loadtest::ops::key_string(k, 16);
+        assert_eq!(
+            feature_value(&v, &key).as_deref(),
+            Some(value.as_str()),
+            "{key}"
+        );
+    }
+    assert_eq!(feature_value(&v, "key:000000000300"), None);
+    // What a batch read asks, answered by the server in request order.
+    let (status, body) = request(
+        v.http,
+        "POST",
+        "/v1/features/query",
+        None,
+        Some(r#"{"entities":["key:000000000007","key:000000000300"],"names":["v"]}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let j: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["results"][0]["entity"], "key:000000000007");
+    assert_eq!(j["results"][0]["features"]["v"], value.as_str());
+    assert!(j["results"][1].is_null(), "{body}");
+
+    // GETs at a fixed rate over TCP, open loop: every scheduled GET is made and hits.
+    let http = format!("endpoints=\"http://{}\"", v.http);
+    let r = run_report(
+        &workloads.join("features-get.toml"),
+        &[
+            &http,
+            "key_space=300",
+            "preload_keys=0",
+            "rate=300",
+            "connections=5",
+            "warmup_s=0",
+            "measure_s=0.5",
+        ],
+        &json,
+    );
+    check_report(&r, "get");
+    let g = &r.operations["get"];
+    assert!(g.ok.abs_diff(150) <= 2, "{g:?}");
+    assert_eq!(g.ok, r.late_sends.sends);
+    assert_eq!(g.values_per_s, None);
+}
+
+#[test]
+fn kv_batch_reads_are_mgets_of_batch_size_keys() {
+    let server = Resp::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let json = tmp.path().join("kvq.json");
+    let endpoint = format!("endpoints=\"resp://127.0.0.1:{}\"", server.port());
+    let r = run_report(
+        &workloads.join("kv-query.toml"),
+        &[
+            &endpoint,
+            "key_space=300",
+            "batch_size=10",
+            "connections=2",
+            "pipeline_depth=4",
+            "warmup_s=0",
+            "measure_s=0.5",
+        ],
+        &json,
+    );
+    let q = &r.operations["query"];
+    assert_eq!(check_report(&r, "query"), q.ok * 10);
+    assert_eq!(r.operations.len(), 1);
+    let values = q.values_per_s.expect("values_per_s of query");
+    assert!((values - (q.ok * 10) as f64 / r.measure_s).abs() < 1e-6);
+    // The preload SET every key.
+    assert_eq!(
+        resp_get(server.port(), &vx_loadtest::ops::kv_key(299, 16)),
+        Some(vec![b'x'; 128])
+    );
 }
