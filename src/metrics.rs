@@ -27,6 +27,13 @@
 //!   `vx_log_oldest_append_timestamp_seconds`, `vx_retention_deleted_segments_total`,
 //!   `vx_retention_deleted_bytes_total`, `vx_segment_seal_duration_seconds`,
 //!   `vx_streams_deleted_total`: the log's size, retention and deletes (SPEC §5).
+//! - `vx_feature_reads_total`: entities read by `GET /v1/features/{entity}` and batch queries;
+//!   `vx_feature_writes_total`: feature PUTs and deletes answered 200.
+//! - `vx_feature_entities`, `vx_feature_bytes`, `vx_feature_max_bytes`: the feature tables
+//!   and their budget (`storage.max_feature_bytes`); `vx_feature_late_events_total`,
+//!   `vx_feature_future_events_total`: events windowed aggregates ignored (SPEC §6).
+//! - `vx_snapshot_age_seconds` (since the newest snapshot; 0 before the first),
+//!   `vx_snapshots_written_total`, `vx_snapshots_failed_total`, `vx_snapshot_bytes`.
 //! - `vx_frames_connections`: open binary-frames connections (handshake done).
 //! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
 //!   shard was at its high-water mark or the queued-byte budget was spent (SPEC §4); events
@@ -49,11 +56,14 @@ use vx_storage::Observer;
 pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 7] = [
+pub const ROUTES: [&str; 10] = [
     "/v1/events",
     "/v1/streams",
     "/v1/streams/{stream}",
     "/v1/streams/{stream}/events",
+    "/v1/features/query",
+    "/v1/features/{entity}",
+    "/v1/features/{entity}/{name}",
     "/healthz",
     "/readyz",
     "/metrics",
@@ -124,6 +134,10 @@ pub struct Metrics {
     frames: FramesHandles,
     /// `DELETE /v1/streams/{stream}` answered 200.
     pub streams_deleted: Counter,
+    /// Entities read (point and batch).
+    pub feature_reads: Counter,
+    /// Direct feature writes answered 200.
+    pub feature_writes: Counter,
 }
 
 /// Counters of the binary-frames listeners.
@@ -267,6 +281,19 @@ impl Metrics {
             streams_deleted.clone(),
         );
 
+        let feature_reads = Counter::default();
+        registry.register(
+            "vx_feature_reads",
+            "Entities read by GET /v1/features/{entity} and POST /v1/features/query",
+            feature_reads.clone(),
+        );
+        let feature_writes = Counter::default();
+        registry.register(
+            "vx_feature_writes",
+            "Feature PUTs and deletes answered 200",
+            feature_writes.clone(),
+        );
+
         registry.register_collector(Box::new(BudgetCollector(budget)));
         registry.register_collector(Box::new(EngineCollector { engine }));
 
@@ -282,6 +309,8 @@ impl Metrics {
             observer,
             frames,
             streams_deleted,
+            feature_reads,
+            feature_writes,
         }
     }
 
@@ -547,6 +576,63 @@ impl Collector for EngineCollector {
             "vx_retention_deleted_bytes",
             "Bytes (segments and index files) removed by retention since start",
             log.retained_bytes,
+        )?;
+        let fs = store.features().stats();
+        gauge(
+            &mut encoder,
+            "vx_feature_entities",
+            "Entities in the feature tables",
+            fs.entities as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_feature_bytes",
+            "Bytes the feature tables hold, as storage.max_feature_bytes counts them",
+            fs.bytes as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_feature_max_bytes",
+            "The feature table budget (storage.max_feature_bytes)",
+            fs.max_bytes as f64,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_feature_late_events",
+            "Events older than a windowed aggregate's window, ignored by it",
+            fs.late_events,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_feature_future_events",
+            "Events more than a minute past their append time, ignored by windowed aggregates",
+            fs.future_events,
+        )?;
+        let snap = store.snapshot_stats();
+        gauge(
+            &mut encoder,
+            "vx_snapshot_age_seconds",
+            "Seconds since the newest feature snapshot was written (0 before the first)",
+            snap.last_created_ms
+                .map_or(0.0, |ms| (now.saturating_sub(ms)).max(0) as f64 / 1000.0),
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_snapshot_bytes",
+            "Size of the newest snapshot written since start",
+            snap.last_bytes as f64,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_snapshots_written",
+            "Feature snapshots written since start",
+            snap.written,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_snapshots_failed",
+            "Feature snapshots that failed since start",
+            snap.failed,
         )
     }
 }

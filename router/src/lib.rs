@@ -29,7 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
 use vx_proto::Batch;
-use vx_storage::{Durability, Store, WriteError, WriteOutcome, WriteRequest};
+use vx_storage::{
+    Durability, FeatureOp, FeatureOutcome, FeatureWrite, Store, WriteError, WriteOutcome,
+    WriteRequest,
+};
 
 /// Admission settings (the `ingest.*` keys of SPEC §1).
 #[derive(Clone, Debug)]
@@ -367,6 +370,40 @@ impl Router {
         let bytes = req.batch.mem_bytes() as u64;
         let reservation = self.try_admit(&shards, bytes)?;
         self.write_admitted(req, reservation).await
+    }
+
+    /// Admit and write a direct feature write (SPEC §6): admitted like events, on the
+    /// entity's shard, one event per name it sets (or one for a delete).
+    pub async fn submit_features(
+        &self,
+        mut fw: FeatureWrite,
+    ) -> Result<(FeatureOutcome, f64), SubmitError> {
+        let store = self.store();
+        let shard = store.features().shard_of(&fw.entity);
+        let (n, bytes) = match &fw.op {
+            FeatureOp::Put(set) => (
+                set.len().max(1) as u64,
+                set.iter()
+                    .map(|(name, v)| {
+                        name.len()
+                            + 16
+                            + match v {
+                                Some(vx_storage::features::FeatureValue::Str(s)) => s.len(),
+                                _ => 8,
+                            }
+                    })
+                    .sum::<usize>() as u64,
+            ),
+            FeatureOp::Delete(name) => (1, name.as_ref().map_or(0, String::len) as u64),
+        };
+        let bytes = bytes + fw.entity.len() as u64;
+        let reservation = self.try_admit(&[(shard, n)], bytes)?;
+        let queue_fill = self.fill_of(&reservation.shards);
+        fw.guard = Some(Box::new(reservation));
+        match store.write_features(fw).await {
+            Ok(out) => Ok((out, queue_fill)),
+            Err(error) => Err(SubmitError::Write { error, queue_fill }),
+        }
     }
 
     /// Write a request that [`Router::try_admit`] admitted (with `reservation`), as

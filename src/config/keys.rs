@@ -96,7 +96,12 @@ pub const KEYS: &[Key] = &[
     key(
         "storage.max_feature_bytes",
         None,
-        "feature table budget (features: later release)",
+        "feature table budget (507 for new entities/features past it)",
+    ),
+    key(
+        "storage.snapshot_interval",
+        None,
+        "how often the feature tables are snapshotted (and at shutdown)",
     ),
     key(
         "ingest.queue_capacity",
@@ -166,7 +171,7 @@ pub const KEYS: &[Key] = &[
 pub const FILE_ONLY: &[(&str, &str)] = &[
     (
         "features",
-        "declared sliding-window features: [{name, from, agg, window, ttl}]",
+        "declared sliding-window features: [{name, from, agg, window, ttl, of}]",
     ),
     (
         "auth.tokens",
@@ -204,6 +209,7 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "storage.segment_bytes" => format_size(st.segment_bytes),
         "storage.max_streams" => st.max_streams.to_string(),
         "storage.max_feature_bytes" => format_size(st.max_feature_bytes),
+        "storage.snapshot_interval" => format_duration(st.snapshot_interval),
         "ingest.queue_capacity" => i.queue_capacity.to_string(),
         "ingest.high_water" => i.high_water.to_string(),
         "ingest.low_water" => i.low_water.to_string(),
@@ -260,6 +266,7 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "storage.segment_bytes" => cfg.storage.segment_bytes = parse_size(v)?,
         "storage.max_streams" => cfg.storage.max_streams = num(v)?,
         "storage.max_feature_bytes" => cfg.storage.max_feature_bytes = parse_size(v)?,
+        "storage.snapshot_interval" => cfg.storage.snapshot_interval = parse_duration(v)?,
         "ingest.queue_capacity" => cfg.ingest.queue_capacity = num(v)?,
         "ingest.high_water" => cfg.ingest.high_water = num(v)?,
         "ingest.low_water" => cfg.ingest.low_water = num(v)?,

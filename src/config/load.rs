@@ -357,29 +357,13 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
 }
 
 fn validate_features(cfg: &Config) -> Result<(), ConfigError> {
-    let mut seen = std::collections::HashSet::new();
-    for f in &cfg.features {
-        let bad = |m: String| Err(ConfigError::Invalid(format!("feature {:?}: {m}", f.name)));
-        if !vx_proto::event::valid_type(&f.name) {
-            return bad("name must be 1-128 bytes of [A-Za-z0-9_.:-]".into());
-        }
-        if vx_proto::event::reserved_feature_name(&f.name) {
-            return bad("the name clashes with a built-in feature (events, last_ts)".into());
-        }
-        if !seen.insert(f.name.as_str()) {
-            return bad("declared twice".into());
-        }
-        if !vx_proto::event::valid_type(&f.from) {
-            return bad(format!("from {:?} is not a valid event type", f.from));
-        }
-        if let Some(w) = f.window
-            && !(Duration::from_secs(1)..=Duration::from_secs(30 * 86_400)).contains(&w)
-        {
-            return bad("window must be between 1s and 30d".into());
-        }
-        if f.ttl.is_some_and(|t| t.is_zero()) {
-            return bad("ttl must be positive".into());
-        }
+    let decls: Vec<_> = cfg.features.iter().map(|f| f.to_storage()).collect();
+    vx_storage::features::check_decls(&decls).map_err(ConfigError::Invalid)?;
+    if cfg.storage.snapshot_interval < Duration::from_secs(1) {
+        return Err(ConfigError::Invalid(format!(
+            "storage.snapshot_interval must be at least 1s, got {:?}",
+            cfg.storage.snapshot_interval
+        )));
     }
     Ok(())
 }
@@ -408,9 +392,6 @@ fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
 fn not_yet_warnings(cfg: &Config) -> Vec<String> {
     let mut w = Vec::new();
     let later = |key: &str| format!("{key} is set, but it takes effect in a later release");
-    if !cfg.features.is_empty() {
-        w.push(later("features"));
-    }
     if cfg.telemetry.otlp_endpoint.is_some() {
         w.push(later("telemetry.otlp_endpoint"));
     }

@@ -123,9 +123,12 @@ pub struct StorageSection {
     #[serde(deserialize_with = "units::size")]
     pub segment_bytes: u64,
     pub max_streams: u64,
-    /// Budget of the feature tables (enforced once features exist).
+    /// Budget of the feature tables: past it, writes creating entities or features get 507.
     #[serde(deserialize_with = "units::size")]
     pub max_feature_bytes: u64,
+    /// How often the feature tables are snapshotted (also at shutdown).
+    #[serde(deserialize_with = "units::duration")]
+    pub snapshot_interval: Duration,
 }
 
 /// The shard count of a new data dir when none is given (SPEC §1).
@@ -140,7 +143,8 @@ impl Default for StorageSection {
             fsync_interval_ms: 100,
             segment_bytes: 128 * MIB,
             max_streams: 1_000_000,
-            max_feature_bytes: 256 * MIB,
+            max_feature_bytes: 1024 * MIB,
+            snapshot_interval: Duration::from_secs(300),
         }
     }
 }
@@ -222,6 +226,46 @@ pub struct FeatureDecl {
     pub window: Option<Duration>,
     #[serde(default, deserialize_with = "units::opt_duration")]
     pub ttl: Option<Duration>,
+    /// `distinct` only: what it counts distinct values of (default `value`).
+    #[serde(default)]
+    pub of: DistinctOf,
+}
+
+/// `of` of a `distinct` feature.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DistinctOf {
+    #[default]
+    Value,
+    Stream,
+    Data,
+}
+
+impl FeatureDecl {
+    /// The storage engine's form of the declaration.
+    pub fn to_storage(&self) -> vx_storage::features::FeatureDecl {
+        use vx_storage::features as f;
+        f::FeatureDecl {
+            name: self.name.clone(),
+            from: self.from.clone(),
+            agg: match self.agg {
+                Agg::Count => f::Agg::Count,
+                Agg::Sum => f::Agg::Sum,
+                Agg::Min => f::Agg::Min,
+                Agg::Max => f::Agg::Max,
+                Agg::Avg => f::Agg::Avg,
+                Agg::Last => f::Agg::Last,
+                Agg::Distinct => f::Agg::Distinct,
+            },
+            window: self.window,
+            ttl: self.ttl,
+            of: match self.of {
+                DistinctOf::Value => f::DistinctOf::Value,
+                DistinctOf::Stream => f::DistinctOf::Stream,
+                DistinctOf::Data => f::DistinctOf::Data,
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -307,6 +351,9 @@ impl Config {
         s.dedup_window = self.ingest.dedup_window;
         s.dedup_memory = self.ingest.dedup_memory;
         s.max_streams = self.storage.max_streams;
+        s.max_feature_bytes = self.storage.max_feature_bytes;
+        s.snapshot_interval = self.storage.snapshot_interval;
+        s.features = self.features.iter().map(FeatureDecl::to_storage).collect();
         s.retention = vx_storage::Retention {
             max_age: self.retention.max_age,
             max_bytes: self.retention.max_bytes,

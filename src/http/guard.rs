@@ -87,6 +87,9 @@ fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         "/healthz" | "/readyz" => None,
         "/v1/events" => Some(Scope::Ingest),
         "/v1/streams/{stream}" if method == Method::DELETE => Some(Scope::Admin),
+        // Feature writes are writes, like events; reads (GET, the batch query) need `read`.
+        "/v1/features/{entity}" if method != Method::GET => Some(Scope::Ingest),
+        "/v1/features/{entity}/{name}" => Some(Scope::Ingest),
         _ => Some(Scope::Read),
     }
 }

@@ -5,11 +5,13 @@
 //! - [`ingest`]: `POST /v1/events`.
 //! - [`streams`]: `GET /v1/streams`, `GET`/`DELETE /v1/streams/{stream}`.
 //! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed.
+//! - [`features`]: the feature store's routes (SPEC §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
 //! - [`params`]: query-string parsing with SPEC-shaped errors.
 
 pub mod error;
+pub mod features;
 pub mod guard;
 pub mod ingest;
 pub mod ops;
@@ -36,6 +38,17 @@ pub fn app(state: AppState) -> Router {
             get(streams::one).delete(streams::delete),
         )
         .route("/v1/streams/{stream}/events", get(replay::events))
+        .route("/v1/features/query", post(features::query))
+        .route(
+            "/v1/features/{entity}",
+            get(features::get)
+                .put(features::put)
+                .delete(features::delete_entity),
+        )
+        .route(
+            "/v1/features/{entity}/{name}",
+            axum::routing::delete(features::delete_one),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -27,6 +27,7 @@ use crate::api::StorageConfig;
 use crate::carry::{Carry, CarryEntry};
 use crate::chain::{self, Head};
 use crate::dedup::DedupTable;
+use crate::features::Features;
 use crate::idxfile::{
     self, Agg, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, IdxContents, SegSummary,
 };
@@ -40,7 +41,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
-use crate::features::Features;
 use vx_proto::shard::shard_of;
 
 /// State shared between the writer and the [`crate::Store`] handles (readers).

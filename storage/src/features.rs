@@ -555,8 +555,10 @@ impl Features {
         }
         self.used
             .store(i64::try_from(used).unwrap_or(i64::MAX), Ordering::Relaxed);
-        self.entities
-            .store(i64::try_from(entities).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.entities.store(
+            i64::try_from(entities).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn shard_of(&self, entity: &str) -> u32 {
@@ -873,8 +875,15 @@ impl Features {
                         },
                         Agg::Distinct => State::Hll {
                             head: i64::MIN,
-                            regs: vec![0u8; if width.is_some() { HLL_M * HLL_LEVELS } else { HLL_M }]
-                                .into_boxed_slice(),
+                            regs: vec![
+                                0u8;
+                                if width.is_some() {
+                                    HLL_M * HLL_LEVELS
+                                } else {
+                                    HLL_M
+                                }
+                            ]
+                            .into_boxed_slice(),
                         },
                         _ => State::Win(Vec::new()),
                     };
@@ -1348,7 +1357,12 @@ fn set_gauge(st: &mut State, value: Num, ts: i64) {
 
 /// Update one declared aggregate with an event: `Some(true)` applied, `Some(false)` late,
 /// `None` not applicable (no value where one is needed).
-fn aggregate(decl: &FeatureDecl, width: Option<i64>, st: &mut State, ev: &EventView<'_>) -> Option<bool> {
+fn aggregate(
+    decl: &FeatureDecl,
+    width: Option<i64>,
+    st: &mut State,
+    ev: &EventView<'_>,
+) -> Option<bool> {
     let b = width.map_or(0, |w| ev.ts.div_euclid(w));
     match (decl.agg, st) {
         (Agg::Last, State::Plain { v, ts }) => {
@@ -1401,7 +1415,11 @@ fn aggregate(decl: &FeatureDecl, width: Option<i64>, st: &mut State, ev: &EventV
                 };
             };
             if head == i64::MIN || b > head {
-                let mut bk = Bucket { idx: b, n: 0, a: 0.0 };
+                let mut bk = Bucket {
+                    idx: b,
+                    n: 0,
+                    a: 0.0,
+                };
                 fold(&mut bk);
                 let keep_from = buckets.partition_point(|x| x.idx <= b - BUCKETS);
                 buckets.drain(..keep_from);
@@ -1417,7 +1435,11 @@ fn aggregate(decl: &FeatureDecl, width: Option<i64>, st: &mut State, ev: &EventV
                         }
                     }
                     Err(i) => {
-                        let mut bk = Bucket { idx: b, n: 0, a: 0.0 };
+                        let mut bk = Bucket {
+                            idx: b,
+                            n: 0,
+                            a: 0.0,
+                        };
                         fold(&mut bk);
                         buckets.insert(i, bk);
                     }
@@ -1587,16 +1609,20 @@ mod tests {
         assert!(check_decls(&[decl("ok", Agg::Sum, Some(300))]).is_ok());
         assert!(check_decls(&[decl("events", Agg::Sum, None)]).is_err());
         assert!(check_decls(&[decl("a", Agg::Sum, None), decl("a", Agg::Max, None)]).is_err());
-        assert!(check_decls(&[FeatureDecl {
-            window: Some(Duration::from_millis(500)),
-            ..decl("a", Agg::Sum, None)
-        }])
-        .is_err());
+        assert!(
+            check_decls(&[FeatureDecl {
+                window: Some(Duration::from_millis(500)),
+                ..decl("a", Agg::Sum, None)
+            }])
+            .is_err()
+        );
         assert!(check_decls(&[decl("a", Agg::Sum, Some(31 * 86_400))]).is_err());
-        assert!(check_decls(&[FeatureDecl {
-            of: DistinctOf::Stream,
-            ..decl("a", Agg::Sum, None)
-        }])
-        .is_err());
+        assert!(
+            check_decls(&[FeatureDecl {
+                of: DistinctOf::Stream,
+                ..decl("a", Agg::Sum, None)
+            }])
+            .is_err()
+        );
     }
 }

@@ -28,8 +28,8 @@ mod reader;
 pub mod record;
 mod recovery;
 mod segment;
-pub mod snapshot;
 pub mod sim;
+pub mod snapshot;
 pub mod vfs;
 mod writer;
 

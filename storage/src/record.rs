@@ -167,7 +167,12 @@ impl RecordBuilder {
     }
 
     /// A feature put record's body: the entity and its (name, value or delete) pairs.
-    pub fn feature_put(&mut self, buf: &mut Vec<u8>, entity: &str, set: &[(String, Option<FeatureValue>)]) {
+    pub fn feature_put(
+        &mut self,
+        buf: &mut Vec<u8>,
+        entity: &str,
+        set: &[(String, Option<FeatureValue>)],
+    ) {
         entity_bytes(buf, entity);
         for (name, v) in set {
             name_bytes(buf, name);
@@ -425,7 +430,10 @@ pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
 }
 
 /// The body of a feature put record: the entity and its (name, value or delete) pairs.
-pub fn feature_put(rec: &[u8], n: u32) -> Result<(&str, Vec<(&str, Option<FeatureValue>)>), Decode> {
+pub fn feature_put(
+    rec: &[u8],
+    n: u32,
+) -> Result<(&str, Vec<(&str, Option<FeatureValue>)>), Decode> {
     let mut r = Rd {
         b: rec,
         pos: HEADER_LEN,

@@ -182,7 +182,12 @@ fn pad16(buf: &mut Vec<u8>) {
 }
 
 /// Write a snapshot of `features` into `dir` (durably: temp file, fsync, rename, dir fsync).
-pub(crate) fn write(vfs: &dyn Vfs, dir: &Path, features: &Features, now_ms: i64) -> io::Result<SnapInfo> {
+pub(crate) fn write(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    features: &Features,
+    now_ms: i64,
+) -> io::Result<SnapInfo> {
     vfs.create_dir_all(dir)?;
     let tmp = dir.join("snap.vxs.tmp");
     if vfs.exists(&tmp)? {
@@ -312,7 +317,12 @@ fn read_head(f: &dyn VFile) -> Result<Head, Unusable> {
 }
 
 /// Read `len` bytes at `off` into a 16-aligned buffer (rkyv validation needs alignment).
-fn read_aligned(f: &dyn VFile, off: u64, len: usize, file_len: u64) -> Result<AlignedVec<16>, Unusable> {
+fn read_aligned(
+    f: &dyn VFile,
+    off: u64,
+    len: usize,
+    file_len: u64,
+) -> Result<AlignedVec<16>, Unusable> {
     if off.saturating_add(len as u64) > file_len {
         return Err(bad("truncated"));
     }
@@ -506,7 +516,11 @@ fn list(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
         .list(dir)?
         .into_iter()
         .filter_map(|n| {
-            let lsn = n.strip_prefix("snap-")?.strip_suffix(".vxs")?.parse().ok()?;
+            let lsn = n
+                .strip_prefix("snap-")?
+                .strip_suffix(".vxs")?
+                .parse()
+                .ok()?;
             Some((lsn, dir.join(n)))
         })
         .collect();
@@ -565,7 +579,10 @@ pub(crate) fn bootstrap(engine: &Engine) -> Result<(FeatureBoot, Vec<SnapInfo>),
                     covered_min: head.covered_min,
                     covered_max: head.covered_max,
                     created_ms: head.created_ms,
-                    bytes: vfs.open(&path, OpenMode::Read).and_then(|f| f.len()).unwrap_or(0),
+                    bytes: vfs
+                        .open(&path, OpenMode::Read)
+                        .and_then(|f| f.len())
+                        .unwrap_or(0),
                 };
                 if chosen.is_some() {
                     kept.push(info);
@@ -707,7 +724,11 @@ pub(crate) fn run(
     publish_floor(&shared, &kept);
     let mut last = Instant::now();
     loop {
-        let msg = rx.recv_timeout(interval.saturating_sub(last.elapsed()).max(Duration::from_millis(1)));
+        let msg = rx.recv_timeout(
+            interval
+                .saturating_sub(last.elapsed())
+                .max(Duration::from_millis(1)),
+        );
         let (reply, stop) = match msg {
             Ok(SnapMsg::Now(r)) => (Some(r), false),
             Ok(SnapMsg::Stop) | Err(flume::RecvTimeoutError::Disconnected) => (None, true),
@@ -723,7 +744,9 @@ pub(crate) fn run(
         match &res {
             Ok(info) => {
                 status.written.fetch_add(1, Ordering::Relaxed);
-                status.last_created_ms.store(info.created_ms, Ordering::Relaxed);
+                status
+                    .last_created_ms
+                    .store(info.created_ms, Ordering::Relaxed);
                 status.last_bytes.store(info.bytes, Ordering::Relaxed);
                 tracing::info!(
                     snapshot = %info.path.display(),

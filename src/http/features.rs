@@ -1,0 +1,439 @@
+//! The feature store's routes (SPEC §6): `GET`/`PUT`/`DELETE /v1/features/{entity}`,
+//! `DELETE /v1/features/{entity}/{name}` and `POST /v1/features/query`.
+//!
+//! Reads are answered from the in-memory tables on the async worker (a shard's read lock and
+//! a JSON rendering, no I/O). Writes are log records admitted like events (`X-Vx-Durability`,
+//! 429 under backpressure, 507 past `storage.max_feature_bytes`), applied before they are
+//! answered, so a read after a 200 sees them. Every response carries `X-Vx-Shard`.
+
+use super::AppError;
+use super::params::Params;
+use super::streams::{engine, with_shard};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use vx_proto::ErrorCode;
+use vx_router::SubmitError;
+use vx_storage::features::{self as f, FeatureValue, ReadAt};
+use vx_storage::{FeatureOp, FeatureOutcome, FeatureWrite};
+
+/// Most entities one batch query may name.
+pub const QUERY_MAX_ENTITIES: usize = 10_000;
+/// Largest body of a PUT and of a batch query.
+const PUT_MAX_BODY: usize = 1 << 20;
+const QUERY_MAX_BODY: usize = 8 << 20;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn invalid(field: &str, message: String) -> AppError {
+    let mut e = AppError::new(ErrorCode::InvalidEvent, message);
+    e.details.field = Some(field.to_string());
+    e
+}
+
+fn too_large(limit: &str, max: usize, message: String) -> AppError {
+    let mut e = AppError::new(ErrorCode::TooLarge, message);
+    e.details.limit = Some(limit.to_string());
+    e.details.max = Some(max as u64);
+    e
+}
+
+/// The `{entity}` path segment, percent-decoded, checked against SPEC §2's entity rule.
+fn entity_of(path: Result<Path<String>, PathRejection>) -> Result<String, AppError> {
+    let Path(entity) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    check_entity(&entity).map_err(AppError::bad_request)?;
+    Ok(entity)
+}
+
+fn check_entity(entity: &str) -> Result<(), String> {
+    if entity.is_empty() || !vx_proto::event::valid_entity(entity) {
+        return Err(format!(
+            "entity {entity:?} must be 1-256 bytes of UTF-8 without control characters"
+        ));
+    }
+    Ok(())
+}
+
+/// Read a whole body of at most `max` bytes; past it, 413 naming `limit`.
+async fn body_bytes(body: Body, max: usize, limit: &str) -> Result<Vec<u8>, AppError> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| AppError::malformed(format!("reading the body failed: {e}")))?;
+        if out.len() + chunk.len() > max {
+            return Err(too_large(
+                limit,
+                max,
+                format!("the body is larger than {max} bytes"),
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn check_json_type(headers: &HeaderMap) -> Result<(), AppError> {
+    let Some(ct) = headers.get(CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let ct = ct.to_str().unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(AppError::unsupported_media_type(
+            format!("content type {ct:?} is not supported here; send application/json"),
+            &["application/json"],
+        ))
+    }
+}
+
+fn names_param(params: &Params) -> Result<Option<Vec<&str>>, AppError> {
+    let Some(v) = params.get("names") else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = v.split(',').filter(|n| !n.is_empty()).collect();
+    if names.len() > f::MAX_PUT_NAMES {
+        return Err(AppError::bad_request(format!(
+            "names lists at most {} features",
+            f::MAX_PUT_NAMES
+        )));
+    }
+    Ok(Some(names))
+}
+
+/// `GET /v1/features/{entity}?names=a,b`.
+pub async fn get(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+) -> Result<Response, AppError> {
+    let entity = entity_of(path)?;
+    let params = Params::parse(&uri, &["names"])?;
+    let names = names_param(&params)?;
+    let router = engine(&state)?;
+    let features = router.store().features();
+    let shard = features.shard_of(&entity);
+    let mut out = Vec::with_capacity(256);
+    let at = ReadAt { now_ms: now_ms() };
+    state.metrics().feature_reads.inc();
+    if features.write_json(&entity, names.as_deref(), at, true, &mut out) {
+        Ok(with_shard(json(StatusCode::OK, out), shard))
+    } else {
+        Ok(with_shard(
+            AppError::not_found(format!("unknown entity {entity:?}")).into_response(),
+            shard,
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryBody {
+    entities: Vec<String>,
+    #[serde(default)]
+    names: Option<Vec<String>>,
+}
+
+/// `POST /v1/features/query`: `{"entities": [...], "names": [...]?}` → results in order.
+pub async fn query(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> Result<Response, AppError> {
+    Params::parse(&uri, &[])?;
+    check_json_type(&headers)?;
+    let bytes = body_bytes(body, QUERY_MAX_BODY, "query.body_bytes").await?;
+    let q: QueryBody = serde_json::from_slice(&bytes).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            AppError::malformed(format!("the body is not JSON: {e}"))
+        } else {
+            invalid(
+                "entities",
+                format!("expected {{\"entities\": [...], \"names\": [...]}}: {e}"),
+            )
+        }
+    })?;
+    if q.entities.len() > QUERY_MAX_ENTITIES {
+        return Err(too_large(
+            "query.entities",
+            QUERY_MAX_ENTITIES,
+            format!(
+                "{} entities in one query; at most {QUERY_MAX_ENTITIES}",
+                q.entities.len()
+            ),
+        ));
+    }
+    if let Some(n) = &q.names
+        && n.len() > f::MAX_PUT_NAMES
+    {
+        return Err(too_large(
+            "query.names",
+            f::MAX_PUT_NAMES,
+            format!(
+                "{} names in one query; at most {}",
+                n.len(),
+                f::MAX_PUT_NAMES
+            ),
+        ));
+    }
+    let router = engine(&state)?;
+    let features = router.store().features();
+    let names: Option<Vec<&str>> = q
+        .names
+        .as_ref()
+        .map(|n| n.iter().map(String::as_str).collect());
+    let at = ReadAt { now_ms: now_ms() };
+    let mut out = Vec::with_capacity(64 + q.entities.len() * 96);
+    out.extend_from_slice(b"{\"results\":[");
+    for (i, e) in q.entities.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if !features.write_json(e, names.as_deref(), at, false, &mut out) {
+            out.extend_from_slice(b"null");
+        }
+    }
+    out.extend_from_slice(b"]}");
+    state
+        .metrics()
+        .feature_reads
+        .inc_by(q.entities.len() as u64);
+    Ok(json(StatusCode::OK, out))
+}
+
+/// A PUT body's value: number, string or boolean; `null` deletes the feature.
+fn value_of(name: &str, v: serde_json::Value) -> Result<Option<FeatureValue>, AppError> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::Null => None,
+        J::Bool(b) => Some(FeatureValue::Bool(b)),
+        J::Number(n) => Some(match n.as_i64() {
+            Some(i) => FeatureValue::Int(i),
+            None => match n.as_f64() {
+                Some(x) if x.is_finite() => FeatureValue::Float(x),
+                _ => {
+                    return Err(invalid(
+                        name,
+                        format!("feature {name:?}: not a finite number"),
+                    ));
+                }
+            },
+        }),
+        J::String(s) => {
+            if s.len() > f::MAX_STRING_VALUE {
+                let mut e = too_large(
+                    "features.max_string_bytes",
+                    f::MAX_STRING_VALUE,
+                    format!("feature {name:?}: a string of {} bytes", s.len()),
+                );
+                e.details.field = Some(name.to_string());
+                return Err(e);
+            }
+            Some(FeatureValue::Str(s.into()))
+        }
+        J::Array(_) | J::Object(_) => {
+            return Err(invalid(
+                name,
+                format!("feature {name:?}: values are numbers, strings, booleans or null"),
+            ));
+        }
+    })
+}
+
+/// `PUT /v1/features/{entity}` with `{"name": value, …}`.
+pub async fn put(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> Result<Response, AppError> {
+    let entity = entity_of(path)?;
+    Params::parse(&uri, &[])?;
+    check_json_type(&headers)?;
+    let durability = super::ingest::durability(&headers)?;
+    let bytes = body_bytes(body, PUT_MAX_BODY, "features.max_put_bytes").await?;
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                AppError::malformed(format!("the body is not JSON: {e}"))
+            } else {
+                invalid("", format!("expected a JSON object of feature values: {e}"))
+            }
+        })?;
+    if map.len() > f::MAX_PUT_NAMES {
+        return Err(too_large(
+            "features.max_put_names",
+            f::MAX_PUT_NAMES,
+            format!(
+                "{} features in one PUT; at most {}",
+                map.len(),
+                f::MAX_PUT_NAMES
+            ),
+        ));
+    }
+    let router = engine(&state)?;
+    let features = router.store().features();
+    let shard = features.shard_of(&entity);
+    let mut set = Vec::with_capacity(map.len());
+    for (name, v) in map {
+        if !f::valid_name(&name) {
+            return Err(invalid(
+                &name,
+                format!("feature name {name:?} must be 1-128 bytes of [A-Za-z0-9_.:-]"),
+            ));
+        }
+        if features.is_declared(&name) {
+            return Err(invalid(
+                &name,
+                format!(
+                    "feature {name:?} is a declared aggregate: it is computed from events and cannot be set (DELETE resets it)"
+                ),
+            ));
+        }
+        let v = value_of(&name, v)?;
+        set.push((name, v));
+    }
+    if set.is_empty() {
+        return Ok(with_shard(
+            written(
+                &entity,
+                0,
+                0,
+                durability.unwrap_or_else(|| router.store().fsync_mode().durability()),
+            ),
+            shard,
+        ));
+    }
+    let res = router
+        .submit_features(FeatureWrite {
+            entity: entity.clone(),
+            op: FeatureOp::Put(set),
+            durability,
+            guard: None,
+        })
+        .await;
+    Ok(with_shard(outcome(&state, &entity, res, false), shard))
+}
+
+fn written(entity: &str, set: u64, deleted: u64, d: vx_storage::Durability) -> Response {
+    let body = serde_json::json!({
+        "entity": entity,
+        "set": set,
+        "deleted": deleted,
+        "durability": d.as_str(),
+    });
+    json(StatusCode::OK, body.to_string().into_bytes())
+}
+
+fn outcome(
+    state: &AppState,
+    entity: &str,
+    res: Result<(FeatureOutcome, f64), SubmitError>,
+    is_delete: bool,
+) -> Response {
+    match res {
+        Ok((o, _)) => {
+            if is_delete && !o.found {
+                return AppError::not_found(format!("unknown entity or feature in {entity:?}"))
+                    .into_response();
+            }
+            state.metrics().feature_writes.inc();
+            written(entity, o.set, o.deleted, o.durability)
+        }
+        Err(SubmitError::Backpressure {
+            retry_after_ms,
+            message,
+            ..
+        }) => AppError::backpressure(retry_after_ms, message).into_response(),
+        Err(SubmitError::Write { error, .. }) => {
+            if !matches!(error, vx_storage::WriteError::FeatureBudget { .. }) {
+                tracing::warn!(error = %error, "feature write failed");
+            }
+            AppError::from(error).into_response()
+        }
+    }
+}
+
+/// `DELETE /v1/features/{entity}`: every feature of the entity; 404 if unknown.
+pub async fn delete_entity(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, AppError> {
+    let entity = entity_of(path)?;
+    Params::parse(&uri, &[])?;
+    delete(state, entity, None, &headers).await
+}
+
+/// `DELETE /v1/features/{entity}/{name}`: one feature (a declared aggregate starts over);
+/// 404 if the entity or the feature is unknown.
+pub async fn delete_one(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, AppError> {
+    let Path((entity, name)) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    check_entity(&entity).map_err(AppError::bad_request)?;
+    if !f::valid_name(&name) {
+        return Err(AppError::bad_request(format!(
+            "feature name {name:?} must be 1-128 bytes of [A-Za-z0-9_.:-]"
+        )));
+    }
+    Params::parse(&uri, &[])?;
+    delete(state, entity, Some(name), &headers).await
+}
+
+async fn delete(
+    state: AppState,
+    entity: String,
+    name: Option<String>,
+    headers: &HeaderMap,
+) -> Result<Response, AppError> {
+    let durability = super::ingest::durability(headers)?;
+    let router = engine(&state)?;
+    let shard = router.store().features().shard_of(&entity);
+    // A delete of what does not exist writes no record.
+    if !router.store().features().exists(&entity, name.as_deref()) {
+        return Ok(with_shard(
+            AppError::not_found(format!(
+                "unknown {} {:?}",
+                if name.is_some() { "feature" } else { "entity" },
+                name.as_deref().unwrap_or(&entity)
+            ))
+            .into_response(),
+            shard,
+        ));
+    }
+    let res = router
+        .submit_features(FeatureWrite {
+            entity: entity.clone(),
+            op: FeatureOp::Delete(name),
+            durability,
+            guard: None,
+        })
+        .await;
+    Ok(with_shard(outcome(&state, &entity, res, true), shard))
+}
