@@ -509,11 +509,12 @@ fn build_shard(
 
 /// The snapshots in `dir`, newest (largest covered LSN) first, by name.
 fn list(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
-    if !vfs.exists(dir)? {
-        return Ok(Vec::new());
-    }
-    let mut out: Vec<(u64, PathBuf)> = vfs
-        .list(dir)?
+    let names = match vfs.list(dir) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: Vec<(u64, PathBuf)> = names
         .into_iter()
         .filter_map(|n| {
             let lsn = n
