@@ -206,6 +206,58 @@ impl Api {
         panic!("replay of {stream:?} did not end");
     }
 
+    /// `GET /v1/features/{entity}` (with `?names=` when given).
+    pub async fn features(&self, entity: &str, names: Option<&str>) -> Resp {
+        let q = names
+            .map(|n| format!("?names={}", enc(n)))
+            .unwrap_or_default();
+        self.get(&format!("/v1/features/{}{q}", enc(entity))).await
+    }
+
+    /// `PUT /v1/features/{entity}` with a JSON body.
+    pub async fn put_features(&self, entity: &str, body: &Value) -> Resp {
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/v1/features/{}", enc(entity)),
+            &[("content-type", "application/json")],
+            Some(body.to_string().into()),
+        )
+        .await
+    }
+
+    /// `DELETE /v1/features/{entity}[/{name}]`.
+    pub async fn delete_features(&self, entity: &str, name: Option<&str>) -> Resp {
+        let path = match name {
+            Some(n) => format!("/v1/features/{}/{}", enc(entity), enc(n)),
+            None => format!("/v1/features/{}", enc(entity)),
+        };
+        self.send(reqwest::Method::DELETE, &path, &[], None).await
+    }
+
+    /// `POST /v1/features/query`.
+    pub async fn query_features(&self, body: &Value) -> Resp {
+        self.send(
+            reqwest::Method::POST,
+            "/v1/features/query",
+            &[("content-type", "application/json")],
+            Some(body.to_string().into()),
+        )
+        .await
+    }
+
+    /// `POST /v1/events` with NDJSON lines as given.
+    pub async fn post_lines(&self, lines: &[String]) -> Resp {
+        let mut body = lines.join("\n");
+        body.push('\n');
+        self.send(
+            reqwest::Method::POST,
+            "/v1/events",
+            &[("content-type", "application/x-ndjson")],
+            Some(body.into()),
+        )
+        .await
+    }
+
     pub async fn stream_info(&self, stream: &str) -> Resp {
         self.get(&format!("/v1/streams/{}", enc(stream))).await
     }
