@@ -214,9 +214,13 @@ async fn http_op(
             let op = g.next_op();
             let req = g.feature_request(&op);
             let (events, bytes) = (op.events(), g.bytes_of(&op));
-            let mut headers = Vec::with_capacity(1);
+            let mut headers = Vec::with_capacity(2);
             if let Some(ty) = req.content_type {
                 headers.push(("content-type", ty));
+            }
+            // Writes are admitted like events: the workload's durability, as ingest sends it.
+            if let (KvOp::Set(_) | KvOp::Del(_), Some(d)) = (&op, ctx.durability_header()) {
+                headers.push(("x-vx-durability", d));
             }
             let r = conn
                 .call(req.method, &req.path, &headers, req.body, false)

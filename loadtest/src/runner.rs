@@ -13,7 +13,7 @@ use crate::recorder::{LaneRecorder, LateAcc, OpAcc, OpAccs, named};
 use crate::report::{Host, Interval, IntervalOp, LateReport, OpReport, REPORT_FORMAT, Report};
 use crate::resp;
 use crate::schedule::{Pacer, Schedule};
-use crate::workload::{Scenario, Workload, WorkloadError};
+use crate::workload::{Durability, Scenario, Workload, WorkloadError};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -552,7 +552,14 @@ async fn prepare_features(
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
     for conn in conns {
-        tasks.spawn(put_entities(conn, g.clone(), next.clone(), n, timeout));
+        tasks.spawn(put_entities(
+            conn,
+            g.clone(),
+            next.clone(),
+            n,
+            w.durability,
+            timeout,
+        ));
     }
     // The first failure ends the preload; dropping the set aborts the other connections.
     while let Some(joined) = tasks.join_next().await {
@@ -575,8 +582,14 @@ async fn put_entities(
     g: Arc<KvGen>,
     next: Arc<AtomicU64>,
     n: u64,
+    durability: Option<Durability>,
     timeout: Duration,
 ) -> Result<(), String> {
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(d) = durability {
+        headers.push(("x-vx-durability", d.as_str()));
+    }
+    let headers = headers.as_slice();
     loop {
         let k = next.fetch_add(1, Ordering::Relaxed);
         if k >= n {
@@ -586,13 +599,7 @@ async fn put_entities(
         loop {
             let reply = tokio::time::timeout(
                 timeout,
-                conn.call(
-                    req.method,
-                    &req.path,
-                    &[("content-type", "application/json")],
-                    req.body.clone(),
-                    false,
-                ),
+                conn.call(req.method, &req.path, headers, req.body.clone(), false),
             )
             .await
             .map_err(|_| {

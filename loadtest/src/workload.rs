@@ -204,7 +204,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "token",
         default: "absent",
-        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs)",
+        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs; features: read for GET and queries, ingest for PUT and DELETE)",
     },
     Key {
         name: "key_space",
@@ -284,7 +284,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "durability",
         default: "absent",
-        help: "ingest: none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode",
+        help: "ingest and features writes (PUT, DELETE): none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode",
     },
     Key {
         name: "ids",

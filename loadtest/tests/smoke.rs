@@ -346,6 +346,23 @@ fn the_token_reaches_every_transport_and_a_refused_one_is_an_error() {
         let events = check_report(&r, "ingest");
         assert_eq!(v.stored_eventually(prefix, events), events, "{prefix}");
     }
+    // Features: GETs and queries need read, PUTs (the preload too) and DELETEs ingest; the
+    // workload's durability goes with the writes.
+    let features = write_workload(
+        tmp.path(),
+        "auth-features.toml",
+        &format!(
+            "scenario = \"features\"\nendpoints = \"http://{}\"\nkey_space = 20\nread_pct = 40\nwrite_pct = 30\ndelete_pct = 10\nquery_pct = 20\nbatch_size = 5\ndurability = \"none\"\nconnections = 2\nwarmup_s = 0\nmeasure_s = 0.3\nrate = 100\ntoken = \"s3cret\"\n",
+            v.http
+        ),
+    );
+    let json = tmp.path().join("auth-features.json");
+    let r = run_report(&features, &[], &json);
+    for op in ["get", "set", "query"] {
+        check_report(&r, op);
+    }
+    assert!(feature_value(&v, "key:000000000019").is_some(), "preloaded");
+
     // A wrong token: every request over HTTP is an error (401), named in the report, and the
     // run exits 2 (nothing succeeded); nothing is stored.
     let json = tmp.path().join("bad.json");
