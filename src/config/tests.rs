@@ -426,6 +426,7 @@ fn validation_catches_bad_ranges() {
                 agg: Agg::Count,
                 window: None,
                 ttl: None,
+                of: Default::default(),
             });
         },
         "built-in",
@@ -438,6 +439,7 @@ fn validation_catches_bad_ranges() {
                 agg: Agg::Count,
                 window: Some(Duration::from_millis(10)),
                 ttl: None,
+                of: Default::default(),
             });
         },
         "window",

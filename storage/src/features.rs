@@ -839,10 +839,7 @@ impl Features {
             if let (Kind::Counter | Kind::Gauge, Some(value)) = (ev.kind, ev.value)
                 && !self.decls.is_declared(ev.ty)
             {
-                let id = match names.id(ev.ty) {
-                    Some(id) => id,
-                    None => u32::MAX,
-                };
+                let id = names.id(ev.ty).unwrap_or(u32::MAX);
                 let st = plain_mut(e, names, bytes, id, ev.ty, append_ms);
                 if ev.kind == Kind::Counter {
                     add_counter(st, value, ev.ts);

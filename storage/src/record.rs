@@ -429,11 +429,11 @@ pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
     Ok((stream, last_seq))
 }
 
-/// The body of a feature put record: the entity and its (name, value or delete) pairs.
-pub fn feature_put(
-    rec: &[u8],
-    n: u32,
-) -> Result<(&str, Vec<(&str, Option<FeatureValue>)>), Decode> {
+/// A decoded feature put: the entity and its (name, value or delete) pairs.
+pub type FeaturePut<'a> = (&'a str, Vec<(&'a str, Option<FeatureValue>)>);
+
+/// The body of a feature put record.
+pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
     let mut r = Rd {
         b: rec,
         pos: HEADER_LEN,

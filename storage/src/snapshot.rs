@@ -525,7 +525,7 @@ fn list(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
             Some((lsn, dir.join(n)))
         })
         .collect();
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|s| std::cmp::Reverse(s.0));
     Ok(out)
 }
 
@@ -681,7 +681,7 @@ pub(crate) fn bootstrap(engine: &Engine) -> Result<(FeatureBoot, Vec<SnapInfo>),
     boot.replayed_records = n;
     boot.entities = features.stats().entities;
     boot.took = started.elapsed();
-    kept.sort_by(|a, b| b.covered_max.cmp(&a.covered_max));
+    kept.sort_by_key(|s| std::cmp::Reverse(s.covered_max));
     Ok((boot, kept))
 }
 
