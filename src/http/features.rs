@@ -312,6 +312,14 @@ pub async fn put(
             ));
         }
         let v = value_of(&name, v)?;
+        if (name == f::EVENTS || name == f::LAST_TS)
+            && !matches!(v, None | Some(FeatureValue::Int(_)))
+        {
+            return Err(invalid(
+                &name,
+                format!("feature {name:?} is built in: it holds an integer (or null to delete it)"),
+            ));
+        }
         set.push((name, v));
     }
     if set.is_empty() {

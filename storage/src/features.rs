@@ -403,6 +403,10 @@ pub(crate) struct Feat {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Entity {
+    /// The built-ins, which every event updates, kept out of `feats` (no search, no second
+    /// allocation to touch): `None` when absent (deleted, or set by nothing yet).
+    pub events: Option<i64>,
+    pub last_ts: Option<i64>,
     pub feats: Vec<Feat>,
     /// Greatest non-future event ts: where windows end (`i64::MIN`: none yet).
     pub wm: i64,
@@ -410,8 +414,29 @@ pub(crate) struct Entity {
     pub as_of: i64,
 }
 
+impl Entity {
+    pub(crate) fn new() -> Entity {
+        Entity {
+            events: None,
+            last_ts: None,
+            feats: Vec::new(),
+            wm: i64::MIN,
+            as_of: i64::MIN,
+        }
+    }
+
+    /// The built-in `name` (`events`, `last_ts`), if `name` is one.
+    fn builtin(&mut self, name: &str) -> Option<&mut Option<i64>> {
+        match name {
+            EVENTS => Some(&mut self.events),
+            LAST_TS => Some(&mut self.last_ts),
+            _ => None,
+        }
+    }
+}
+
 /// Bytes an entity costs beyond its key and features (map slot, struct, key allocation).
-const ENTITY_COST: u64 = 96;
+const ENTITY_COST: u64 = 128;
 /// Bytes a feature costs beyond variable parts.
 const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
 const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
@@ -593,6 +618,9 @@ impl Features {
 
     fn account(&self, shard: &mut FShard, before: u64) {
         let after = shard.bytes;
+        if after == before {
+            return;
+        }
         self.used.fetch_add(
             i64::try_from(after).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX),
             Ordering::Relaxed,
@@ -720,13 +748,19 @@ impl Features {
     ) -> Result<DirectApplied, Decode> {
         match h.ty {
             RecordType::Events => {
+                let mut prev_ty: &str = "";
+                let mut decls: &[u32] = &[];
                 for run in record::runs(rec, h.n) {
                     let run = run?;
                     for ev in vx_proto::packed::events(run.events, run.stream) {
                         let ev = ev?;
-                        if let Some(entity) = ev.entity {
-                            self.apply_event(entity, &ev, h.lsn, h.append_ms, replay);
+                        let Some(entity) = ev.entity else { continue };
+                        // Runs are mostly of one type: look the declarations up on a change.
+                        if ev.ty != prev_ty {
+                            prev_ty = ev.ty;
+                            decls = self.decls.by_from.get(ev.ty).map_or(&[][..], |v| &v[..]);
                         }
+                        self.apply_event(entity, &ev, decls, h.lsn, h.append_ms, replay);
                     }
                 }
                 Ok(DirectApplied::default())
@@ -756,12 +790,12 @@ impl Features {
         &self,
         entity: &str,
         ev: &EventView<'_>,
+        decls: &[u32],
         lsn: u64,
         append_ms: i64,
         replay: Option<&Replay<'_>>,
     ) {
         let (s, redo_only) = self.target(entity, lsn, replay);
-        let decls = self.decls.by_from.get(ev.ty).map_or(&[][..], |v| &v[..]);
         if redo_only
             && !decls
                 .iter()
@@ -790,51 +824,22 @@ impl Features {
             }
         } else {
             *shard_lsn = lsn;
+            // The key is allocated only when the entity is new (the second lookup of a hit
+            // finds its slot in cache).
             if !entities.contains_key(entity) {
                 *bytes += ENTITY_COST + 2 * entity.len() as u64;
                 self.entities.fetch_add(1, Ordering::Relaxed);
+                entities.insert(entity.into(), Entity::new());
             }
-            let e = entities.entry(entity.into()).or_insert_with(|| Entity {
-                feats: Vec::new(),
-                wm: i64::MIN,
-                as_of: i64::MIN,
-            });
+            let Some(e) = entities.get_mut(entity) else {
+                return;
+            };
             e.as_of = e.as_of.max(ev.ts);
             if !future {
                 e.wm = e.wm.max(ev.ts);
             }
-            // Built-ins. A fresh feature is `Int(0)`, so max and += need no special case
-            // (ts ≥ 0); a PUT that left another type there is replaced.
-            match plain_mut(e, names, bytes, 0, EVENTS, append_ms) {
-                State::Plain {
-                    v: FeatureValue::Int(c),
-                    ts,
-                } => {
-                    *c = c.saturating_add(1);
-                    *ts = (*ts).max(ev.ts);
-                }
-                other => {
-                    *other = State::Plain {
-                        v: FeatureValue::Int(1),
-                        ts: ev.ts,
-                    }
-                }
-            }
-            match plain_mut(e, names, bytes, 1, LAST_TS, append_ms) {
-                State::Plain {
-                    v: FeatureValue::Int(t),
-                    ts,
-                } => {
-                    *t = (*t).max(ev.ts);
-                    *ts = (*ts).max(ev.ts);
-                }
-                other => {
-                    *other = State::Plain {
-                        v: FeatureValue::Int(ev.ts),
-                        ts: ev.ts,
-                    }
-                }
-            }
+            e.events = Some(e.events.unwrap_or(0).saturating_add(1));
+            e.last_ts = Some(e.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
             // Counters and gauges, unless a declaration owns the name.
             if let (Kind::Counter | Kind::Gauge, Some(value)) = (ev.kind, ev.value)
                 && !self.decls.is_declared(ev.ty)
@@ -946,14 +951,27 @@ impl Features {
             *bytes += ENTITY_COST + 2 * entity.len() as u64;
             self.entities.fetch_add(1, Ordering::Relaxed);
         }
-        let e = entities.entry(entity.into()).or_insert_with(|| Entity {
-            feats: Vec::new(),
-            wm: i64::MIN,
-            as_of: i64::MIN,
-        });
+        let e = entities
+            .entry(entity.into())
+            .or_insert_with(Entity::new);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {
+                continue;
+            }
+            if let Some(b) = e.builtin(name) {
+                // The built-ins are integers (the HTTP layer refuses anything else).
+                match v {
+                    None => {
+                        out.deleted += u64::from(b.is_some());
+                        *b = None;
+                    }
+                    Some(FeatureValue::Int(i)) => {
+                        *b = Some(*i);
+                        out.set += 1;
+                    }
+                    Some(_) => {}
+                }
                 continue;
             }
             match v {
@@ -1036,6 +1054,12 @@ impl Features {
                 e.feats.retain(|f| !redo(f.name));
             }
             Some(n) => {
+                if !redo_only && let Some(b) = e.builtin(n) {
+                    out.found = b.is_some();
+                    out.deleted = u64::from(b.is_some());
+                    *b = None;
+                    return out;
+                }
                 let Some(id) = names.id(n) else {
                     return out;
                 };
@@ -1069,6 +1093,8 @@ impl Features {
         };
         match name {
             None => true,
+            Some(EVENTS) => e.events.is_some(),
+            Some(LAST_TS) => e.last_ts.is_some(),
             Some(n) => g
                 .names
                 .id(n)
@@ -1097,30 +1123,47 @@ impl Features {
         json_str(out, entity);
         out.extend_from_slice(b",\"features\":{");
         let mut first = true;
-        let mut one = |f: &Feat, out: &mut Vec<u8>| {
+        let builtin = |name: &str, v: Option<i64>, first: &mut bool, out: &mut Vec<u8>| {
+            let Some(v) = v else { return };
+            if !*first {
+                out.push(b',');
+            }
+            *first = false;
+            json_str(out, name);
+            let _ = write!(Bytes(out), ":{v}");
+        };
+        let one = |f: &Feat, first: &mut bool, out: &mut Vec<u8>| {
             let Some(v) = self.read_value(f, e, at) else {
                 return;
             };
-            if !first {
+            if !*first {
                 out.push(b',');
             }
-            first = false;
+            *first = false;
             json_str(out, g.names.name(f.name));
             out.push(b':');
             v.write(out);
         };
         match names {
             None => {
+                builtin(EVENTS, e.events, &mut first, out);
+                builtin(LAST_TS, e.last_ts, &mut first, out);
                 for f in &e.feats {
-                    one(f, out);
+                    one(f, &mut first, out);
                 }
             }
             Some(list) => {
                 for n in list {
-                    if let Some(id) = g.names.id(n)
-                        && let Some(f) = e.feats.iter().find(|f| f.name == id)
-                    {
-                        one(f, out);
+                    match *n {
+                        EVENTS => builtin(EVENTS, e.events, &mut first, out),
+                        LAST_TS => builtin(LAST_TS, e.last_ts, &mut first, out),
+                        _ => {
+                            if let Some(id) = g.names.id(n)
+                                && let Some(f) = e.feats.iter().find(|f| f.name == id)
+                            {
+                                one(f, &mut first, out);
+                            }
+                        }
                     }
                 }
             }

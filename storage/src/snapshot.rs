@@ -62,8 +62,9 @@ const MAGIC: &[u8; 8] = b"VXSNAP01";
 const TRAILER: &[u8; 8] = b"VXSNEND\0";
 const HEAD_LEN: usize = 64;
 /// Describes the archived types; change it with them, so old snapshots are skipped.
-const SCHEMA: &str = "vx-snapshot 1: SnapMeta{decls:Vec<(String,u64)>} \
-    SnapShard{covered:u64,names:Vec<String>,entities:Vec<SnapEntity{key:String,wm:i64,as_of:i64,\
+const SCHEMA: &str = "vx-snapshot 2: SnapMeta{decls:Vec<(String,u64)>} \
+    SnapShard{covered:u64,names:Vec<String>,entities:Vec<SnapEntity{key:String,\
+    events:Option<i64>,last_ts:Option<i64>,wm:i64,as_of:i64,\
     feats:Vec<SnapFeat{name:u32,updated_ms:i64,st:SnapState{Int(i64,i64)|Float(f64,i64)|\
     Bool(bool,i64)|Str(String,i64)|Win(Vec<SnapBucket{idx:i64,n:u32,a:f64}>)|Hll(i64,Vec<u8>)}}>}>}";
 
@@ -86,6 +87,8 @@ pub(crate) struct SnapShard {
 #[derive(rkyv::Archive, rkyv::Serialize, Debug, PartialEq)]
 pub(crate) struct SnapEntity {
     pub key: String,
+    pub events: Option<i64>,
+    pub last_ts: Option<i64>,
     pub wm: i64,
     pub as_of: i64,
     pub feats: Vec<SnapFeat>,
@@ -138,6 +141,8 @@ fn copy_shard(g: &FShard, covered: u64) -> SnapShard {
         .iter()
         .map(|(k, e)| SnapEntity {
             key: k.to_string(),
+            events: e.events,
+            last_ts: e.last_ts,
             wm: e.wm,
             as_of: e.as_of,
             feats: e
@@ -498,6 +503,8 @@ fn build_shard(
         sh.insert_entity(
             e.key.as_str(),
             Entity {
+                events: e.events.as_ref().map(|v| v.to_native()),
+                last_ts: e.last_ts.as_ref().map(|v| v.to_native()),
                 feats,
                 wm: e.wm.to_native(),
                 as_of: e.as_of.to_native(),
@@ -800,6 +807,8 @@ mod tests {
             names: vec!["events".into(), "last_ts".into(), "hp".into()],
             entities: vec![SnapEntity {
                 key: "p1".into(),
+                events: Some(3),
+                last_ts: None,
                 wm: 1000,
                 as_of: 1000,
                 feats: vec![
@@ -832,6 +841,6 @@ mod tests {
         assert_eq!(schema_hash(), xxhash_rust::xxh3::xxh3_64(SCHEMA.as_bytes()));
     }
 
-    const GOLDEN_LEN: usize = 184;
-    const GOLDEN_HASH: u64 = 5677184390672407308;
+    const GOLDEN_LEN: usize = 216;
+    const GOLDEN_HASH: u64 = 4383645820110679822;
 }

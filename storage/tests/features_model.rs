@@ -309,6 +309,11 @@ fn random_op(rng: &mut Rng, now: i64) -> Op {
                         3 => Some(FeatureValue::Bool(rng.chance(50))),
                         _ => Some(FeatureValue::Str(format!("s{}", rng.below(9)).into())),
                     };
+                    // The built-ins hold integers (the HTTP layer refuses anything else).
+                    let v = match (name, v) {
+                        ("events", Some(v)) if !matches!(v, FeatureValue::Int(_)) => None,
+                        (_, v) => v,
+                    };
                     (name, v)
                 })
                 .collect::<Vec<_>>();
