@@ -374,6 +374,8 @@ impl Names {
     }
 }
 
+pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 2]>;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Bucket {
     pub idx: i64,
@@ -387,10 +389,11 @@ pub(crate) struct Bucket {
 pub(crate) enum State {
     /// A plain value (built-ins, counters, gauges, PUTs, `last`), with the `ts` that orders it.
     Plain { v: FeatureValue, ts: i64 },
-    /// Buckets of count/sum/min/max/avg, sorted by index, at most [`BUCKETS`].
-    Win(Vec<Bucket>),
+    /// Buckets of count/sum/min/max/avg, sorted by index, at most [`BUCKETS`]; the first two
+    /// inline (no allocation to reach for the common few).
+    Win(Buckets),
     /// `distinct`: the newest bucket index and the sketch (see the module docs).
-    Hll { head: i64, regs: Box<[u8]> },
+    Hll { head: i64, regs: Vec<u8> },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -407,7 +410,8 @@ pub(crate) struct Entity {
     /// allocation to touch): `None` when absent (deleted, or set by nothing yet).
     pub events: Option<i64>,
     pub last_ts: Option<i64>,
-    pub feats: Vec<Feat>,
+    /// The first three inline in the table's slot: one cache line fewer to reach them.
+    pub feats: Feats,
     /// Greatest non-future event ts: where windows end (`i64::MIN`: none yet).
     pub wm: i64,
     /// Greatest event ts or direct-write append time applied (`as_of` of a read).
@@ -419,7 +423,7 @@ impl Entity {
         Entity {
             events: None,
             last_ts: None,
-            feats: Vec::new(),
+            feats: Feats::new(),
             wm: i64::MIN,
             as_of: i64::MIN,
         }
@@ -435,6 +439,8 @@ impl Entity {
     }
 }
 
+pub(crate) type Feats = smallvec::SmallVec<[Feat; 3]>;
+
 /// Bytes an entity costs beyond its key and features (map slot, struct, key allocation).
 const ENTITY_COST: u64 = 128;
 /// Bytes a feature costs beyond variable parts.
@@ -448,14 +454,132 @@ fn state_bytes(st: &State) -> u64 {
             ..
         } => s.len() as u64,
         State::Plain { .. } => 0,
-        State::Win(b) => b.capacity() as u64 * BUCKET_COST,
-        State::Hll { regs, .. } => regs.len() as u64,
+        State::Win(b) if b.spilled() => b.capacity() as u64 * BUCKET_COST,
+        State::Win(_) => 0,
+        State::Hll { regs, .. } => regs.capacity() as u64,
+    }
+}
+
+/// An entity's key: up to 22 bytes inline (most ids), longer ones on the heap. Inline keys
+/// are compared without following a pointer, which on the ingest path is a cache miss per
+/// event saved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Key {
+    Inline { len: u8, buf: [u8; 22] },
+    Heap(Box<str>),
+}
+
+impl Key {
+    fn new(s: &str) -> Key {
+        let b = s.as_bytes();
+        if b.len() <= 22 {
+            let mut buf = [0u8; 22];
+            buf[..b.len()].copy_from_slice(b);
+            Key::Inline {
+                len: b.len() as u8,
+                buf,
+            }
+        } else {
+            Key::Heap(s.into())
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, buf } => &buf[..usize::from(*len)],
+            Key::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    /// Keys are made from `&str`, so they are always UTF-8.
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+/// The entities of a shard: a hash table keyed by the entity's xxh3-64 (computed once per
+/// event, for the shard too), rotated so that its low bits, which pick the shard, do not also
+/// pick the bucket.
+#[derive(Default)]
+pub(crate) struct EntityMap {
+    table: hashbrown::HashTable<(Key, Entity)>,
+}
+
+fn table_hash(entity: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(entity.as_bytes()).rotate_right(29)
+}
+
+impl EntityMap {
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn reserve(&mut self, n: usize) {
+        self.table.reserve(n, |(k, _)| table_hash(k.as_str()));
+    }
+
+    pub fn get(&self, entity: &str) -> Option<&Entity> {
+        self.get_hashed(table_hash(entity), entity)
+    }
+
+    fn get_hashed(&self, h: u64, entity: &str) -> Option<&Entity> {
+        let b = entity.as_bytes();
+        self.table
+            .find(h, |(k, _)| k.as_bytes() == b)
+            .map(|(_, e)| e)
+    }
+
+    pub fn get_mut(&mut self, entity: &str) -> Option<&mut Entity> {
+        let b = entity.as_bytes();
+        self.table
+            .find_mut(table_hash(entity), |(k, _)| k.as_bytes() == b)
+            .map(|(_, e)| e)
+    }
+
+    pub fn contains_key(&self, entity: &str) -> bool {
+        self.get(entity).is_some()
+    }
+
+    /// The entity, created if missing; and whether it was.
+    pub fn get_or_insert(&mut self, entity: &str) -> (&mut Entity, bool) {
+        let b = entity.as_bytes();
+        match self.table.entry(
+            table_hash(entity),
+            |(k, _)| k.as_bytes() == b,
+            |(k, _)| table_hash(k.as_str()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(o) => (&mut o.into_mut().1, false),
+            hashbrown::hash_table::Entry::Vacant(v) => (
+                &mut v.insert((Key::new(entity), Entity::new())).into_mut().1,
+                true,
+            ),
+        }
+    }
+
+    pub fn insert(&mut self, entity: &str, e: Entity) {
+        let (slot, _) = self.get_or_insert(entity);
+        *slot = e;
+    }
+
+    pub fn remove(&mut self, entity: &str) -> Option<Entity> {
+        let b = entity.as_bytes();
+        match self
+            .table
+            .find_entry(table_hash(entity), |(k, _)| k.as_bytes() == b)
+        {
+            Ok(o) => Some(o.remove().0.1),
+            Err(_) => None,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Entity)> {
+        self.table.iter().map(|(k, e)| (k.as_str(), e))
     }
 }
 
 /// One shard of the tables.
 pub(crate) struct FShard {
-    pub entities: HashMap<Box<str>, Entity, FixedState>,
+    pub entities: EntityMap,
     pub names: Names,
     /// LSN of the last record applied to this shard.
     pub lsn: u64,
@@ -481,7 +605,7 @@ impl FShard {
         for f in &e.feats {
             self.bytes += FEAT_COST + state_bytes(&f.st);
         }
-        self.entities.insert(key.into(), e);
+        self.entities.insert(key, e);
     }
 }
 
@@ -543,7 +667,7 @@ impl Features {
             shards: (0..shards.max(1))
                 .map(|_| {
                     RwLock::new(FShard {
-                        entities: HashMap::with_hasher(FixedState::default()),
+                        entities: EntityMap::default(),
                         names: Names::new(&decls),
                         lsn: 0,
                         bytes: 0,
@@ -564,7 +688,7 @@ impl Features {
 
     pub(crate) fn empty_shard(&self) -> FShard {
         FShard {
-            entities: HashMap::with_hasher(FixedState::default()),
+            entities: EntityMap::default(),
             names: Names::new(&self.decls),
             lsn: 0,
             bytes: 0,
@@ -824,16 +948,11 @@ impl Features {
             }
         } else {
             *shard_lsn = lsn;
-            // The key is allocated only when the entity is new (the second lookup of a hit
-            // finds its slot in cache).
-            if !entities.contains_key(entity) {
+            let (e, created) = entities.get_or_insert(entity);
+            if created {
                 *bytes += ENTITY_COST + 2 * entity.len() as u64;
                 self.entities.fetch_add(1, Ordering::Relaxed);
-                entities.insert(entity.into(), Entity::new());
             }
-            let Some(e) = entities.get_mut(entity) else {
-                return;
-            };
             e.as_of = e.as_of.max(ev.ts);
             if !future {
                 e.wm = e.wm.max(ev.ts);
@@ -875,19 +994,16 @@ impl Features {
                             v: FeatureValue::Int(0),
                             ts: i64::MIN,
                         },
+                        // Windowed sketches start sparse (empty); all-time ones are 64 bytes.
                         Agg::Distinct => State::Hll {
                             head: i64::MIN,
-                            regs: vec![
-                                0u8;
-                                if width.is_some() {
-                                    HLL_M * HLL_LEVELS
-                                } else {
-                                    HLL_M
-                                }
-                            ]
-                            .into_boxed_slice(),
+                            regs: if width.is_some() {
+                                Vec::new()
+                            } else {
+                                vec![0u8; HLL_M]
+                            },
                         },
-                        _ => State::Win(Vec::new()),
+                        _ => State::Win(Buckets::new()),
                     };
                     *bytes += FEAT_COST + state_bytes(&st);
                     ent.feats.push(Feat {
@@ -951,9 +1067,7 @@ impl Features {
             *bytes += ENTITY_COST + 2 * entity.len() as u64;
             self.entities.fetch_add(1, Ordering::Relaxed);
         }
-        let e = entities
-            .entry(entity.into())
-            .or_insert_with(Entity::new);
+        let (e, _) = entities.get_or_insert(entity);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {
@@ -1239,9 +1353,7 @@ impl Features {
                             0.0
                         } else {
                             let shift = e.wm.div_euclid(w).saturating_sub(*head).max(0);
-                            hll_estimate(
-                                (0..HLL_M).map(|r| windowed_register(regs, r, *head, shift)),
-                            )
+                            hll_estimate(windowed_registers(regs, *head, shift).into_iter())
                         }
                     }
                 };
@@ -1463,9 +1575,6 @@ fn aggregate(
                 fold(&mut bk);
                 let keep_from = buckets.partition_point(|x| x.idx <= b - BUCKETS);
                 buckets.drain(..keep_from);
-                if buckets.capacity() == 0 {
-                    buckets.reserve_exact(2);
-                }
                 buckets.push(bk);
             } else {
                 match buckets.binary_search_by_key(&b, |x| x.idx) {
@@ -1491,10 +1600,14 @@ fn aggregate(
     }
 }
 
-/// Windowed HLL: `regs[r * LEVELS + (l - 1)]` holds a tag of the newest bucket in which
-/// register `r` reached level `l` (0: none), the tag being `bucket mod 255 + 1`; entries are
-/// cleared once a window old, so a tag's age relative to `head` is unambiguous.
-fn hll_window_add(head: &mut i64, regs: &mut [u8], b: i64, reg: usize, rho: u8) -> bool {
+/// Windowed HLL, dense: `regs[r * LEVELS + (l - 1)]` holds a tag of the newest bucket in
+/// which register `r` reached level `l` (0: none), the tag being `bucket mod 255 + 1`; entries
+/// are cleared once a window old, so a tag's age relative to `head` is unambiguous. Sparse
+/// (while it holds at most [`HLL_SPARSE_MAX`] entries, which small cardinalities do): the
+/// same entries as `(register, level - 1, tag)` triples, so an entity with a few distinct
+/// values costs tens of bytes instead of 1 KiB; it turns dense when it would pass that.
+fn hll_window_add(head: &mut i64, regs: &mut Vec<u8>, b: i64, reg: usize, rho: u8) -> bool {
+    let dense = regs.len() == HLL_M * HLL_LEVELS;
     if *head == i64::MIN {
         *head = b;
     }
@@ -1504,42 +1617,107 @@ fn hll_window_add(head: &mut i64, regs: &mut [u8], b: i64, reg: usize, rho: u8) 
     if b > *head {
         let shift = b - *head;
         let old_head = *head;
-        for t in regs.iter_mut() {
-            if *t != 0 && age(*t, old_head) + shift >= BUCKETS {
-                *t = 0;
+        if dense {
+            for t in regs.iter_mut() {
+                if *t != 0 && age(*t, old_head) + shift >= BUCKETS {
+                    *t = 0;
+                }
             }
+        } else {
+            let mut keep = 0;
+            for i in (0..regs.len() / 3).map(|i| i * 3) {
+                if age(regs[i + 2], old_head) + shift < BUCKETS {
+                    regs.copy_within(i..i + 3, keep);
+                    keep += 3;
+                }
+            }
+            regs.truncate(keep);
         }
         *head = b;
     }
     let tag = (b.rem_euclid(255) + 1) as u8;
     let new_age = *head - b;
-    for l in 0..usize::from(rho) {
-        if let Some(t) = regs.get_mut(reg * HLL_LEVELS + l)
-            && (*t == 0 || age(*t, *head) > new_age)
-        {
-            *t = tag;
+    let newer = |t: u8| t == 0 || age(t, *head) > new_age;
+    if dense {
+        for l in 0..usize::from(rho) {
+            if let Some(t) = regs.get_mut(reg * HLL_LEVELS + l)
+                && newer(*t)
+            {
+                *t = tag;
+            }
         }
+        return true;
+    }
+    for l in 0..rho {
+        let found = (0..regs.len() / 3)
+            .map(|i| i * 3)
+            .find(|&i| usize::from(regs[i]) == reg && regs[i + 1] == l);
+        match found {
+            Some(i) => {
+                if newer(regs[i + 2]) {
+                    regs[i + 2] = tag;
+                }
+            }
+            None => regs.extend_from_slice(&[reg as u8, l, tag]),
+        }
+    }
+    if regs.len() > HLL_SPARSE_MAX * 3 {
+        let mut d = vec![0u8; HLL_M * HLL_LEVELS];
+        for e in regs.chunks_exact(3) {
+            if let Some(t) = d.get_mut(usize::from(e[0]) * HLL_LEVELS + usize::from(e[1])) {
+                *t = e[2];
+            }
+        }
+        *regs = d;
     }
     true
 }
+
+/// Entries a sparse windowed sketch holds before it turns dense.
+const HLL_SPARSE_MAX: usize = 96;
 
 fn age(tag: u8, head: i64) -> i64 {
     let h = head.rem_euclid(255);
     (h - (i64::from(tag) - 1)).rem_euclid(255)
 }
 
-/// Register `r`'s value over the window that ends `shift` buckets after `head`.
-fn windowed_register(regs: &[u8], r: usize, head: i64, shift: i64) -> u8 {
-    let mut v = 0u8;
-    for l in 0..HLL_LEVELS {
-        if let Some(&t) = regs.get(r * HLL_LEVELS + l)
-            && t != 0
-            && age(t, head) + shift < BUCKETS
-        {
-            v = (l + 1) as u8;
+/// The registers over the window that ends `shift` buckets after `head`.
+fn windowed_registers(regs: &[u8], head: i64, shift: i64) -> [u8; HLL_M] {
+    let mut v = [0u8; HLL_M];
+    let live = |t: u8| t != 0 && age(t, head) + shift < BUCKETS;
+    if regs.len() == HLL_M * HLL_LEVELS {
+        for (r, out) in v.iter_mut().enumerate() {
+            for l in 0..HLL_LEVELS {
+                if let Some(&t) = regs.get(r * HLL_LEVELS + l)
+                    && live(t)
+                {
+                    *out = (l + 1) as u8;
+                }
+            }
+        }
+    } else {
+        for e in regs.chunks_exact(3) {
+            if live(e[2])
+                && let Some(out) = v.get_mut(usize::from(e[0]))
+            {
+                *out = (*out).max(e[1] + 1);
+            }
         }
     }
     v
+}
+
+/// Whether `regs` is a valid sketch for a window (`windowed`) or all time (a snapshot's).
+pub(crate) fn hll_valid(regs: &[u8], windowed: bool) -> bool {
+    if !windowed {
+        return regs.len() == HLL_M;
+    }
+    regs.len() == HLL_M * HLL_LEVELS
+        || (regs.len().is_multiple_of(3)
+            && regs.len() <= HLL_SPARSE_MAX * 3
+            && regs
+                .chunks_exact(3)
+                .all(|e| usize::from(e[0]) < HLL_M && usize::from(e[1]) < HLL_LEVELS))
 }
 
 fn hll_estimate(regs: impl Iterator<Item = u8>) -> f64 {
@@ -1581,11 +1759,11 @@ mod tests {
         for n in [1u64, 5, 50, 1000, 20_000] {
             let mut a = State::Hll {
                 head: i64::MIN,
-                regs: vec![0u8; HLL_M].into_boxed_slice(),
+                regs: vec![0u8; HLL_M],
             };
             let mut w = State::Hll {
                 head: i64::MIN,
-                regs: vec![0u8; HLL_M * HLL_LEVELS].into_boxed_slice(),
+                regs: Vec::new(),
             };
             for i in 0..n {
                 let ev = EventView {
@@ -1605,12 +1783,13 @@ mod tests {
                 panic!()
             };
             let all = hll_estimate(ra.iter().copied());
-            let win = hll_estimate((0..HLL_M).map(|r| windowed_register(rw, r, *head, 0)));
+            let win = hll_estimate(windowed_registers(rw, *head, 0).into_iter());
+            assert!(hll_valid(rw, true));
             assert_eq!(all, win, "a window holding everything is the plain sketch");
             let err = (all - n as f64).abs() / n as f64;
             assert!(err < 0.4, "n {n}: estimate {all}");
             // A window later, nothing is left.
-            let gone = hll_estimate((0..HLL_M).map(|r| windowed_register(rw, r, *head, 60)));
+            let gone = hll_estimate(windowed_registers(rw, *head, 60).into_iter());
             assert_eq!(gone, 0.0);
         }
     }
@@ -1620,7 +1799,7 @@ mod tests {
         let d = decl("s", Agg::Sum, Some(60)); // 1 s buckets
         let w = d.width_ms();
         assert_eq!(w, Some(1000));
-        let mut st = State::Win(Vec::new());
+        let mut st = State::Win(Buckets::new());
         let ev = |ts: i64, v: i64| EventView {
             stream: "s",
             entity: Some("e"),

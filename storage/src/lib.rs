@@ -1,7 +1,8 @@
 //! `vx-storage` owns durability and the read path: the node-wide append-only log (segments,
 //! record format, checksums, group commit, recovery), per-stream `seq`, the index (spans of
 //! the active segment in memory, index files of sealed segments, each stream's chain of
-//! nodes), retention and stream deletion, the dedup table, and replay cursors over the log.
+//! nodes), retention and stream deletion, the dedup table, replay cursors over the log, and
+//! the feature tables with their snapshots.
 //! It knows nothing of HTTP or input formats.
 //!
 //! # Layout
@@ -15,6 +16,8 @@
 //! - `carry`: the carry file of deleted and retained-away streams.
 //! - `engine`: the writer's state; sealing, retention. `writer`: the thread (group commit).
 //! - `recovery`: start-up. `reader`: replay cursors. `dedup`: per-shard remembered ids.
+//! - [`features`]: the feature tables, changed only by [`features::Features::apply`] from
+//!   records; [`snapshot`]: their snapshots, and how start-up rebuilds them.
 
 pub mod api;
 mod carry;

@@ -448,7 +448,7 @@ fn build_shard(
     sh.lsn = a.covered.to_native();
     sh.entities.reserve(a.entities.len());
     for e in a.entities.iter() {
-        let mut feats = Vec::with_capacity(e.feats.len());
+        let mut feats = crate::features::Feats::with_capacity(e.feats.len());
         for f in e.feats.iter() {
             let idx = f.name.to_native() as usize;
             let Some(Some(mut id)) = map.get(idx).copied() else {
@@ -489,10 +489,20 @@ fn build_shard(
                             .collect(),
                     )
                 }
-                ArchivedSnapState::Hll(head, regs) => State::Hll {
-                    head: head.to_native(),
-                    regs: regs.as_slice().into(),
-                },
+                ArchivedSnapState::Hll(head, regs) => {
+                    let windowed = features
+                        .decls()
+                        .iter()
+                        .find(|d| d.name == name)
+                        .is_some_and(|d| d.window.is_some());
+                    if !crate::features::hll_valid(regs.as_slice(), windowed) {
+                        return Err(bad("a distinct sketch of the wrong shape"));
+                    }
+                    State::Hll {
+                        head: head.to_native(),
+                        regs: regs.as_slice().to_vec(),
+                    }
+                }
             };
             feats.push(Feat {
                 name: id,
