@@ -44,7 +44,7 @@ impl Batch {
             .iter()
             .map(|[entity, id, data]| vx_client::WireEvent {
                 stream: &self.stream,
-                entity: Some(&self.arena[entity.clone()]),
+                entity: (!entity.is_empty()).then(|| &self.arena[entity.clone()]),
                 ty: EVENT_TYPE,
                 ts: None,
                 kind: vx_client::Kind::Event,
@@ -66,6 +66,8 @@ pub struct IngestGen {
     format: Format,
     /// `Some((tag, next))`: unique ids `tag-next`.
     ids: Option<(String, u64)>,
+    /// Whether events carry an entity (the feature store's path).
+    with_entity: bool,
 }
 
 impl IngestGen {
@@ -80,6 +82,7 @@ impl IngestGen {
             value_size: w.value_size_b,
             format: w.format,
             ids: w.ids.then(|| (format!("{run_tag}-{lane}"), 0)),
+            with_entity: w.entities,
         })
     }
 
@@ -93,15 +96,16 @@ impl IngestGen {
     /// checks the prefix), so nothing needs escaping.
     fn write_event(&mut self, stream: &str, out: &mut String) -> [Range<usize>; 3] {
         let start = out.len();
-        let entity = self.entities.sample(&mut self.rng);
-        let _ = write!(
-            out,
-            "{{\"stream\":\"{stream}\",\"type\":\"{EVENT_TYPE}\",\"entity\":\""
-        );
-        let e0 = out.len();
-        let _ = write!(out, "k{entity}");
-        let e1 = out.len();
-        out.push('"');
+        let _ = write!(out, "{{\"stream\":\"{stream}\",\"type\":\"{EVENT_TYPE}\"");
+        let (mut e0, mut e1) = (0, 0);
+        if self.with_entity {
+            let entity = self.entities.sample(&mut self.rng);
+            out.push_str(",\"entity\":\"");
+            e0 = out.len();
+            let _ = write!(out, "k{entity}");
+            e1 = out.len();
+            out.push('"');
+        }
         let mut id = 0..0;
         if let Some((tag, n)) = self.ids.as_mut() {
             *n += 1;
@@ -499,6 +503,26 @@ mod tests {
             let data = ev.data.unwrap_or_default();
             assert!(data.starts_with('"') && data.ends_with('"') && data.len() > 2);
         }
+        // Without entities (ingest without the feature store), in both encodings.
+        let mut g = match IngestGen::new(
+            &Workload {
+                entities: false,
+                ..w
+            },
+            0,
+            "t",
+        ) {
+            Ok(g) => g,
+            Err(e) => panic!("{e}"),
+        };
+        let (body, _) = g.next_body();
+        let text = String::from_utf8(body).unwrap_or_default();
+        for line in text.lines() {
+            assert_eq!(line.len(), 128, "{line}");
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            assert!(v.get("entity").is_none(), "{line}");
+        }
+        assert!(g.next_batch().wire().iter().all(|ev| ev.entity.is_none()));
     }
 
     #[test]

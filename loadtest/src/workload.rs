@@ -99,6 +99,7 @@ pub struct Workload {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
     pub ids: bool,
+    pub entities: bool,
     pub page_events: u32,
     pub scan_pct: f64,
     pub preload_events: u64,
@@ -135,6 +136,7 @@ impl Default for Workload {
             format: Format::Ndjson,
             durability: None,
             ids: false,
+            entities: true,
             page_events: 256,
             scan_pct: 0.0,
             preload_events: 0,
@@ -290,6 +292,11 @@ pub const KEYS: &[Key] = &[
         name: "ids",
         default: "false",
         help: "ingest: give every event a unique id (exercises dedup)",
+    },
+    Key {
+        name: "entities",
+        default: "true",
+        help: "ingest: give every event an entity drawn from key_space (the feature store's path); false: no entity, ingest without features",
     },
     Key {
         name: "page_events",
