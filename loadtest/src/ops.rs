@@ -480,7 +480,7 @@ mod tests {
         let mut g = match IngestGen::new(
             &Workload {
                 format: Format::Json,
-                ..w
+                ..w.clone()
             },
             0,
             "t",
