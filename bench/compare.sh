@@ -18,6 +18,9 @@
 #   4. Redis 7 (Debian redis-server), driven by vx-loadtest with kv-70-25-5.toml, without
 #      persistence and with AOF everysec, and GET-only: the reference for the feature store's
 #      reads, and for Veltrix's smallest read (a 1-event page, also measured in step 1).
+#   5. The feature store beside Redis: bench/features.sh (reads at a fixed rate and closed
+#      loop, batch reads, ingest with features on and off, restart from a snapshot and from
+#      the log), which rewrites its own table; FEATURES=0 skips it (it adds ~10 minutes).
 # Each measurement is repeated REPS times; the table shows medians. Every run's line, with the
 # load average before it, goes to docs/bench/compare-runs.txt. The table in docs/BENCHMARKS.md
 # between the `compare:begin` and `compare:end` markers is rewritten, with the machine, the
@@ -269,3 +272,9 @@ else
   { echo; cat "$table"; } >>"$DOC"
 fi
 cat "$table"
+
+# ---- the feature store beside Redis (its own table, between the features markers) ----------
+if [[ ${FEATURES:-1} == 1 ]]; then
+  stop
+  SKIP_BUILD=1 REPS=$REPS bench/features.sh >/dev/null
+fi

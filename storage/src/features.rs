@@ -446,7 +446,13 @@ const ENTITY_COST: u64 = 128;
 /// Bytes a feature costs beyond variable parts.
 const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
 const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
+/// The most a declared aggregate can count: its feature and a dense windowed sketch (more
+/// than 60 buckets).
+const WINDOW_MAX: u64 = FEAT_COST + (HLL_M * HLL_LEVELS) as u64;
 
+/// What a feature's state counts against `storage.max_feature_bytes`: windows and windowed
+/// sketches at their largest (60 buckets, the dense 1 KiB sketch) from the start, so that the
+/// budget, checked when features are created, bounds the tables whatever the updates do.
 fn state_bytes(st: &State) -> u64 {
     match st {
         State::Plain {
@@ -454,9 +460,9 @@ fn state_bytes(st: &State) -> u64 {
             ..
         } => s.len() as u64,
         State::Plain { .. } => 0,
-        State::Win(b) if b.spilled() => b.capacity() as u64 * BUCKET_COST,
-        State::Win(_) => 0,
-        State::Hll { regs, .. } => regs.capacity() as u64,
+        State::Win(_) => BUCKETS as u64 * BUCKET_COST,
+        State::Hll { regs, .. } if regs.len() == HLL_M => HLL_M as u64,
+        State::Hll { .. } => (HLL_M * HLL_LEVELS) as u64,
     }
 }
 
@@ -793,7 +799,7 @@ impl Features {
                     if new_entities.insert(entity) {
                         cost += ENTITY_COST + 2 * entity.len() as u64 + 2 * FEAT_COST;
                     }
-                    cost += decls.len() as u64 * FEAT_COST;
+                    cost += decls.len() as u64 * WINDOW_MAX;
                     if typed {
                         cost += FEAT_COST + NAME_COST + ev.ty.len() as u64;
                     }
@@ -810,7 +816,7 @@ impl Features {
                     }
                     for &d in decls {
                         if !e.feats.iter().any(|f| f.name == Decls::id(d)) {
-                            cost += FEAT_COST;
+                            cost += WINDOW_MAX;
                         }
                     }
                 }

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# The feature store beside Redis 7, in one command (bench/compare.sh runs it as its last step):
+#
+#   bench/features.sh           # REPS=3 by default; about 12 minutes on the 2-core box
+#
+# 1. Reads: a Veltrix server and a Redis server (no persistence), each holding the same
+#    1,000,000 16-byte keys with a 128-byte value (the features-*/kv-* workloads of
+#    loadtest/workloads/, which differ only in scenario and endpoint; preloaded once, by the
+#    first run), one system at a time:
+#    - GET at a fixed offered rate of 20,000/s, open loop (features-get.toml / kv-get.toml):
+#      p50/p99/p99.9 from the intended send time;
+#    - GET throughput, closed loop, 50 connections, no pipelining;
+#    - batch reads of 100 keys (POST /v1/features/query / MGET), closed loop: values/s.
+# 2. Ingest (ingest.toml, 1000-event NDJSON requests, fsync always) with the feature store off
+#    (events without an entity), with the built-in features (an entity per event, 100,000
+#    entities), and with three windowed aggregates declared as well. Interleaved per rep.
+# 3. Restart: RESTART_EVENTS events over RESTART_ENTITIES entities (with the three
+#    aggregates), then time to ready (vx_bootstrap_duration_seconds) from the shutdown
+#    snapshot, and rebuilt from the log with the snapshots removed; anonymous memory (RssAnon)
+#    per entity, against an empty server.
+# Each measurement is repeated REPS times; the table shows medians. Every run's line, with the
+# load average before it, goes to docs/bench/features-runs.txt; the table between the
+# `features:begin` and `features:end` markers of docs/BENCHMARKS.md is rewritten.
+#
+# Parameters (environment): REPS=3 WARMUP_S=2 MEASURE_S=10 RESTART_EVENTS=10000000
+#   RESTART_ENTITIES=1000000 SKIP_BUILD=0 KEEP_WORK=0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
+REPS=${REPS:-3}
+WARMUP_S=${WARMUP_S:-2}
+MEASURE_S=${MEASURE_S:-10}
+RESTART_EVENTS=${RESTART_EVENTS:-10000000}
+RESTART_ENTITIES=${RESTART_ENTITIES:-1000000}
+PORT=7100
+REDIS_PORT=6379
+log() { echo "# $*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need=()
+command -v jq >/dev/null || need+=(jq)
+command -v redis-server >/dev/null || need+=(redis-server)
+if ((${#need[@]})); then
+  log "installing ${need[*]}"
+  as_root apt-get update -qq && as_root apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+refuse_if_listening "$PORT" "$REDIS_PORT"
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  cargo build --release -q -p veltrix -p vx-loadtest
+fi
+VX=$ROOT/target/release/veltrix
+LT=$ROOT/target/release/vx-loadtest
+W=$ROOT/loadtest/workloads
+
+WORK=$(mktemp -d /tmp/vx-features.XXXXXX)
+PID=""
+stop() { stop_pid "$PID"; PID=""; }
+cleanup() { stop; [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
+RESULTS=$WORK/results.txt
+RUNS=$ROOT/docs/bench/features-runs.txt
+mkdir -p "$(dirname "$RUNS")"
+: >"$RESULTS"
+echo "# bench/features.sh $(date -u +%FT%TZ) REPS=$REPS MEASURE_S=$MEASURE_S" >>"$RUNS"
+load1() { cut -d' ' -f1 /proc/loadavg; }
+record() { # key value [context…]
+  local k=$1 v=$2; shift 2
+  echo "$k $v" >>"$RESULTS"
+  echo "$k $v $*" | tee -a "$RUNS" >&2
+}
+med() { awk -v k="$1" '$1==k {print $2}' "$RESULTS" | median; }
+jqr() { jq -r "$1" "$2"; }
+# lt NAME WORKLOAD [--set …]: one vx-loadtest run; echoes the report path.
+lt() {
+  local name=$1 wl=$2; shift 2
+  local out=$WORK/$name-$RANDOM.json
+  "$LT" run "$W/$wl" --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" -q --json "$out" "$@" >/dev/null
+  echo "$out"
+}
+wait_ready() {
+  for _ in $(seq 1 600); do
+    curl -sf "localhost:$PORT/readyz" >/dev/null && return 0
+    kill -0 "$PID" 2>/dev/null || { log "veltrix exited"; return 1; }
+    sleep 0.05
+  done
+  log "veltrix not ready in 30 s"; return 1
+}
+start_veltrix() { # data_dir [args…]
+  local dir=$1; shift
+  "$VX" serve --data-dir "$dir" --listen "127.0.0.1:$PORT" "$@" >>"$WORK/veltrix.log" 2>&1 &
+  PID=$!
+  wait_ready
+}
+metric() { curl -s "localhost:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
+rss_anon_kb() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
+
+cat >"$WORK/decl3.yaml" <<'EOF'
+features:
+  - {name: n_5m, from: lt, agg: count, window: 5m}
+  - {name: n_1h, from: lt, agg: count, window: 1h}
+  - {name: streams_1d, from: lt, agg: distinct, of: stream, window: 1d}
+EOF
+
+# ---- 1. reads ---------------------------------------------------------------------------------
+CLOSED=(--set read_pct=100 --set write_pct=0 --set delete_pct=0 --set query_pct=0)
+log "reads: Veltrix (preloading 1M entities)"
+start_veltrix "$WORK/reads"
+for rep in $(seq 1 "$REPS"); do
+  pre=(); [[ $rep == 1 ]] || pre=(--set preload_keys=0)
+  l=$(load1); j=$(lt vx-get features-get.toml "${pre[@]}")
+  record vx_get20k_p50 "$(jqr .operations.get.latency_ms.p50 "$j")" "rep=$rep p99=$(jqr .operations.get.latency_ms.p99 "$j") p999=$(jqr '.operations.get.latency_ms.p999' "$j") load1_before=$l"
+  record vx_get20k_p99 "$(jqr .operations.get.latency_ms.p99 "$j")"
+  record vx_get20k_p999 "$(jqr '.operations.get.latency_ms.p999' "$j")"
+  l=$(load1); j=$(lt vx-getc features-70-25-5.toml --set preload_keys=0 "${CLOSED[@]}")
+  record vx_get_ops "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep closed loop p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
+  l=$(load1); j=$(lt vx-query features-query.toml --set preload_keys=0)
+  record vx_query_values "$(jqr .operations.query.values_per_s "$j")" "rep=$rep batch 100 p99=$(jqr .operations.query.latency_ms.p99 "$j") load1_before=$l"
+done
+stop
+log "reads: Redis"
+mkdir -p "$WORK/redis"
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redis" --save '' --appendonly no \
+  --logfile "$WORK/redis/log" &
+PID=$!
+sleep 0.5
+for rep in $(seq 1 "$REPS"); do
+  pre=(); [[ $rep == 1 ]] || pre=(--set preload_keys=0)
+  l=$(load1); j=$(lt redis-get kv-get.toml "${pre[@]}")
+  record redis_get20k_p50 "$(jqr .operations.get.latency_ms.p50 "$j")" "rep=$rep p99=$(jqr .operations.get.latency_ms.p99 "$j") p999=$(jqr '.operations.get.latency_ms.p999' "$j") load1_before=$l"
+  record redis_get20k_p99 "$(jqr .operations.get.latency_ms.p99 "$j")"
+  record redis_get20k_p999 "$(jqr '.operations.get.latency_ms.p999' "$j")"
+  l=$(load1); j=$(lt redis-getc kv-70-25-5.toml --set preload_keys=0 "${CLOSED[@]}")
+  record redis_get_ops "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep closed loop p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
+  l=$(load1); j=$(lt redis-query kv-query.toml --set preload_keys=0)
+  record redis_query_values "$(jqr .operations.query.values_per_s "$j")" "rep=$rep MGET 100 p99=$(jqr .operations.query.latency_ms.p99 "$j") load1_before=$l"
+done
+stop
+redis_ver=$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')
+
+# ---- 2. ingest with and without features ------------------------------------------------------
+for rep in $(seq 1 "$REPS"); do
+  for mode in off builtins decl3; do
+    args=(); set_=()
+    [[ $mode == decl3 ]] && args=(--config "$WORK/decl3.yaml")
+    [[ $mode == off ]] && set_=(--set entities=false)
+    rm -rf "$WORK/ingest"
+    start_veltrix "$WORK/ingest" "${args[@]}"
+    l=$(load1); j=$(lt "ingest-$mode" ingest.toml "${set_[@]}")
+    record "ingest_$mode" "$(jqr .operations.ingest.events_per_s "$j")" "rep=$rep features=$mode p99=$(jqr .operations.ingest.latency_ms.p99 "$j") load1_before=$l"
+    stop
+  done
+done
+
+# ---- 3. restart -------------------------------------------------------------------------------
+log "restart: $RESTART_EVENTS events over $RESTART_ENTITIES entities"
+D=$WORK/restart
+rm -rf "$D"
+start_veltrix "$WORK/empty"
+empty_kb=$(rss_anon_kb "$PID")
+stop
+start_veltrix "$D" --config "$WORK/decl3.yaml"
+# Closed loop until the events are in: 4 connections of 1000-event requests.
+"$LT" run "$W/ingest.toml" --set warmup_s=0 --set measure_s=600 --set "key_space=$RESTART_ENTITIES" \
+  --set distribution=uniform -q --json "$WORK/fill.json" >/dev/null &
+FILL=$!
+while kill -0 "$FILL" 2>/dev/null; do
+  n=$(curl -s "localhost:$PORT/metrics" | awk '$1=="vx_stored_events_total" {print $2}')
+  [[ ${n%.*} -ge $RESTART_EVENTS ]] && break
+  sleep 0.2
+done
+kill -9 "$FILL" 2>/dev/null || true
+wait "$FILL" 2>/dev/null || true
+entities=$(metric vx_feature_entities)
+events=$(metric vx_stored_events_total)
+stop
+log_bytes=$(du -sb "$D/log" | cut -f1)
+for rep in $(seq 1 "$REPS"); do
+  l=$(load1)
+  start_veltrix "$D" --config "$WORK/decl3.yaml"
+  record restart_snapshot_s "$(metric vx_bootstrap_duration_seconds)" "rep=$rep from snapshot events=$events entities=$entities load1_before=$l"
+  kb=$(rss_anon_kb "$PID")
+  record rss_per_entity_b "$(( (kb - empty_kb) * 1024 / ${entities%.*} ))" "rep=$rep RssAnon=${kb}kB empty=${empty_kb}kB"
+  snap_bytes=$(du -sb "$D/snapshots" | cut -f1)
+  stop
+done
+for rep in $(seq 1 "$REPS"); do
+  rm -rf "$D/snapshots"
+  l=$(load1)
+  start_veltrix "$D" --config "$WORK/decl3.yaml"
+  record restart_log_s "$(metric vx_bootstrap_duration_seconds)" "rep=$rep rebuilt from the log load1_before=$l"
+  stop
+done
+
+# ---- the table --------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%+.0f %%", (a / b - 1) * 100; else print "n/a" }'; }
+k() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
+vx_get=$(med vx_get_ops); rd_get=$(med redis_get_ops)
+vx_q=$(med vx_query_values); rd_q=$(med redis_query_values)
+off=$(med ingest_off); bi=$(med ingest_builtins); d3=$(med ingest_decl3)
+table=$(cat <<EOF
+Measured by \`bench/features.sh\` on $(date -u +%F): $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -r); Veltrix $(git rev-parse --short HEAD) (\`fsync: always\`), Redis $redis_ver (no persistence). Medians of $REPS runs of ${MEASURE_S} s (warm-up ${WARMUP_S} s); every run with its load average is in \`docs/bench/features-runs.txt\`. vx-loadtest shares the two cores with the server it measures. Keys: 1,000,000 entities of 16 bytes with one 128-byte value, Zipfian α 0.99, 50 connections, one request in flight each; the Veltrix and Redis workloads differ only in scenario and endpoint.
+
+| measurement | Veltrix (HTTP/1.1) | Redis 7 (RESP) | Veltrix ÷ Redis |
+| --- | --- | --- | --- |
+| GET at 20,000/s offered, open loop: p50 / p99 / p99.9 ms | $(med vx_get20k_p50) / $(med vx_get20k_p99) / $(med vx_get20k_p999) | $(med redis_get20k_p50) / $(med redis_get20k_p99) / $(med redis_get20k_p999) | |
+| GET throughput, closed loop (ops/s) | $(k "$vx_get") | $(k "$rd_get") | $(ratio "$vx_get" "$rd_get")× |
+| batch reads of 100 keys (values/s): \`POST /v1/features/query\` / \`MGET\` | $(k "$vx_q") | $(k "$rd_q") | $(ratio "$vx_q" "$rd_q")× |
+
+| ingest (ingest.toml: 1000-event NDJSON requests, 4 connections, fsync always) | events/s | vs off |
+| --- | --- | --- |
+| feature store off (events without an entity) | $(k "$off") | |
+| built-in features (an entity per event, 100,000 entities) | $(k "$bi") | $(pct "$bi" "$off") |
+| built-ins + 3 windowed aggregates (count 5m, count 1h, distinct streams 1d) | $(k "$d3") | $(pct "$d3" "$off") |
+
+| restart with $(k "$events") events over $(k "$entities") entities (built-ins + the 3 aggregates; log $((log_bytes / 1048576)) MiB, snapshot $((snap_bytes / 1048576)) MiB) | seconds to ready |
+| --- | --- |
+| from the shutdown snapshot | $(med restart_snapshot_s) |
+| rebuilt from the log (snapshots removed) | $(med restart_log_s) |
+
+Anonymous memory per entity (RssAnon after the restart from the snapshot, minus an empty server's, ÷ entities): $(med rss_per_entity_b) bytes.
+EOF
+)
+python3 - "$ROOT/docs/BENCHMARKS.md" "$table" <<'PY'
+import sys
+path, table = sys.argv[1], sys.argv[2]
+s = open(path).read()
+b, e = "<!-- features:begin -->", "<!-- features:end -->"
+if b in s and e in s:
+    s = s[: s.index(b) + len(b)] + "\n" + table + "\n" + s[s.index(e):]
+else:
+    s = s.rstrip("\n") + "\n\n## Feature store\n\n" + b + "\n" + table + "\n" + e + "\n"
+open(path, "w").write(s)
+PY
+echo "$table"
