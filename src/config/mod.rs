@@ -201,18 +201,7 @@ pub struct RetentionConfig {
     pub max_bytes: Option<u64>,
 }
 
-/// `agg` of a declared feature (SPEC §6).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Agg {
-    Count,
-    Sum,
-    Min,
-    Max,
-    Avg,
-    Last,
-    Distinct,
-}
+pub use vx_storage::features::{Agg, DistinctOf};
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -231,39 +220,16 @@ pub struct FeatureDecl {
     pub of: DistinctOf,
 }
 
-/// `of` of a `distinct` feature.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum DistinctOf {
-    #[default]
-    Value,
-    Stream,
-    Data,
-}
-
 impl FeatureDecl {
     /// The storage engine's form of the declaration.
     pub fn to_storage(&self) -> vx_storage::features::FeatureDecl {
-        use vx_storage::features as f;
-        f::FeatureDecl {
+        vx_storage::features::FeatureDecl {
             name: self.name.clone(),
             from: self.from.clone(),
-            agg: match self.agg {
-                Agg::Count => f::Agg::Count,
-                Agg::Sum => f::Agg::Sum,
-                Agg::Min => f::Agg::Min,
-                Agg::Max => f::Agg::Max,
-                Agg::Avg => f::Agg::Avg,
-                Agg::Last => f::Agg::Last,
-                Agg::Distinct => f::Agg::Distinct,
-            },
+            agg: self.agg,
             window: self.window,
             ttl: self.ttl,
-            of: match self.of {
-                DistinctOf::Value => f::DistinctOf::Value,
-                DistinctOf::Stream => f::DistinctOf::Stream,
-                DistinctOf::Data => f::DistinctOf::Data,
-            },
+            of: self.of,
         }
     }
 }

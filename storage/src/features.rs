@@ -77,8 +77,9 @@ impl From<Num> for FeatureValue {
     }
 }
 
-/// A declared aggregate's function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A declared aggregate's function (`agg` in the config file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Agg {
     Count,
     Sum,
@@ -90,19 +91,6 @@ pub enum Agg {
 }
 
 impl Agg {
-    pub fn parse(s: &str) -> Option<Agg> {
-        Some(match s {
-            "count" => Agg::Count,
-            "sum" => Agg::Sum,
-            "min" => Agg::Min,
-            "max" => Agg::Max,
-            "avg" => Agg::Avg,
-            "last" => Agg::Last,
-            "distinct" => Agg::Distinct,
-            _ => return None,
-        })
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Agg::Count => "count",
@@ -116,8 +104,9 @@ impl Agg {
     }
 }
 
-/// What `distinct` counts distinct values of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// What `distinct` counts distinct values of (`of` in the config file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DistinctOf {
     /// The event's `value` (events without one are skipped).
     #[default]
@@ -129,15 +118,6 @@ pub enum DistinctOf {
 }
 
 impl DistinctOf {
-    pub fn parse(s: &str) -> Option<DistinctOf> {
-        Some(match s {
-            "value" => DistinctOf::Value,
-            "stream" => DistinctOf::Stream,
-            "data" => DistinctOf::Data,
-            _ => return None,
-        })
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             DistinctOf::Value => "value",
@@ -1097,11 +1077,8 @@ impl Features {
             match v {
                 None => {
                     if let Some(id) = names.id(name)
-                        && let Some(p) = e.feats.iter().position(|f| f.name == id)
+                        && remove_feat(e, names, bytes, id)
                     {
-                        let f = e.feats.swap_remove(p);
-                        *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
-                        *bytes = bytes.saturating_sub(names.release(id));
                         out.deleted += 1;
                     }
                 }
@@ -1186,10 +1163,7 @@ impl Features {
                 if redo_only && !redo(id) {
                     return out;
                 }
-                if let Some(p) = e.feats.iter().position(|f| f.name == id) {
-                    let f = e.feats.swap_remove(p);
-                    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
-                    *bytes = bytes.saturating_sub(names.release(id));
+                if remove_feat(e, names, bytes, id) {
                     out.found = true;
                     out.deleted = 1;
                 }
@@ -1419,6 +1393,18 @@ fn json_f64(out: &mut Vec<u8>, f: f64) {
     } else {
         out.extend_from_slice(b"null");
     }
+}
+
+/// Remove feature `id` of the entity, freeing its bytes and its name's reference; false if it
+/// has no such feature.
+fn remove_feat(e: &mut Entity, names: &mut Names, bytes: &mut u64, id: u32) -> bool {
+    let Some(p) = e.feats.iter().position(|f| f.name == id) else {
+        return false;
+    };
+    let f = e.feats.swap_remove(p);
+    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
+    *bytes = bytes.saturating_sub(names.release(id));
+    true
 }
 
 /// The plain state of feature `id` (`name`), created if missing. `id` is `u32::MAX` when the

@@ -28,24 +28,6 @@ use vx_storage::*;
 const ENTITIES: [&str; 5] = ["e0", "e1", "e2", "e3", "e4"];
 const PUT_NAMES: [&str; 4] = ["dmg", "hp", "tag", "events"];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-}
-
 fn decl(name: &str, from: &str, agg: Agg, window_days: Option<u64>) -> FeatureDecl {
     FeatureDecl {
         name: name.into(),

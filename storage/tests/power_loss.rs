@@ -27,25 +27,6 @@ use vx_storage::*;
 
 const STREAMS: [&str; 4] = ["a", "b", "c", "d"];
 
-/// splitmix64: every choice of a case comes from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-}
-
 /// One event as sent: its stream and its unique id (a retry resends the same ids).
 #[derive(Clone, Debug)]
 struct Sent {
