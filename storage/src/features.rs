@@ -1596,7 +1596,7 @@ fn aggregate(
 /// which register `r` reached level `l` (0: none), the tag being `bucket mod 255 + 1`; entries
 /// are cleared once a window old, so a tag's age relative to `head` is unambiguous. Sparse
 /// (while it holds at most [`HLL_SPARSE_MAX`] entries, which small cardinalities do): the
-/// same entries as `(register, level - 1, tag)` triples, so an entity with a few distinct
+/// same entries as `(register, level - 1, tag)` triples sorted by register and level, so an entity with a few distinct
 /// values costs tens of bytes instead of 1 KiB; it turns dense when it would pass that.
 fn hll_window_add(head: &mut i64, regs: &mut Vec<u8>, b: i64, reg: usize, rho: u8) -> bool {
     let dense = regs.len() == HLL_M * HLL_LEVELS;
@@ -1640,18 +1640,31 @@ fn hll_window_add(head: &mut i64, regs: &mut Vec<u8>, b: i64, reg: usize, rho: u
         }
         return true;
     }
-    for l in 0..rho {
-        let found = (0..regs.len() / 3)
-            .map(|i| i * 3)
-            .find(|&i| usize::from(regs[i]) == reg && regs[i + 1] == l);
-        match found {
-            Some(i) => {
-                if newer(regs[i + 2]) {
-                    regs[i + 2] = tag;
-                }
+    // Sparse entries are sorted by (register, level): the register's levels are found with
+    // one binary search and walked in order (levels 0..rho are consecutive entries).
+    let key = |i: usize| (regs[i * 3], regs[i * 3 + 1]);
+    let n = regs.len() / 3;
+    let mut i = {
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if key(mid) < (reg as u8, 0) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
-            None => regs.extend_from_slice(&[reg as u8, l, tag]),
         }
+        lo
+    };
+    for l in 0..rho {
+        if i < regs.len() / 3 && (regs[i * 3], regs[i * 3 + 1]) == (reg as u8, l) {
+            if newer(regs[i * 3 + 2]) {
+                regs[i * 3 + 2] = tag;
+            }
+        } else {
+            regs.splice(i * 3..i * 3, [reg as u8, l, tag]);
+        }
+        i += 1;
     }
     if regs.len() > HLL_SPARSE_MAX * 3 {
         let mut d = vec![0u8; HLL_M * HLL_LEVELS];
@@ -1709,7 +1722,11 @@ pub(crate) fn hll_valid(regs: &[u8], windowed: bool) -> bool {
             && regs.len() <= HLL_SPARSE_MAX * 3
             && regs
                 .chunks_exact(3)
-                .all(|e| usize::from(e[0]) < HLL_M && usize::from(e[1]) < HLL_LEVELS))
+                .all(|e| usize::from(e[0]) < HLL_M && usize::from(e[1]) < HLL_LEVELS)
+            && regs
+                .chunks_exact(3)
+                .zip(regs.chunks_exact(3).skip(1))
+                .all(|(a, b)| (a[0], a[1]) < (b[0], b[1])))
 }
 
 fn hll_estimate(regs: impl Iterator<Item = u8>) -> f64 {
