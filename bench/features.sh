@@ -25,7 +25,7 @@
 # Parameters (environment): REPS=3 WARMUP_S=2 MEASURE_S=10 RESTART_EVENTS=10000000
 #   RESTART_ENTITIES=1000000 SKIP_BUILD=0 KEEP_WORK=0 SECTIONS="reads ingest restart" (the
 #   sections to run) RESULTS_FROM=FILE (results of sections run before, `key value` lines as
-#   this script keeps them, for a table of all three)
+#   this script keeps them, for a table of all three) VX_PORT=17100 REDIS_PORT=16379
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -37,8 +37,9 @@ WARMUP_S=${WARMUP_S:-2}
 MEASURE_S=${MEASURE_S:-10}
 RESTART_EVENTS=${RESTART_EVENTS:-10000000}
 RESTART_ENTITIES=${RESTART_ENTITIES:-1000000}
-PORT=7100
-REDIS_PORT=6379
+# The ports bench/compare.sh uses, not the defaults, so a server of one's own is left alone.
+PORT=${VX_PORT:-17100}
+REDIS_PORT=${REDIS_PORT:-16379}
 log() { echo "# $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -115,39 +116,35 @@ EOF
 
 # ---- 1. reads ---------------------------------------------------------------------------------
 CLOSED=(--set read_pct=100 --set write_pct=0 --set delete_pct=0 --set query_pct=0)
+# read_reps KEY SCENARIO ENDPOINT: REPS rounds of the three read measurements against the
+# running server, KEY prefixing the results (the first round preloads the keys).
+read_reps() {
+  local key=$1 sc=$2 ep=(--set "endpoints=$3") rep pre l j
+  for rep in $(seq 1 "$REPS"); do
+    pre=(); [[ $rep == 1 ]] || pre=(--set preload_keys=0)
+    l=$(load1); j=$(lt "$key-get" "$sc-get.toml" "${ep[@]}" "${pre[@]}")
+    record "${key}_get20k_p50" "$(jqr .operations.get.latency_ms.p50 "$j")" "rep=$rep p99=$(jqr .operations.get.latency_ms.p99 "$j") p999=$(jqr .operations.get.latency_ms.p999 "$j") load1_before=$l"
+    record "${key}_get20k_p99" "$(jqr .operations.get.latency_ms.p99 "$j")"
+    record "${key}_get20k_p999" "$(jqr .operations.get.latency_ms.p999 "$j")"
+    l=$(load1); j=$(lt "$key-getc" "$sc-70-25-5.toml" "${ep[@]}" --set preload_keys=0 "${CLOSED[@]}")
+    record "${key}_get_ops" "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep closed loop p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
+    l=$(load1); j=$(lt "$key-query" "$sc-query.toml" "${ep[@]}" --set preload_keys=0)
+    record "${key}_query_values" "$(jqr .operations.query.values_per_s "$j")" "rep=$rep batch of 100 p99=$(jqr .operations.query.latency_ms.p99 "$j") load1_before=$l"
+  done
+}
 if want reads; then
-log "reads: Veltrix (preloading 1M entities)"
-start_veltrix "$WORK/reads"
-for rep in $(seq 1 "$REPS"); do
-  pre=(); [[ $rep == 1 ]] || pre=(--set preload_keys=0)
-  l=$(load1); j=$(lt vx-get features-get.toml "${pre[@]}")
-  record vx_get20k_p50 "$(jqr .operations.get.latency_ms.p50 "$j")" "rep=$rep p99=$(jqr .operations.get.latency_ms.p99 "$j") p999=$(jqr '.operations.get.latency_ms.p999' "$j") load1_before=$l"
-  record vx_get20k_p99 "$(jqr .operations.get.latency_ms.p99 "$j")"
-  record vx_get20k_p999 "$(jqr '.operations.get.latency_ms.p999' "$j")"
-  l=$(load1); j=$(lt vx-getc features-70-25-5.toml --set preload_keys=0 "${CLOSED[@]}")
-  record vx_get_ops "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep closed loop p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
-  l=$(load1); j=$(lt vx-query features-query.toml --set preload_keys=0)
-  record vx_query_values "$(jqr .operations.query.values_per_s "$j")" "rep=$rep batch 100 p99=$(jqr .operations.query.latency_ms.p99 "$j") load1_before=$l"
-done
-stop
-log "reads: Redis"
-mkdir -p "$WORK/redis"
-redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redis" --save '' --appendonly no \
-  --logfile "$WORK/redis/log" &
-PID=$!
-sleep 0.5
-for rep in $(seq 1 "$REPS"); do
-  pre=(); [[ $rep == 1 ]] || pre=(--set preload_keys=0)
-  l=$(load1); j=$(lt redis-get kv-get.toml "${pre[@]}")
-  record redis_get20k_p50 "$(jqr .operations.get.latency_ms.p50 "$j")" "rep=$rep p99=$(jqr .operations.get.latency_ms.p99 "$j") p999=$(jqr '.operations.get.latency_ms.p999' "$j") load1_before=$l"
-  record redis_get20k_p99 "$(jqr .operations.get.latency_ms.p99 "$j")"
-  record redis_get20k_p999 "$(jqr '.operations.get.latency_ms.p999' "$j")"
-  l=$(load1); j=$(lt redis-getc kv-70-25-5.toml --set preload_keys=0 "${CLOSED[@]}")
-  record redis_get_ops "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep closed loop p99=$(jqr .operations.get.latency_ms.p99 "$j") load1_before=$l"
-  l=$(load1); j=$(lt redis-query kv-query.toml --set preload_keys=0)
-  record redis_query_values "$(jqr .operations.query.values_per_s "$j")" "rep=$rep MGET 100 p99=$(jqr .operations.query.latency_ms.p99 "$j") load1_before=$l"
-done
-stop
+  log "reads: Veltrix (preloading 1M entities)"
+  start_veltrix "$WORK/reads"
+  read_reps vx features "http://127.0.0.1:$PORT"
+  stop
+  log "reads: Redis"
+  mkdir -p "$WORK/redis"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redis" --save '' \
+    --appendonly no --logfile "$WORK/redis/log" &
+  PID=$!
+  sleep 0.5
+  read_reps redis kv "resp://127.0.0.1:$REDIS_PORT"
+  stop
 fi
 redis_ver=$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')
 
@@ -159,7 +156,7 @@ want ingest && for rep in $(seq 1 "$REPS"); do
     [[ $mode == off ]] && set_=(--set entities=false)
     rm -rf "$WORK/ingest"
     start_veltrix "$WORK/ingest" "${args[@]}"
-    l=$(load1); j=$(lt "ingest-$mode" ingest.toml "${set_[@]}")
+    l=$(load1); j=$(lt "ingest-$mode" ingest.toml --set "endpoints=http://127.0.0.1:$PORT" "${set_[@]}")
     record "ingest_$mode" "$(jqr .operations.ingest.events_per_s "$j")" "rep=$rep features=$mode p99=$(jqr .operations.ingest.latency_ms.p99 "$j") load1_before=$l"
     stop
   done
@@ -176,7 +173,8 @@ empty_kb=$(rss_anon_kb "$PID")
 stop
 start_veltrix "$D" --config "$WORK/decl3.yaml"
 # Closed loop until the events are in: 4 connections of 1000-event requests.
-"$LT" run "$W/ingest.toml" --set warmup_s=0 --set measure_s=600 --set "key_space=$RESTART_ENTITIES" \
+"$LT" run "$W/ingest.toml" --set "endpoints=http://127.0.0.1:$PORT" --set warmup_s=0 \
+  --set measure_s=600 --set "key_space=$RESTART_ENTITIES" \
   --set distribution=uniform -q --json "$WORK/fill.json" >/dev/null &
 FILL=$!
 while kill -0 "$FILL" 2>/dev/null; do

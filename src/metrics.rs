@@ -51,6 +51,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use vx_storage::Observer;
+use vx_storage::now_ms;
 
 /// The ingest formats, as metric labels. `unknown`: refused before the format was known.
 pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
@@ -444,12 +445,6 @@ fn gauge(
     let g = ConstGauge::new(value);
     let metric = encoder.encode_descriptor(name, help, None, g.metric_type())?;
     g.encode(metric)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The in-flight byte budget, read at scrape time: a request never touches a metric for it.

@@ -6,9 +6,14 @@
 pub const HASH_NAME: &str = "xxh3-64";
 
 pub fn shard_of(stream: &str, shards: u32) -> u32 {
+    shard_of_hash(xxhash_rust::xxh3::xxh3_64(stream.as_bytes()), shards)
+}
+
+/// [`shard_of`] for a name whose xxh3-64 the caller already has (and uses for more).
+pub fn shard_of_hash(hash: u64, shards: u32) -> u32 {
     let shards = u64::from(shards.max(1));
     // The remainder is < shards ≤ u32::MAX, so the narrowing cannot truncate.
-    (xxhash_rust::xxh3::xxh3_64(stream.as_bytes()) % shards) as u32
+    (hash % shards) as u32
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ use vx_proto::frames::{
     Progress, fill_to_basis_points,
 };
 use vx_router::{Accepted, Router, Submit, SubmitError};
+use vx_storage::now_ms;
 use vx_storage::{Durability, WriteError};
 
 /// Read size; also the output size at which acks are written without waiting for a pause.
@@ -632,12 +633,6 @@ impl Conn {
         }
         Ok(())
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn durability(d: frames::Durability) -> Durability {

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use vx_proto::ErrorCode;
 use vx_router::SubmitError;
 use vx_storage::features::{self as f, FeatureValue, ReadAt};
+use vx_storage::now_ms;
 use vx_storage::{FeatureOp, FeatureOutcome, FeatureWrite};
 
 /// Most entities one batch query may name.
@@ -27,12 +28,6 @@ pub const QUERY_MAX_ENTITIES: usize = 10_000;
 /// Largest body of a PUT and of a batch query.
 const PUT_MAX_BODY: usize = 1 << 20;
 const QUERY_MAX_BODY: usize = 8 << 20;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
     let mut resp = (status, body).into_response();

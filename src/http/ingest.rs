@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use vx_router::{Submit, SubmitError};
+use vx_storage::now_ms;
 use vx_storage::{Durability, WriteOutcome};
 
 const DURABILITY: &str = "x-vx-durability";
@@ -53,12 +54,6 @@ fn queue_fill(fill: f64) -> HeaderValue {
 fn with_fill(mut resp: Response, fill: f64) -> Response {
     resp.headers_mut().insert(QUEUE_FILL, queue_fill(fill));
     resp
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The metrics label of a decoder format.

@@ -483,16 +483,40 @@ impl Key {
     }
 }
 
-/// The entities of a shard: a hash table keyed by the entity's xxh3-64 (computed once per
-/// event, for the shard too), rotated so that its low bits, which pick the shard, do not also
-/// pick the bucket.
+/// An entity name with its xxh3-64, computed once: it picks the shard (SPEC §6) and, rotated
+/// so that the low bits that pick the shard do not also pick the bucket, the slot in the
+/// shard's table.
+#[derive(Clone, Copy)]
+pub(crate) struct EntityRef<'a> {
+    pub name: &'a str,
+    hash: u64,
+}
+
+impl<'a> EntityRef<'a> {
+    pub fn new(name: &'a str) -> Self {
+        EntityRef {
+            name,
+            hash: xxhash_rust::xxh3::xxh3_64(name.as_bytes()),
+        }
+    }
+
+    fn table_hash(&self) -> u64 {
+        self.hash.rotate_right(29)
+    }
+
+    fn is(&self, k: &Key) -> bool {
+        k.as_bytes() == self.name.as_bytes()
+    }
+}
+
+/// The entities of a shard.
 #[derive(Default)]
 pub(crate) struct EntityMap {
     table: hashbrown::HashTable<(Key, Entity)>,
 }
 
-fn table_hash(entity: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(entity.as_bytes()).rotate_right(29)
+fn rehash(k: &Key) -> u64 {
+    EntityRef::new(k.as_str()).table_hash()
 }
 
 impl EntityMap {
@@ -501,58 +525,46 @@ impl EntityMap {
     }
 
     pub fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |(k, _)| table_hash(k.as_str()));
+        self.table.reserve(n, |(k, _)| rehash(k));
     }
 
-    pub fn get(&self, entity: &str) -> Option<&Entity> {
-        self.get_hashed(table_hash(entity), entity)
-    }
-
-    fn get_hashed(&self, h: u64, entity: &str) -> Option<&Entity> {
-        let b = entity.as_bytes();
+    pub fn get(&self, e: EntityRef<'_>) -> Option<&Entity> {
         self.table
-            .find(h, |(k, _)| k.as_bytes() == b)
-            .map(|(_, e)| e)
+            .find(e.table_hash(), |(k, _)| e.is(k))
+            .map(|(_, v)| v)
     }
 
-    pub fn get_mut(&mut self, entity: &str) -> Option<&mut Entity> {
-        let b = entity.as_bytes();
+    pub fn get_mut(&mut self, e: EntityRef<'_>) -> Option<&mut Entity> {
         self.table
-            .find_mut(table_hash(entity), |(k, _)| k.as_bytes() == b)
-            .map(|(_, e)| e)
+            .find_mut(e.table_hash(), |(k, _)| e.is(k))
+            .map(|(_, v)| v)
     }
 
-    pub fn contains_key(&self, entity: &str) -> bool {
-        self.get(entity).is_some()
+    pub fn contains_key(&self, e: EntityRef<'_>) -> bool {
+        self.get(e).is_some()
     }
 
     /// The entity, created if missing; and whether it was.
-    pub fn get_or_insert(&mut self, entity: &str) -> (&mut Entity, bool) {
-        let b = entity.as_bytes();
-        match self.table.entry(
-            table_hash(entity),
-            |(k, _)| k.as_bytes() == b,
-            |(k, _)| table_hash(k.as_str()),
-        ) {
+    pub fn get_or_insert(&mut self, e: EntityRef<'_>) -> (&mut Entity, bool) {
+        match self
+            .table
+            .entry(e.table_hash(), |(k, _)| e.is(k), |(k, _)| rehash(k))
+        {
             hashbrown::hash_table::Entry::Occupied(o) => (&mut o.into_mut().1, false),
             hashbrown::hash_table::Entry::Vacant(v) => (
-                &mut v.insert((Key::new(entity), Entity::new())).into_mut().1,
+                &mut v.insert((Key::new(e.name), Entity::new())).into_mut().1,
                 true,
             ),
         }
     }
 
-    pub fn insert(&mut self, entity: &str, e: Entity) {
-        let (slot, _) = self.get_or_insert(entity);
-        *slot = e;
+    pub fn insert(&mut self, e: EntityRef<'_>, value: Entity) {
+        let (slot, _) = self.get_or_insert(e);
+        *slot = value;
     }
 
-    pub fn remove(&mut self, entity: &str) -> Option<Entity> {
-        let b = entity.as_bytes();
-        match self
-            .table
-            .find_entry(table_hash(entity), |(k, _)| k.as_bytes() == b)
-        {
+    pub fn remove(&mut self, e: EntityRef<'_>) -> Option<Entity> {
+        match self.table.find_entry(e.table_hash(), |(k, _)| e.is(k)) {
             Ok(o) => Some(o.remove().0.1),
             Err(_) => None,
         }
@@ -591,7 +603,7 @@ impl FShard {
         for f in &e.feats {
             self.bytes += FEAT_COST + state_bytes(&f.st);
         }
-        self.entities.insert(key, e);
+        self.entities.insert(EntityRef::new(key), e);
     }
 }
 
@@ -697,7 +709,13 @@ impl Features {
     }
 
     pub fn shard_of(&self, entity: &str) -> u32 {
-        vx_proto::shard::shard_of(entity, self.nshards)
+        vx_proto::shard::shard_of_hash(EntityRef::new(entity).hash, self.nshards)
+    }
+
+    /// The shard of an entity whose hash is computed already.
+    fn shard(&self, e: EntityRef<'_>) -> Option<&RwLock<FShard>> {
+        let i = vx_proto::shard::shard_of_hash(e.hash, self.nshards);
+        self.shards.get(i as usize)
     }
 
     pub fn shards(&self) -> u32 {
@@ -726,15 +744,24 @@ impl Features {
         u64::try_from(self.used.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
-    fn account(&self, shard: &mut FShard, before: u64) {
-        let after = shard.bytes;
-        if after == before {
-            return;
+    /// Change entity `e`'s shard under its write lock, and add what that changed of the
+    /// shard's bytes to the tables' count.
+    fn change<R: Default>(&self, e: EntityRef<'_>, f: impl FnOnce(&mut FShard) -> R) -> R {
+        let Some(lock) = self.shard(e) else {
+            return R::default();
+        };
+        let mut g = lock.write();
+        let before = g.bytes;
+        let out = f(&mut g);
+        let after = g.bytes;
+        if after != before {
+            self.used.fetch_add(
+                i64::try_from(after).unwrap_or(i64::MAX)
+                    - i64::try_from(before).unwrap_or(i64::MAX),
+                Ordering::Relaxed,
+            );
         }
-        self.used.fetch_add(
-            i64::try_from(after).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
+        out
     }
 
     // ---------------------------------------------------------------------------------------
@@ -769,12 +796,12 @@ impl Features {
             let Some(entity) = ev.entity else { continue };
             let decls = self.decls.by_from.get(ev.ty).map_or(&[][..], |v| &v[..]);
             let typed = matches!(ev.kind, Kind::Counter | Kind::Gauge);
-            let shard = self.shard_of(entity) as usize;
-            let Some(lock) = self.shards.get(shard) else {
+            let er = EntityRef::new(entity);
+            let Some(lock) = self.shard(er) else {
                 continue;
             };
             let g = lock.read();
-            match g.entities.get(entity) {
+            match g.entities.get(er) {
                 None => {
                     if new_entities.insert(entity) {
                         cost += ENTITY_COST + 2 * entity.len() as u64 + 2 * FEAT_COST;
@@ -808,12 +835,12 @@ impl Features {
     /// Reserve room for a PUT; false past the budget.
     pub(crate) fn reserve_put(&self, entity: &str, set: &[(String, Option<FeatureValue>)]) -> bool {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
-        let shard = self.shard_of(entity) as usize;
-        let Some(lock) = self.shards.get(shard) else {
+        let er = EntityRef::new(entity);
+        let Some(lock) = self.shard(er) else {
             return false;
         };
         let g = lock.read();
-        let ent = g.entities.get(entity);
+        let ent = g.entities.get(er);
         let mut cost = if ent.is_none() {
             ENTITY_COST + 2 * entity.len() as u64
         } else {
@@ -870,7 +897,7 @@ impl Features {
                             prev_ty = ev.ty;
                             decls = self.decls.by_from.get(ev.ty).map_or(&[][..], |v| &v[..]);
                         }
-                        self.apply_event(entity, &ev, decls, h.lsn, h.append_ms, replay);
+                        self.apply_event(entity, &ev, decls, h, replay);
                     }
                 }
                 Ok(DirectApplied::default())
@@ -887,13 +914,13 @@ impl Features {
         }
     }
 
-    /// The shard to change for a record at `lsn`, and whether only redone declarations apply.
-    fn target(&self, entity: &str, lsn: u64, replay: Option<&Replay<'_>>) -> (usize, bool) {
-        let s = self.shard_of(entity) as usize;
-        let redo_only = replay
+    /// Whether only redone declarations apply to entity `e` for a record at `lsn`: during
+    /// recovery, when its shard's snapshot covers the record.
+    fn redo_only(&self, e: EntityRef<'_>, lsn: u64, replay: Option<&Replay<'_>>) -> bool {
+        let s = vx_proto::shard::shard_of_hash(e.hash, self.nshards) as usize;
+        replay
             .and_then(|r| r.covered.get(s))
-            .is_some_and(|&c| lsn <= c);
-        (s, redo_only)
+            .is_some_and(|&c| lsn <= c)
     }
 
     fn apply_event(
@@ -901,42 +928,51 @@ impl Features {
         entity: &str,
         ev: &EventView<'_>,
         decls: &[u32],
-        lsn: u64,
-        append_ms: i64,
+        h: &Header,
         replay: Option<&Replay<'_>>,
     ) {
-        let (s, redo_only) = self.target(entity, lsn, replay);
-        if redo_only
-            && !decls
-                .iter()
-                .any(|&d| replay.is_some_and(|r| r.redo.get(d as usize) == Some(&true)))
+        let er = EntityRef::new(entity);
+        // `Some`: only these declarations are redone for this record (recovery).
+        let redo = replay
+            .filter(|_| self.redo_only(er, h.lsn, replay))
+            .map(|r| r.redo);
+        if let Some(redo) = redo
+            && !decls.iter().any(|&d| redo.get(d as usize) == Some(&true))
         {
             return;
         }
-        let Some(lock) = self.shards.get(s) else {
-            return;
-        };
-        let mut g = lock.write();
-        let before = g.bytes;
+        self.change(er, |sh| self.apply_event_to(sh, er, ev, decls, h, redo));
+    }
+
+    fn apply_event_to(
+        &self,
+        sh: &mut FShard,
+        er: EntityRef<'_>,
+        ev: &EventView<'_>,
+        decls: &[u32],
+        h: &Header,
+        redo: Option<&[bool]>,
+    ) {
+        let (lsn, append_ms) = (h.lsn, h.append_ms);
         let FShard {
             entities,
             names,
             bytes,
             lsn: shard_lsn,
-        } = &mut *g;
+        } = sh;
         let future = ev.ts > append_ms.saturating_add(MAX_FUTURE_MS);
-        let ent = if redo_only {
+        let ent = if redo.is_some() {
             // Recomputing a declaration over records the snapshot covers: only entities that
             // still exist are touched (a later delete removed the others).
-            match entities.get_mut(entity) {
+            match entities.get_mut(er) {
                 Some(e) => e,
                 None => return,
             }
         } else {
             *shard_lsn = lsn;
-            let (e, created) = entities.get_or_insert(entity);
+            let (e, created) = entities.get_or_insert(er);
             if created {
-                *bytes += ENTITY_COST + 2 * entity.len() as u64;
+                *bytes += ENTITY_COST + 2 * er.name.len() as u64;
                 self.entities.fetch_add(1, Ordering::Relaxed);
             }
             e.as_of = e.as_of.max(ev.ts);
@@ -960,7 +996,7 @@ impl Features {
             e
         };
         for &d in decls {
-            if redo_only && replay.is_some_and(|r| r.redo.get(d as usize) != Some(&true)) {
+            if redo.is_some_and(|r| r.get(d as usize) != Some(&true)) {
                 continue;
             }
             let Some(decl) = self.decls.list.get(d as usize) else {
@@ -1014,7 +1050,6 @@ impl Features {
             }
             *bytes = (*bytes + state_bytes(&f.st)).saturating_sub(old);
         }
-        self.account(&mut g, before);
     }
 
     fn apply_put(
@@ -1025,35 +1060,40 @@ impl Features {
         append_ms: i64,
         replay: Option<&Replay<'_>>,
     ) -> DirectApplied {
-        let (s, redo_only) = self.target(entity, lsn, replay);
-        let mut out = DirectApplied::default();
+        let er = EntityRef::new(entity);
         // PUTs never touch declared aggregates (refused before they are written).
-        if redo_only {
-            return out;
+        if self.redo_only(er, lsn, replay) {
+            return DirectApplied::default();
         }
-        let Some(lock) = self.shards.get(s) else {
-            return out;
-        };
-        let mut g = lock.write();
-        let before = g.bytes;
+        self.change(er, |sh| self.put_to(sh, er, set, lsn, append_ms))
+    }
+
+    fn put_to(
+        &self,
+        sh: &mut FShard,
+        er: EntityRef<'_>,
+        set: &[(&str, Option<FeatureValue>)],
+        lsn: u64,
+        append_ms: i64,
+    ) -> DirectApplied {
+        let mut out = DirectApplied::default();
         let FShard {
             entities,
             names,
             bytes,
             lsn: shard_lsn,
-        } = &mut *g;
+        } = sh;
         *shard_lsn = lsn;
-        out.found = entities.contains_key(entity);
+        out.found = entities.contains_key(er);
         if set.iter().all(|(_, v)| v.is_none()) && !out.found {
             // Only deletes of an unknown entity: nothing to create.
-            self.account(&mut g, before);
             return out;
         }
         if !out.found {
-            *bytes += ENTITY_COST + 2 * entity.len() as u64;
+            *bytes += ENTITY_COST + 2 * er.name.len() as u64;
             self.entities.fetch_add(1, Ordering::Relaxed);
         }
-        let (e, _) = entities.get_or_insert(entity);
+        let (e, _) = entities.get_or_insert(er);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {
@@ -1096,7 +1136,6 @@ impl Features {
                 }
             }
         }
-        self.account(&mut g, before);
         out
     }
 
@@ -1107,19 +1146,29 @@ impl Features {
         lsn: u64,
         replay: Option<&Replay<'_>>,
     ) -> DirectApplied {
-        let (s, redo_only) = self.target(entity, lsn, replay);
+        let er = EntityRef::new(entity);
+        let redo_only = self.redo_only(er, lsn, replay);
+        self.change(er, |sh| {
+            self.delete_from(sh, er, name, lsn, replay, redo_only)
+        })
+    }
+
+    fn delete_from(
+        &self,
+        sh: &mut FShard,
+        er: EntityRef<'_>,
+        name: Option<&str>,
+        lsn: u64,
+        replay: Option<&Replay<'_>>,
+        redo_only: bool,
+    ) -> DirectApplied {
         let mut out = DirectApplied::default();
-        let Some(lock) = self.shards.get(s) else {
-            return out;
-        };
-        let mut g = lock.write();
-        let before = g.bytes;
         let FShard {
             entities,
             names,
             bytes,
             lsn: shard_lsn,
-        } = &mut *g;
+        } = sh;
         let redo = |id: u32| {
             self.decls
                 .decl_of(id)
@@ -1129,20 +1178,19 @@ impl Features {
             *shard_lsn = lsn;
         }
         if name.is_none() && !redo_only {
-            if let Some(e) = entities.remove(entity) {
+            if let Some(e) = entities.remove(er) {
                 out.found = true;
                 out.deleted = e.feats.len() as u64;
-                *bytes = bytes.saturating_sub(ENTITY_COST + 2 * entity.len() as u64);
+                *bytes = bytes.saturating_sub(ENTITY_COST + 2 * er.name.len() as u64);
                 for f in e.feats {
                     *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
                     *bytes = bytes.saturating_sub(names.release(f.name));
                 }
                 self.entities.fetch_sub(1, Ordering::Relaxed);
             }
-            self.account(&mut g, before);
             return out;
         }
-        let Some(e) = entities.get_mut(entity) else {
+        let Some(e) = entities.get_mut(er) else {
             return out;
         };
         match name {
@@ -1169,7 +1217,6 @@ impl Features {
                 }
             }
         }
-        self.account(&mut g, before);
         out
     }
 
@@ -1178,11 +1225,12 @@ impl Features {
 
     /// Whether the entity exists, and whether it has the feature `name` (if given).
     pub fn exists(&self, entity: &str, name: Option<&str>) -> bool {
-        let Some(lock) = self.shards.get(self.shard_of(entity) as usize) else {
+        let er = EntityRef::new(entity);
+        let Some(lock) = self.shard(er) else {
             return false;
         };
         let g = lock.read();
-        let Some(e) = g.entities.get(entity) else {
+        let Some(e) = g.entities.get(er) else {
             return false;
         };
         match name {
@@ -1206,11 +1254,12 @@ impl Features {
         with_as_of: bool,
         out: &mut Vec<u8>,
     ) -> bool {
-        let Some(lock) = self.shards.get(self.shard_of(entity) as usize) else {
+        let er = EntityRef::new(entity);
+        let Some(lock) = self.shard(er) else {
             return false;
         };
         let g = lock.read();
-        let Some(e) = g.entities.get(entity) else {
+        let Some(e) = g.entities.get(er) else {
             return false;
         };
         out.extend_from_slice(b"{\"entity\":");

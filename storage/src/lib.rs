@@ -39,6 +39,7 @@ mod writer;
 pub use api::*;
 pub use reader::Cursor;
 pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
+pub use writer::now_ms;
 
 use engine::Shared;
 use index::SealedTs;

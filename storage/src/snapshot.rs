@@ -432,32 +432,43 @@ fn build_shard(
     let decls = features.decls();
     let names: Vec<&str> = a.names.iter().map(|n| n.as_str()).collect();
     // Per archived name id: the new id (None: dropped).
-    let mut map: Vec<Option<u32>> = vec![None; names.len()];
-    for (i, name) in names.iter().enumerate() {
-        let now = decls.iter().position(|d| d.name == *name);
-        let keep = match now {
-            Some(d) => decls
-                .get(d)
-                .is_some_and(|d| old_decls.get(name) == Some(&d.fingerprint())),
-            None => !old_decls.contains_key(name),
-        };
-        if keep {
-            map[i] = Some(sh.names.id(name).unwrap_or(u32::MAX));
-        }
+    // What becomes of each archived name: a declaration unchanged since the snapshot keeps
+    // its (permanent) id, a plain name is interned per feature, the rest is dropped.
+    #[derive(Clone, Copy)]
+    enum Slot {
+        Drop,
+        Declared { id: u32, windowed: bool },
+        Plain,
     }
+    let slots: Vec<Slot> = names
+        .iter()
+        .map(|name| match decls.iter().find(|d| d.name == *name) {
+            Some(d) if old_decls.get(name) == Some(&d.fingerprint()) => match sh.names.id(name) {
+                Some(id) => Slot::Declared {
+                    id,
+                    windowed: d.window.is_some(),
+                },
+                None => Slot::Drop,
+            },
+            Some(_) => Slot::Drop,
+            None if old_decls.contains_key(name) => Slot::Drop,
+            None => Slot::Plain,
+        })
+        .collect();
     sh.lsn = a.covered.to_native();
     sh.entities.reserve(a.entities.len());
     for e in a.entities.iter() {
         let mut feats = crate::features::Feats::with_capacity(e.feats.len());
         for f in e.feats.iter() {
             let idx = f.name.to_native() as usize;
-            let Some(Some(mut id)) = map.get(idx).copied() else {
-                continue;
+            let (id, windowed) = match slots.get(idx) {
+                Some(Slot::Declared { id, windowed }) => (*id, *windowed),
+                Some(Slot::Plain) => (
+                    sh.names_acquire(names.get(idx).copied().unwrap_or("")),
+                    false,
+                ),
+                Some(Slot::Drop) | None => continue,
             };
-            let name = names.get(idx).copied().unwrap_or("");
-            if id == u32::MAX || !features.is_declared(name) {
-                id = sh.names_acquire(name);
-            }
             let st = match &f.st {
                 ArchivedSnapState::Int(v, ts) => State::Plain {
                     v: FeatureValue::Int(v.to_native()),
@@ -490,11 +501,6 @@ fn build_shard(
                     )
                 }
                 ArchivedSnapState::Hll(head, regs) => {
-                    let windowed = features
-                        .decls()
-                        .iter()
-                        .find(|d| d.name == name)
-                        .is_some_and(|d| d.window.is_some());
                     if !crate::features::hll_valid(regs.as_slice(), windowed) {
                         return Err(bad("a distinct sketch of the wrong shape"));
                     }

@@ -49,7 +49,9 @@ const RETENTION_TICK: Duration = Duration::from_secs(1);
 /// How long the writer waits before trying again to seal after a failure.
 const SEAL_BACKOFF: Duration = Duration::from_secs(1);
 
-pub(crate) fn now_ms() -> i64 {
+/// The server's clock in ms since the Unix epoch: what records' append times, the dedup
+/// window and feature `ttl` are measured with (0 before 1970, saturating far after).
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
