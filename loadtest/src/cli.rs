@@ -54,7 +54,8 @@ enum Command {
 }
 
 /// Exit codes: 0 the run completed; 1 it could not run; 2 it ran but nothing succeeded in
-/// the measured window.
+/// the measured window; 3 it ran but its check failed (fanout: a follower missed, repeated or
+/// reordered an event).
 pub fn main_from<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
@@ -133,10 +134,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     print!("{}", report.table());
     let succeeded = report.operations.values().any(|o| o.ok > 0);
-    Ok(if succeeded {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if !succeeded {
         ExitCode::from(2)
+    } else if report.check_failed() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 

@@ -73,11 +73,11 @@ impl Endpoint {
     pub fn serves(&self, scenario: Scenario) -> bool {
         match scenario {
             Scenario::Ingest => !matches!(self, Endpoint::Resp(_)),
-            Scenario::Replay | Scenario::Features => {
+            // fanout's followers read SSE over HTTP/1.1; its producers use the same endpoints.
+            Scenario::Replay | Scenario::Features | Scenario::Fanout => {
                 matches!(self, Endpoint::Http(_) | Endpoint::Unix(_))
             }
             Scenario::Kv => matches!(self, Endpoint::Resp(_)),
-            Scenario::Fanout => false,
         }
     }
 

@@ -2,7 +2,8 @@
 //! times (open loop) or as answers come back (closed loop), and records every outcome.
 //!
 //! - An HTTP lane carries one request at a time (HTTP/1.1 has no usable pipelining): ingest,
-//!   replay, and the features scenario's key-value mix.
+//!   replay, the features scenario's key-value mix, and fanout's producers (which record the
+//!   ack instant of every seq they write for the followers; see [`crate::fanout`]).
 //! - A pipelined lane (frames, RESP) keeps up to `pipeline_depth` operations in flight on one
 //!   connection: a writer sends, a reader task matches answers (frames by request id, RESP in
 //!   order) and frees a slot for each.
@@ -13,6 +14,7 @@
 //! lane for the server's `Retry-After` (`X-Vx-Retry-After-Ms` when given).
 
 use crate::endpoint::Endpoint;
+use crate::fanout::{AckTable, parse_ack};
 use crate::http::Reply;
 use crate::http::{HttpConn, segment};
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, ReplayOp, StreamInfo};
@@ -67,6 +69,8 @@ pub enum LaneGen {
     Kv(KvGen),
     /// The same mix over the feature API (HTTP).
     Features(KvGen),
+    /// fanout's producers: ingest of the followed stream, each acked seq's instant recorded.
+    Fanout(IngestGen, Arc<AckTable>),
 }
 
 impl LaneCtx {
@@ -138,13 +142,14 @@ pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: 
             },
         };
         ctx.sent(start);
-        let (op, result) = match timeout(ctx.timeout, http_op(&ctx, live, &mut generator)).await {
-            Ok(r) => r,
-            Err(_) => (
-                op_of(&generator),
-                Err(format!("no answer within {} s", ctx.timeout.as_secs_f64())),
-            ),
-        };
+        let (op, result) =
+            match timeout(ctx.timeout, http_op(&ctx, live, &mut generator, start)).await {
+                Ok(r) => r,
+                Err(_) => (
+                    op_of(&generator),
+                    Err(format!("no answer within {} s", ctx.timeout.as_secs_f64())),
+                ),
+            };
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
@@ -162,20 +167,59 @@ pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: 
 
 fn op_of(g: &LaneGen) -> Op {
     match g {
-        LaneGen::Ingest(_) => Op::Ingest,
+        LaneGen::Ingest(_) | LaneGen::Fanout(..) => Op::Ingest,
         LaneGen::Replay(..) => Op::Page,
         // The operation last drawn: an error (a timeout) that ends it is counted under it.
         LaneGen::Kv(g) | LaneGen::Features(g) => g.last_op(),
     }
 }
 
-/// One operation over HTTP. `Err`: the connection failed.
+/// One operation over HTTP, meant to start at `start`. `Err`: the connection failed.
 async fn http_op(
     ctx: &LaneCtx,
     conn: &mut HttpConn,
     generator: &mut LaneGen,
+    start: Instant,
 ) -> (Op, Result<Outcome, String>) {
     match generator {
+        LaneGen::Fanout(g, acks) => {
+            let events = g.events_per_request();
+            let (body, ty) = g.next_body();
+            let bytes = body.len() as u64;
+            let mut headers = vec![("content-type", ty)];
+            if let Some(d) = ctx.durability_header() {
+                headers.push(("x-vx-durability", d));
+            }
+            // A delivery counts in the window its ingest request counts in.
+            let measured = ctx.rec.lock().measured(start);
+            let r = conn
+                .call("POST", "/v1/events", &headers, Bytes::from(body), true)
+                .await
+                .map(|reply| {
+                    // The ack instant: the answer is in (before parsing it).
+                    let at = Instant::now();
+                    match reply.status.as_u16() {
+                        200 => match reply
+                            .body
+                            .as_deref()
+                            .and_then(|b| parse_ack(b, acks.stream()))
+                        {
+                            Some((accepted, last)) => {
+                                acks.ack(last + 1 - accepted, last, at, measured);
+                                Outcome::Ok { events, bytes }
+                            }
+                            None => Outcome::Error(
+                                "an ingest answer without the stream's last_seq".into(),
+                            ),
+                        },
+                        429 => Outcome::Refused {
+                            retry_after: reply.retry_after(),
+                        },
+                        _ => Outcome::Error(reply.failure()),
+                    }
+                });
+            (Op::Ingest, r)
+        }
         LaneGen::Ingest(g) => {
             let events = g.events_per_request();
             let (body, ty) = g.next_body();

@@ -13,6 +13,7 @@
 //! - [`endpoint`]: endpoint addresses and which scenario each carries.
 //! - [`runner`]: preparing, running and sampling a run.
 //! - [`lanes`]: the load lanes (HTTP one-at-a-time, frames and RESP pipelined).
+//! - [`fanout`]: the fanout scenario's followers (SSE), ack table and ordering check.
 //! - [`ops`]: what the lanes send (seeded per lane).
 //! - [`dist`]: uniform and Zipfian key choice.
 //! - [`schedule`]: intended send times and lateness.
@@ -24,6 +25,7 @@
 pub mod cli;
 pub mod dist;
 pub mod endpoint;
+pub mod fanout;
 pub mod http;
 pub mod lanes;
 pub mod ops;

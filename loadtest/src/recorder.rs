@@ -32,6 +32,9 @@ pub enum Op {
     Del,
     /// A batch read of `batch_size` keys: kv MGET, features POST /v1/features/query.
     Query,
+    /// fanout: one event received by one follower; its latency runs from the producer's ack
+    /// of the event to the follower's receipt.
+    Deliver,
 }
 
 /// How many operations there are: the length of the per-operation arrays.
@@ -41,7 +44,7 @@ pub const N_OPS: usize = Op::ALL.len();
 pub type OpAccs = [Option<OpAcc>; N_OPS];
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 8] = [
         Op::Ingest,
         Op::Page,
         Op::Scan,
@@ -49,6 +52,7 @@ impl Op {
         Op::Set,
         Op::Del,
         Op::Query,
+        Op::Deliver,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Op {
             Op::Set => "set",
             Op::Del => "del",
             Op::Query => "query",
+            Op::Deliver => "deliver",
         }
     }
 
@@ -215,7 +220,15 @@ impl LaneRecorder {
         }
     }
 
-    fn measured(&self, started: Instant) -> bool {
+    /// Set the measured window of a recorder made before the run's clock was known (the
+    /// fanout followers' recorders exist before the producers' clock starts).
+    pub fn set_window(&mut self, measure_start: Instant, measure_end: Instant) {
+        self.measure_start = measure_start;
+        self.measure_end = measure_end;
+    }
+
+    /// Whether an operation started at `started` falls in the measured window.
+    pub fn measured(&self, started: Instant) -> bool {
         started >= self.measure_start && started < self.measure_end
     }
 
@@ -223,11 +236,19 @@ impl LaneRecorder {
     /// `outcome` after `latency`. Only operations started inside the measured window count
     /// in the totals; every one counts in the current interval.
     pub fn record(&mut self, op: Op, outcome: &Outcome, latency: Duration, started: Instant) {
+        let measured = self.measured(started);
+        self.record_window(op, outcome, latency, measured);
+    }
+
+    /// [`LaneRecorder::record`] for an operation whose window the caller decided (a fanout
+    /// delivery counts when the producer's request of its event was meant to start in the
+    /// window, which only the producer knew).
+    pub fn record_window(&mut self, op: Op, outcome: &Outcome, latency: Duration, measured: bool) {
         let i = op.index();
         self.interval[i]
             .get_or_insert_with(|| OpAcc::new(INTERVAL_SIGFIG))
             .record(outcome, latency);
-        if self.measured(started) {
+        if measured {
             self.totals[i]
                 .get_or_insert_with(|| OpAcc::new(RUN_SIGFIG))
                 .record(outcome, latency);

@@ -34,6 +34,131 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     /// The time series, one entry per sample (1 / `sample_hz` seconds), warm-up included.
     pub intervals: Vec<Interval>,
+    /// The fanout scenario's ordering check (absent for other scenarios, and in reports
+    /// written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutReport>,
+}
+
+/// What the followers of a fanout run received, checked once the producers stopped and the
+/// followers had `drain_s` to receive the tail. Counts cover the whole run, warm-up included.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FanoutReport {
+    /// The followed stream.
+    pub stream: String,
+    pub followers: u64,
+    /// The seq every follower started from: the stream's last seq before the run, plus 1.
+    pub from_seq: u64,
+    /// The highest seq a producer saw acked; the check runs through it (`from_seq − 1`
+    /// when nothing was acked).
+    pub last_acked_seq: u64,
+    /// Events the producers saw acked.
+    pub acked_events: u64,
+    /// Seqs of `from_seq..=last_acked_seq` no producer saw acked (a request that timed out
+    /// but was stored, or another writer of the stream); their deliveries are not timed
+    /// beyond "before ack".
+    pub unacked_seqs: u64,
+    /// Events received, all followers, the whole run.
+    pub delivered: u64,
+    /// Deliveries that arrived before the producer had the ack (latency recorded as 0).
+    pub before_ack: u64,
+    /// Followers that received every seq of `from_seq..=last_acked_seq` once, in order.
+    pub complete: u64,
+    /// Followers with at least one seq of the range never received (a hole or the tail).
+    pub with_gaps: u64,
+    pub with_duplicates: u64,
+    pub with_out_of_order: u64,
+    /// Seqs of the range never received, summed over the followers.
+    pub missing_events: u64,
+    /// Events received again (or before the follower's start).
+    pub duplicate_events: u64,
+    /// Events received after a later seq (a hole filled late).
+    pub out_of_order_events: u64,
+    /// Times a follower's stream broke and was opened again (with `Last-Event-ID`).
+    pub reconnects: u64,
+    /// `event: retained` notices (events removed by retention before delivery).
+    pub retained_notices: u64,
+    /// Followers ended by `event: deleted`.
+    pub deleted: u64,
+    /// The drain time allowed.
+    pub drain_s: f64,
+    /// How long the last follower took to receive the tail after the producers stopped
+    /// (absent: not every follower had it when the drain time ran out).
+    pub drained_in_s: Option<f64>,
+    /// Every follower complete.
+    pub passed: bool,
+}
+
+impl FanoutReport {
+    /// Add another host's check (several load hosts following the same stream).
+    fn add(&mut self, o: &FanoutReport) {
+        self.followers += o.followers;
+        self.from_seq = self.from_seq.min(o.from_seq);
+        self.last_acked_seq = self.last_acked_seq.max(o.last_acked_seq);
+        self.acked_events += o.acked_events;
+        self.unacked_seqs += o.unacked_seqs;
+        self.delivered += o.delivered;
+        self.before_ack += o.before_ack;
+        self.complete += o.complete;
+        self.with_gaps += o.with_gaps;
+        self.with_duplicates += o.with_duplicates;
+        self.with_out_of_order += o.with_out_of_order;
+        self.missing_events += o.missing_events;
+        self.duplicate_events += o.duplicate_events;
+        self.out_of_order_events += o.out_of_order_events;
+        self.reconnects += o.reconnects;
+        self.retained_notices += o.retained_notices;
+        self.deleted += o.deleted;
+        self.drained_in_s = self.drained_in_s.zip(o.drained_in_s).map(|(a, b)| a.max(b));
+        self.passed = self.passed && o.passed;
+    }
+
+    /// The lines of the table.
+    fn lines(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "fanout: {} followers of {} from seq {} through {} ({} events acked): {} complete, {} with gaps, {} with duplicates, {} out of order",
+            self.followers,
+            self.stream,
+            self.from_seq,
+            self.last_acked_seq,
+            self.acked_events,
+            self.complete,
+            self.with_gaps,
+            self.with_duplicates,
+            self.with_out_of_order
+        );
+        let drained = match self.drained_in_s {
+            Some(s) => format!("all had the tail {s:.3} s after the producers stopped"),
+            None => format!("not all had the tail within drain_s = {} s", self.drain_s),
+        };
+        let _ = writeln!(
+            out,
+            "fanout: {} delivered, {} missing, {} duplicates, {} out of order, {} before their ack (latency 0), {} unacked seqs, {} reconnects, {} retained notices, {} ended by deletion; {drained}",
+            self.delivered,
+            self.missing_events,
+            self.duplicate_events,
+            self.out_of_order_events,
+            self.before_ack,
+            self.unacked_seqs,
+            self.reconnects,
+            self.retained_notices,
+            self.deleted
+        );
+        let _ = writeln!(
+            out,
+            "fanout check: {}",
+            if self.passed {
+                "PASSED (every follower received every event once, in order)".to_string()
+            } else {
+                format!(
+                    "FAILED ({} of {} followers incomplete)",
+                    self.followers.saturating_sub(self.complete),
+                    self.followers
+                )
+            }
+        );
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -325,7 +450,16 @@ impl Report {
         for (message, n) in &self.errors {
             let _ = writeln!(out, "error ×{n}: {message}");
         }
+        if let Some(f) = &self.fanout {
+            f.lines(&mut out);
+        }
         out
+    }
+
+    /// Whether the run's own check failed (fanout: a follower missed, repeated or reordered
+    /// an event).
+    pub fn check_failed(&self) -> bool {
+        self.fanout.as_ref().is_some_and(|f| !f.passed)
     }
 }
 
@@ -344,11 +478,17 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
     let mut errors = first.errors.clone();
     let mut intervals: BTreeMap<i64, (f64, BTreeMap<String, OpAcc>)> = BTreeMap::new();
     let interval_s = 1.0 / first.workload.sample_hz;
+    let mut fanout = first.fanout.clone();
     for (i, (origin, r)) in reports.iter().enumerate() {
         if i > 0 {
             hosts.extend(r.hosts.iter().cloned());
             for (k, v) in &r.errors {
                 *errors.entry(k.clone()).or_default() += v;
+            }
+            match (&mut fanout, &r.fanout) {
+                (Some(f), Some(o)) => f.add(o),
+                (None, Some(o)) => fanout = Some(o.clone()),
+                _ => {}
             }
         }
         for (name, op) in &r.operations {
@@ -408,6 +548,7 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
                     .collect(),
             })
             .collect(),
+        fanout,
     })
 }
 
@@ -505,6 +646,7 @@ mod tests {
             late_sends: LateReport::from_acc(&LateAcc::new()),
             errors: BTreeMap::new(),
             intervals: vec![Interval { t_s, ops: iv_ops }],
+            fanout: None,
         }
     }
 
@@ -608,6 +750,60 @@ mod tests {
         assert!(!old.contains("values_per_s"));
         let back = Report::from_json(&old, "old").map(|r| r.operations["query"].values_per_s);
         assert!(matches!(back, Ok(None)), "{back:?}");
+    }
+
+    #[test]
+    fn the_fanout_check_reads_back_merges_and_fails_the_table() {
+        let mut r = report(&[5], 0, 1.0);
+        assert!(!r.check_failed());
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        assert!(!text.contains("fanout"), "only fanout runs carry the check");
+        let good = FanoutReport {
+            stream: "lt-0".into(),
+            followers: 3,
+            from_seq: 11,
+            last_acked_seq: 20,
+            acked_events: 10,
+            delivered: 30,
+            complete: 3,
+            drain_s: 2.0,
+            drained_in_s: Some(0.01),
+            passed: true,
+            ..FanoutReport::default()
+        };
+        r.fanout = Some(good.clone());
+        assert!(!r.check_failed());
+        assert!(r.table().contains("fanout check: PASSED"), "{}", r.table());
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        let back = Report::from_json(&text, "r").map(|r| r.fanout);
+        assert_eq!(back.ok().flatten().as_ref(), Some(&good));
+        let mut bad = r.clone();
+        bad.fanout = Some(FanoutReport {
+            complete: 2,
+            with_gaps: 1,
+            missing_events: 4,
+            drained_in_s: None,
+            passed: false,
+            ..good
+        });
+        assert!(bad.check_failed());
+        let table = bad.table();
+        assert!(
+            table.contains("fanout check: FAILED (1 of 3 followers incomplete)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("4 missing") && table.contains("1 with gaps"),
+            "{table}"
+        );
+        // Merged: counts add, and one failing host fails the whole.
+        let merged = match merge(&[("a".into(), r), ("b".into(), bad)]) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        let f = merged.fanout.unwrap_or_default();
+        assert_eq!((f.followers, f.complete, f.missing_events), (6, 5, 4));
+        assert!(!f.passed && f.drained_in_s.is_none());
     }
 
     #[test]

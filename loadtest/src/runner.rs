@@ -1,16 +1,20 @@
 //! A run from start to report: prepare what the scenario reads (replay's streams, the keys of
-//! kv and features),
+//! kv and features, fanout's stream and connected followers),
 //! open every connection, start the lanes on one shared clock, sample the time series at
-//! `sample_hz` with a progress line, and assemble the [`Report`] once the lanes end.
+//! `sample_hz` with a progress line, and assemble the [`Report`] once the lanes end (fanout:
+//! once the followers have drained and been checked).
 
 use crate::endpoint::Endpoint;
+use crate::fanout::Fanout;
 use crate::http::{HttpConn, segment};
 use crate::lanes::{
     LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane, retry_pause,
 };
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, StreamInfo, kv_key};
 use crate::recorder::{LaneRecorder, LateAcc, OpAcc, OpAccs, named};
-use crate::report::{Host, Interval, IntervalOp, LateReport, OpReport, REPORT_FORMAT, Report};
+use crate::report::{
+    FanoutReport, Host, Interval, IntervalOp, LateReport, OpReport, REPORT_FORMAT, Report,
+};
 use crate::resp;
 use crate::schedule::{Pacer, Schedule};
 use crate::workload::{Durability, Scenario, Workload, WorkloadError};
@@ -78,6 +82,12 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         }
         _ => None,
     };
+    // Followers connect before the producers' connections and clock: every one is live when
+    // the first event is written.
+    let fanout = match w.scenario {
+        Scenario::Fanout => Some(Fanout::start(&w, &endpoints, &say).await?),
+        _ => None,
+    };
 
     // One lane per HTTP connection; one per pipelined connection.
     let mut plans: Vec<Endpoint> = Vec::new();
@@ -139,13 +149,16 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         let lane = lane as u32;
         let rec = Arc::new(Mutex::new(LaneRecorder::new(measure_start, end)));
         recorders.push(rec.clone());
-        let generator = match w.scenario {
-            Scenario::Ingest => LaneGen::Ingest(IngestGen::new(&w, lane, &run_tag)?),
-            Scenario::Replay => {
+        let generator = match (w.scenario, &fanout) {
+            (Scenario::Fanout, Some(f)) => {
+                LaneGen::Fanout(IngestGen::new(&w, lane, &run_tag)?, f.acks())
+            }
+            (Scenario::Ingest, _) => LaneGen::Ingest(IngestGen::new(&w, lane, &run_tag)?),
+            (Scenario::Replay, _) => {
                 let s = streams.clone().unwrap_or_default();
                 LaneGen::Replay(ReplayGen::new(&w, lane, s.len())?, s)
             }
-            Scenario::Features => LaneGen::Features(KvGen::new(&w, lane)?),
+            (Scenario::Features, _) => LaneGen::Features(KvGen::new(&w, lane)?),
             _ => LaneGen::Kv(KvGen::new(&w, lane)?),
         };
         let ctx = LaneCtx {
@@ -162,6 +175,15 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
             Conn::Http(c) => tasks.spawn(http_lane(ctx, Some(c), generator)),
             Conn::Pipe(c) => tasks.spawn(pipelined_lane(ctx, Some(*c), generator)),
         };
+    }
+    // fanout: the followers' deliveries are sampled with the lanes; one task waits for the
+    // producers, drains and checks the followers, so sampling goes on through the drain.
+    let fanout_report: Arc<Mutex<Option<FanoutReport>>> = Arc::default();
+    if let Some(f) = fanout {
+        f.set_window(measure_start, end);
+        recorders.extend(f.recorders().iter().cloned());
+        let producers = std::mem::take(&mut tasks);
+        tasks.spawn(f.finish(producers, fanout_report.clone()));
     }
 
     // Sample until every lane is done.
@@ -254,6 +276,7 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         late_sends: LateReport::from_acc(&late),
         errors,
         intervals,
+        fanout: fanout_report.lock().take(),
     })
 }
 

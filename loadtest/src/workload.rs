@@ -5,8 +5,7 @@ use crate::endpoint::{Endpoint, EndpointError};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
-/// What a run does. `fanout` is named so that a workload written for it is refused with a
-/// clear message until live follow exists.
+/// What a run does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scenario {
@@ -103,6 +102,8 @@ pub struct Workload {
     pub page_events: u32,
     pub scan_pct: f64,
     pub preload_events: u64,
+    pub followers: u32,
+    pub drain_s: f64,
 }
 
 impl Default for Workload {
@@ -140,6 +141,8 @@ impl Default for Workload {
             page_events: 256,
             scan_pct: 0.0,
             preload_events: 0,
+            followers: 100,
+            drain_s: 2.0,
         }
     }
 }
@@ -156,7 +159,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "scenario",
         default: "\"ingest\"",
-        help: "ingest | replay | kv (a key-value mix against Redis, over RESP) | features (the same mix against Veltrix's feature API, over HTTP); fanout arrives with live follow",
+        help: "ingest | replay | kv (a key-value mix against Redis, over RESP) | features (the same mix against Veltrix's feature API, over HTTP) | fanout (followers of one stream over SSE while producers ingest it at rate; delivery latency and an ordering check)",
     },
     Key {
         name: "endpoints",
@@ -166,7 +169,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "connections",
         default: "4",
-        help: "connections opened (per endpoint list, round-robin), 1 to 10000; with HTTP endpoints connections × pipeline_depth is at most 100000",
+        help: "connections opened (per endpoint list, round-robin), 1 to 10000; with HTTP endpoints connections × pipeline_depth is at most 100000; fanout: the producers' connections (followers have their own, one each)",
     },
     Key {
         name: "pipeline_depth",
@@ -176,12 +179,12 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "rate",
         default: "absent",
-        help: "operations (requests) per second over all connections, open loop: sends are scheduled at this rate whatever the server does and latency is measured from the scheduled time; absent: closed loop, each slot sends when its previous answer arrives; at most 10000000",
+        help: "operations (requests) per second over all connections, open loop: sends are scheduled at this rate whatever the server does and latency is measured from the scheduled time; absent: closed loop, each slot sends when its previous answer arrives; at most 10000000; fanout needs it (ingest requests/s, so events/s = rate × batch)",
     },
     Key {
         name: "warmup_s",
         default: "2",
-        help: "seconds of load before measuring (not in the histograms)",
+        help: "seconds of load before measuring (not in the histograms; fanout: nor are the deliveries of events written during it, though the ordering check covers them)",
     },
     Key {
         name: "measure_s",
@@ -201,12 +204,12 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "timeout_s",
         default: "10",
-        help: "an operation without an answer after this long is an error (the connection is reopened)",
+        help: "an operation without an answer after this long is an error (the connection is reopened); fanout: also the limit for a follower's connection and response headers",
     },
     Key {
         name: "token",
         default: "absent",
-        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs; features: read for GET and queries, ingest for PUT and DELETE)",
+        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs; features: read for GET and queries, ingest for PUT and DELETE; fanout: both, ingest for the producers and read for the followers)",
     },
     Key {
         name: "key_space",
@@ -221,7 +224,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "value_size_b",
         default: "128",
-        help: "kv: bytes of a SET value; features: bytes of the string feature v a PUT writes (the same bytes); ingest: bytes of each event's JSON (padded with a data string)",
+        help: "kv: bytes of a SET value; features: bytes of the string feature v a PUT writes (the same bytes); ingest and fanout: bytes of each event's JSON (padded with a data string)",
     },
     Key {
         name: "distribution",
@@ -266,17 +269,17 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "batch",
         default: "1",
-        help: "ingest: events per request (HTTP body or frames BATCH)",
+        help: "ingest and fanout: events per request (HTTP body or frames BATCH)",
     },
     Key {
         name: "streams",
         default: "1",
-        help: "ingest and replay: streams written or read, named stream_prefix + 0..streams-1; each request picks one",
+        help: "ingest and replay: streams written or read, named stream_prefix + 0..streams-1; each request picks one (fanout follows one stream: 1)",
     },
     Key {
         name: "stream_prefix",
         default: "\"lt-\"",
-        help: "ingest and replay: prefix of the stream names",
+        help: "ingest and replay: prefix of the stream names; fanout follows and writes the stream stream_prefix + \"0\"",
     },
     Key {
         name: "format",
@@ -286,17 +289,17 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "durability",
         default: "absent",
-        help: "ingest and features writes (PUT, DELETE): none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode",
+        help: "ingest, fanout and features writes (PUT, DELETE): none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode",
     },
     Key {
         name: "ids",
         default: "false",
-        help: "ingest: give every event a unique id (exercises dedup)",
+        help: "ingest and fanout: give every event a unique id (exercises dedup)",
     },
     Key {
         name: "entities",
         default: "true",
-        help: "ingest: give every event an entity drawn from key_space (the feature store's path); false: no entity, ingest without features",
+        help: "ingest and fanout: give every event an entity drawn from key_space (the feature store's path); false: no entity, ingest without features",
     },
     Key {
         name: "page_events",
@@ -313,7 +316,20 @@ pub const KEYS: &[Key] = &[
         default: "0",
         help: "replay: before the warm-up, fill each of the streams to at least this many events (0: read the streams that exist)",
     },
+    Key {
+        name: "followers",
+        default: "100",
+        help: "fanout: SSE followers of the stream (GET /v1/streams/{stream}/events?follow=true), each on its own connection, all connected before the producers start; 1 to 100000",
+    },
+    Key {
+        name: "drain_s",
+        default: "2",
+        help: "fanout: after the producers stop, seconds the followers have to receive the tail (through the last acked seq) before the ordering check; 0 to 3600",
+    },
 ];
+
+/// fanout: the most events a run may write (its ack table holds 8 bytes for each: 512 MiB).
+pub const MAX_FANOUT_EVENTS: u64 = 1 << 26;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
@@ -380,9 +396,6 @@ impl Workload {
     /// Refuse what cannot run, before anything is sent.
     pub fn validate(&self) -> Result<(), WorkloadError> {
         let bad = |m: String| Err(WorkloadError::Invalid(m));
-        if self.scenario == Scenario::Fanout {
-            return bad("scenario \"fanout\" arrives with live follow (SSE and WebSocket)".into());
-        }
         if self.endpoints.is_empty() {
             return bad("endpoints: at least one is needed".into());
         }
@@ -394,7 +407,8 @@ impl Workload {
                     self.scenario.as_str(),
                     match self.scenario {
                         Scenario::Ingest => "use http://, unix:, frames:// or frames+unix:",
-                        Scenario::Replay | Scenario::Features => "use http:// or unix:",
+                        Scenario::Replay | Scenario::Features | Scenario::Fanout =>
+                            "use http:// or unix:",
                         _ => "use resp://",
                     }
                 ));
@@ -521,6 +535,9 @@ impl Workload {
                 return bad(format!("scan_pct: {} is not in 0..=100", self.scan_pct));
             }
         }
+        if self.scenario == Scenario::Fanout {
+            self.validate_fanout()?;
+        }
         if self.stream_prefix.is_empty() || self.stream_prefix.len() > 200 {
             return bad("stream_prefix: 1 to 200 bytes".into());
         }
@@ -532,6 +549,61 @@ impl Workload {
             return bad("stream_prefix: no control characters, quotes or backslashes".into());
         }
         Ok(())
+    }
+
+    fn validate_fanout(&self) -> Result<(), WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Invalid(m));
+        // The producers record the ack of every event in a table sized from the rate and the
+        // run's length: a closed loop has no bound.
+        if self.rate.is_none() {
+            return bad(
+                "fanout needs a rate (ingest requests/s, open loop): the producers write at a fixed rate while the followers read"
+                    .into(),
+            );
+        }
+        if self.streams != 1 {
+            return bad(format!(
+                "streams: {} — fanout follows one stream ({}0); set streams = 1",
+                self.streams, self.stream_prefix
+            ));
+        }
+        if self.followers == 0 || self.followers > 100_000 {
+            return bad(format!(
+                "followers: {} is not in 1..=100000",
+                self.followers
+            ));
+        }
+        if !(self.drain_s.is_finite() && (0.0..=3600.0).contains(&self.drain_s)) {
+            return bad(format!("drain_s: {} is not in 0..=3600", self.drain_s));
+        }
+        let events = self.fanout_events_bound();
+        if events > MAX_FANOUT_EVENTS {
+            return bad(format!(
+                "fanout: rate × batch × (warmup_s + measure_s) allows {events} events, over {MAX_FANOUT_EVENTS} (the producers keep an 8-byte ack time per event); shorten the run or lower the rate"
+            ));
+        }
+        Ok(())
+    }
+
+    /// fanout: the most events the producers can write in a run (every open-loop send of
+    /// every lane, each of `batch` events), the size of the ack table.
+    pub fn fanout_events_bound(&self) -> u64 {
+        let lanes = u64::from(self.connections) * u64::from(self.pipeline_depth);
+        let rate = self.rate.unwrap_or(0.0);
+        let requests = (rate * (self.warmup_s + self.measure_s)).ceil();
+        let requests = if requests.is_finite() && requests < 1e15 {
+            requests as u64
+        } else {
+            u64::MAX / 2
+        };
+        requests
+            .saturating_add(lanes + 1)
+            .saturating_mul(u64::from(self.batch))
+    }
+
+    /// fanout: the stream the followers follow and the producers write.
+    pub fn fanout_stream(&self) -> String {
+        format!("{}0", self.stream_prefix)
     }
 
     /// "open loop at R ops/s" or "closed loop", for titles.
@@ -721,7 +793,18 @@ mod tests {
             )
             .contains("key_size_b")
         );
-        assert!(err("scenario = \"fanout\"\n", &[]).contains("live follow"));
+        assert!(err("scenario = \"fanout\"\n", &[]).contains("needs a rate"));
+        assert!(err("scenario = \"fanout\"\nrate = 10\n", &["streams=2"]).contains("one stream"));
+        assert!(err("scenario = \"fanout\"\nrate = 10\n", &["followers=0"]).contains("followers"));
+        assert!(err("scenario = \"fanout\"\nrate = 10\n", &["drain_s=-1"]).contains("drain_s"));
+        assert!(err("scenario = \"fanout\"\nrate = 1e6\nbatch = 1000\n", &[]).contains("ack time"));
+        assert!(
+            err(
+                "scenario = \"fanout\"\nrate = 10\nendpoints = \"frames://h:1\"\n",
+                &[]
+            )
+            .contains("use http:// or unix:")
+        );
         assert!(err("endpoints = \"ftp://x\"\n", &[]).contains("ftp://x"));
     }
 
@@ -797,6 +880,23 @@ mod tests {
             (get.read_pct, get.rate, get.connections),
             (100.0, Some(20_000.0), 50)
         );
+        // The match shape: 45 groups × 80 events/s, one event per request, 720 followers.
+        let fanout = load("fanout-match.toml");
+        assert_eq!(fanout.scenario, Scenario::Fanout);
+        assert_eq!(
+            (
+                fanout.followers,
+                fanout.connections,
+                fanout.rate,
+                fanout.batch
+            ),
+            (720, 45, Some(3600.0), 1)
+        );
+        assert_eq!(
+            fanout.rate.map(|r| r / f64::from(fanout.connections)),
+            Some(80.0)
+        );
+        assert_eq!(fanout.fanout_stream(), "match-0");
         let query = load("features-query.toml");
         assert_eq!(
             (query.query_pct, query.batch_size, query.rate),

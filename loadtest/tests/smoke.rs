@@ -789,7 +789,8 @@ fn the_command_line_explains_itself_and_refuses_what_cannot_run() {
     };
     refuse("ratee = 1\n", &[], "ratee");
     refuse("", &["batch=0"], "batch");
-    refuse("scenario = \"fanout\"\n", &[], "live follow");
+    // fanout's producers write at a fixed rate: there is no closed-loop fanout.
+    refuse("scenario = \"fanout\"\n", &[], "needs a rate");
     // HTTP/1.1 cannot keep kv's pipeline depth on one connection.
     refuse(
         "scenario = \"features\"\n",
