@@ -1402,8 +1402,10 @@ impl Fanout {
                     let _ = phase.send(Phase::Stop);
                     let hint = if e.starts_with("HTTP 503") {
                         " (server.max_followers reached? it bounds the followers of the server)"
+                    } else if e.starts_with("HTTP 406") {
+                        " (the server does not answer text/event-stream: no live follow, SPEC §5)"
                     } else if e.starts_with("HTTP 404") {
-                        " (a server without live follow answers 404 to follow=true? or the stream was deleted)"
+                        " (was the stream deleted?)"
                     } else {
                         ""
                     };
@@ -1580,7 +1582,15 @@ async fn last_seq_or_create(w: &Workload, ep: &Endpoint, stream: &str) -> Result
         404 => {}
         _ => return Err(prep(format!("GET {path}: {}", reply.failure()))),
     }
-    let mut g = IngestGen::new(w, u32::MAX, "fanout-start")?;
+    // With ids, the event's id must be new: a rerun's first event is not a retry of this one.
+    let tag = format!(
+        "fanout-start-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0)
+    );
+    let mut g = IngestGen::new(w, u32::MAX, &tag)?;
     let body = Bytes::from(g.ndjson_for(stream, 1));
     let mut headers = vec![("content-type", "application/x-ndjson")];
     if let Some(d) = w.durability {
