@@ -13,6 +13,7 @@
 //! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
 //! - [`http`]: the axum app: routes, error shape, middleware.
 //! - [`metrics`]: the Prometheus registry.
+//! - [`live`]: live followers, their fan-out, and paced replay.
 
 pub mod auth;
 pub mod cli;
@@ -21,6 +22,7 @@ pub mod failure;
 pub mod frames;
 pub mod http;
 pub mod listen;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod server;

@@ -42,7 +42,7 @@
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -160,6 +160,7 @@ impl Metrics {
     pub fn new(
         engine: Arc<OnceLock<vx_router::Router>>,
         budget: vx_ingest::InflightBudget,
+        hub: Arc<crate::live::Hub>,
     ) -> Metrics {
         let mut registry = Registry::default();
 
@@ -296,6 +297,7 @@ impl Metrics {
         );
 
         registry.register_collector(Box::new(BudgetCollector(budget)));
+        registry.register_collector(Box::new(HubCollector(hub)));
         registry.register_collector(Box::new(EngineCollector { engine }));
 
         Metrics {
@@ -445,6 +447,99 @@ fn gauge(
     let g = ConstGauge::new(value);
     let metric = encoder.encode_descriptor(name, help, None, g.metric_type())?;
     g.encode(metric)
+}
+
+/// Live followers and their fan-out, read at scrape time (followers never touch a metric).
+struct HubCollector(Arc<crate::live::Hub>);
+
+impl std::fmt::Debug for HubCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HubCollector")
+    }
+}
+
+impl Collector for HubCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let hub = &self.0;
+        let snap = hub.snapshot();
+        {
+            let mut metric = encoder.encode_descriptor(
+                "vx_followers",
+                "Live followers (follow=true and WebSocket), by transport",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, transport) in ["sse", "ndjson", "websocket"].iter().enumerate() {
+                let labels = [("transport", *transport)];
+                let sample = metric.encode_family(&labels)?;
+                ConstGauge::new(snap.followers[i] as f64).encode(sample)?;
+            }
+        }
+        let gauges = [
+            (
+                "vx_follower_lag_max_events",
+                "Largest follower lag: events of its stream published live but not yet sent to it",
+                snap.lag_max,
+            ),
+            (
+                "vx_follower_lag_events",
+                "Sum over followers of their lag in events",
+                snap.lag_sum,
+            ),
+            (
+                "vx_followers_reading_storage",
+                "Followers catching up from storage (at the start, or after lagging out of the live buffer)",
+                snap.from_storage,
+            ),
+            (
+                "vx_followed_streams",
+                "Streams with live followers (each has one reader of the log and one buffer)",
+                snap.topics,
+            ),
+            (
+                "vx_follow_buffer_bytes",
+                "Bytes of encoded events held in the followed streams' live buffers",
+                snap.ring_bytes,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            gauge(&mut encoder, name, help, v as f64)?;
+        }
+        let counters = [
+            (
+                "vx_followers_rejected",
+                "Followers refused with 503 at server.max_followers",
+                hub.stats.rejected.load(Relaxed),
+            ),
+            (
+                "vx_follower_fallbacks",
+                "Times a follower fell out of its stream's live buffer and went back to reading storage",
+                hub.stats.fallbacks.load(Relaxed),
+            ),
+            (
+                "vx_follower_events_live",
+                "Events sent to followers from the shared live buffer",
+                hub.stats.events_live.load(Relaxed),
+            ),
+            (
+                "vx_follower_events_storage",
+                "Events sent to followers and paced replays from storage",
+                hub.stats.events_storage.load(Relaxed),
+            ),
+            (
+                "vx_follow_publications",
+                "Batches of newly visible events published to followers (each wakes a stream's followers once)",
+                hub.stats.publications.load(Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(metric)?;
+        }
+        Ok(())
+    }
 }
 
 /// The in-flight byte budget, read at scrape time: a request never touches a metric for it.

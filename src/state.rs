@@ -36,6 +36,7 @@ struct Inner {
     limits: vx_ingest::Limits,
     budget: vx_ingest::InflightBudget,
     tokens: Vec<Token>,
+    hub: Arc<crate::live::Hub>,
 }
 
 impl AppState {
@@ -43,7 +44,12 @@ impl AppState {
     pub fn new(config: &Config) -> AppState {
         let engine = Arc::new(OnceLock::new());
         let budget = vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes);
-        let metrics = Arc::new(Metrics::new(Arc::clone(&engine), budget.clone()));
+        let hub = Arc::new(crate::live::Hub::new(config.server.max_followers));
+        let metrics = Arc::new(Metrics::new(
+            Arc::clone(&engine),
+            budget.clone(),
+            Arc::clone(&hub),
+        ));
         let limits = vx_ingest::Limits {
             max_body_bytes: config.ingest.max_body_bytes,
             max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
@@ -64,6 +70,7 @@ impl AppState {
                     scopes: t.scopes.clone(),
                 })
                 .collect(),
+            hub,
         }))
     }
 
@@ -98,6 +105,13 @@ impl AppState {
     pub fn begin_drain(&self) {
         self.0.phase.store(Phase::Draining as u8, Ordering::Release);
         self.0.metrics.set_ready(false);
+        // Followers end now: a live body would otherwise hold its connection to the deadline.
+        self.0.hub.closing.cancel();
+    }
+
+    /// Live followers and their fan-out.
+    pub fn hub(&self) -> &Arc<crate::live::Hub> {
+        &self.0.hub
     }
 
     /// For tests of request handling that never touches storage.

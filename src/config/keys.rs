@@ -64,6 +64,11 @@ pub const KEYS: &[Key] = &[
         "close a frames connection idle between frames this long",
     ),
     key(
+        "server.max_followers",
+        None,
+        "live followers (SSE, NDJSON, WebSocket) at once; 503 past it",
+    ),
+    key(
         "storage.data_dir",
         Some("--data-dir"),
         "data directory (created if missing; locked)",
@@ -202,6 +207,7 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "server.frames_uds" => opt_path(&s.frames_uds),
         "server.shutdown_timeout" => format_duration(s.shutdown_timeout),
         "server.frames_idle_timeout" => format_duration(s.frames_idle_timeout),
+        "server.max_followers" => s.max_followers.to_string(),
         "storage.data_dir" => st.data_dir.display().to_string(),
         "storage.shards" => opt_str(st.shards),
         "storage.fsync" => st.fsync.as_str().to_string(),
@@ -256,6 +262,7 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "server.frames_uds" => cfg.server.frames_uds = opt(v, path)?,
         "server.shutdown_timeout" => cfg.server.shutdown_timeout = parse_duration(v)?,
         "server.frames_idle_timeout" => cfg.server.frames_idle_timeout = parse_duration(v)?,
+        "server.max_followers" => cfg.server.max_followers = num(v)?,
         "storage.data_dir" => cfg.storage.data_dir = PathBuf::from(v),
         "storage.shards" => cfg.storage.shards = opt(v, num)?,
         "storage.fsync" => {

@@ -296,6 +296,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         ("ingest.max_event_bytes", i.max_event_bytes),
         ("ingest.dedup_memory", i.dedup_memory),
         ("storage.max_streams", cfg.storage.max_streams),
+        ("server.max_followers", cfg.server.max_followers as u64),
     ] {
         if v == 0 {
             return bad(format!("{name} must be at least 1"));

@@ -58,6 +58,8 @@ pub struct ServerConfig {
     /// A frames connection that sends nothing between frames for this long is closed.
     #[serde(deserialize_with = "units::duration")]
     pub frames_idle_timeout: Duration,
+    /// Live followers (SSE, NDJSON and WebSocket) at once; past it a new one gets 503.
+    pub max_followers: usize,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +72,7 @@ impl Default for ServerConfig {
             frames_uds: None,
             shutdown_timeout: Duration::from_secs(30),
             frames_idle_timeout: Duration::from_secs(600),
+            max_followers: 10_000,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! - [`error`]: `AppError`, the single error shape.
 //! - [`ingest`]: `POST /v1/events`.
 //! - [`streams`]: `GET /v1/streams`, `GET`/`DELETE /v1/streams/{stream}`.
-//! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed.
+//! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed; [`follow`]: its live and paced
+//!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`.
 //! - [`features`]: the feature store's routes (SPEC §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
@@ -12,6 +13,7 @@
 
 pub mod error;
 pub mod features;
+pub mod follow;
 pub mod guard;
 pub mod ingest;
 pub mod ops;
@@ -38,6 +40,7 @@ pub fn app(state: AppState) -> Router {
             get(streams::one).delete(streams::delete),
         )
         .route("/v1/streams/{stream}/events", get(replay::events))
+        .route("/v1/streams/{stream}/ws", get(replay::ws))
         .route("/v1/features/query", post(features::query))
         .route(
             "/v1/features/{entity}",

@@ -17,12 +17,8 @@ impl Params {
             .map_err(|e| AppError::bad_request(format!("bad query string: {e}")))?;
         for (i, (name, _)) in pairs.iter().enumerate() {
             if !known.contains(&name.as_str()) {
-                let hint = match name.as_str() {
-                    "follow" | "pace" | "speed" => " (it arrives in a later release)",
-                    _ => "",
-                };
                 return Err(AppError::bad_request(format!(
-                    "unknown query parameter {name:?}{hint}; known: {}",
+                    "unknown query parameter {name:?}; known: {}",
                     known.join(", ")
                 )));
             }

@@ -14,11 +14,14 @@
 //! range's end + 1 (or `start` when the range is empty).
 
 use super::AppError;
+use super::follow::{self, LiveQuery};
 use super::params::Params;
 use super::streams::{SHARD, engine, with_shard};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
@@ -39,7 +42,8 @@ const NDJSON: &str = "application/x-ndjson";
 const JSON: &str = "application/json";
 const YAML: &str = "application/yaml";
 const FRAMES: &str = vx_proto::frames::CONTENT_TYPE;
-const SUPPORTED: [&str; 4] = [NDJSON, JSON, YAML, FRAMES];
+const SSE: &str = "text/event-stream";
+const SUPPORTED: [&str; 5] = [NDJSON, JSON, YAML, FRAMES, SSE];
 
 const LAST_SEQ: HeaderName = HeaderName::from_static("x-vx-last-seq");
 const FIRST_SEQ: HeaderName = HeaderName::from_static("x-vx-first-seq");
@@ -54,6 +58,8 @@ pub enum Output {
     Yaml,
     /// EVENT frames of docs/PROTOCOL.md, one per event.
     Frames,
+    /// Server-Sent Events: served by [`super::follow`] (live or paced, or a bounded range).
+    Sse,
 }
 
 impl Output {
@@ -63,6 +69,7 @@ impl Output {
             Output::JsonArray => JSON,
             Output::Yaml => YAML,
             Output::Frames => FRAMES,
+            Output::Sse => SSE,
         }
     }
 }
@@ -105,12 +112,13 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Output, AppError> {
             "application/json" => return Ok(Output::JsonArray),
             "application/yaml" | "application/x-yaml" | "text/yaml" => return Ok(Output::Yaml),
             "application/vnd.veltrix.frames" => return Ok(Output::Frames),
+            "text/event-stream" => return Ok(Output::Sse),
             _ => {}
         }
     }
     Err(AppError::not_acceptable(
-        "replay answers in application/x-ndjson, application/json, application/yaml or \
-         application/vnd.veltrix.frames",
+        "replay answers in application/x-ndjson, application/json, application/yaml, \
+         application/vnd.veltrix.frames or (live) text/event-stream",
         &SUPPORTED,
     ))
 }
@@ -185,6 +193,46 @@ async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), String> {
     }
 }
 
+/// The query parameters of the events and WebSocket routes.
+const QUERY: &[&str] = &[
+    "from", "to", "since", "until", "types", "entity", "limit", "follow", "pace", "speed",
+];
+
+/// `types`: a comma list of valid event types.
+fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
+    let Some(list) = params.get("types") else {
+        return Ok(None);
+    };
+    let types: Vec<String> = list.split(',').map(|t| t.trim().to_string()).collect();
+    if let Some(bad) = types.iter().find(|t| !vx_proto::event::valid_type(t)) {
+        return Err(AppError::bad_request(format!(
+            "types: {bad:?} is not a valid event type"
+        )));
+    }
+    Ok(Some(types))
+}
+
+/// `GET /v1/streams/{stream}/ws`: a live follower over WebSocket (SPEC §5).
+pub async fn ws(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, AppError> {
+    let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
+    let params = Params::parse(&uri, QUERY)?;
+    let types = parse_types(&params)?;
+    let q = LiveQuery::parse(&params, &headers, true, types, LIMIT_DEFAULT, LIMIT_MAX)?;
+    let upgrade = upgrade.map_err(|e| {
+        AppError::bad_request(format!(
+            "this route is a WebSocket endpoint: {}",
+            e.body_text()
+        ))
+    })?;
+    follow::websocket(&state, &stream, q, upgrade)
+}
+
 /// `GET /v1/streams/{stream}/events`.
 pub async fn events(
     State(state): State<AppState>,
@@ -193,24 +241,17 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
     let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
-    let params = Params::parse(
-        &uri,
-        &["from", "to", "since", "until", "types", "entity", "limit"],
-    )?;
+    let params = Params::parse(&uri, QUERY)?;
     let output = negotiate(&headers)?;
+    let types = parse_types(&params)?;
+    let live = ["follow", "pace", "speed"]
+        .iter()
+        .any(|p| params.get(p).is_some());
+    if live || output == Output::Sse {
+        let q = LiveQuery::parse(&params, &headers, false, types, LIMIT_DEFAULT, LIMIT_MAX)?;
+        return follow::respond(&state, &stream, q, output);
+    }
     let limit = params.limit(LIMIT_DEFAULT, LIMIT_MAX)?;
-    let types = match params.get("types") {
-        None => None,
-        Some(list) => {
-            let types: Vec<String> = list.split(',').map(|t| t.trim().to_string()).collect();
-            if let Some(bad) = types.iter().find(|t| !vx_proto::event::valid_type(t)) {
-                return Err(AppError::bad_request(format!(
-                    "types: {bad:?} is not a valid event type"
-                )));
-            }
-            Some(types)
-        }
-    };
     let query = ReadQuery {
         from: params.u64("from")?,
         to: params.u64("to")?,

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     /// Retention keeps every record after this LSN: the oldest kept snapshot covers the
     /// feature tables up to it, so state rebuilt from a snapshot never misses a record.
     pub snapshot_floor: AtomicU64,
+    /// Followers' notifications of newly visible events and deletes.
+    pub watches: crate::watch::Watches,
 }
 
 impl Shared {
@@ -81,6 +83,7 @@ impl Shared {
             retained_bytes: AtomicU64::new(0),
             features,
             snapshot_floor: AtomicU64::new(0),
+            watches: crate::watch::Watches::default(),
         }
     }
 
@@ -207,6 +210,9 @@ impl Engine {
         if self.shared.index.apply_run(shard, stream, floor, p) {
             self.active_spans += 1;
         }
+        self.shared
+            .watches
+            .published(stream, p.first_seq + u64::from(p.count) - 1);
         if !self.touched.contains_key(stream) {
             self.touched.insert(stream.into(), shard);
         }
@@ -221,6 +227,7 @@ impl Engine {
             .unwrap_or(0);
         self.active_spans = self.active_spans.saturating_sub(dropped);
         self.shared.index.apply_tombstone(shard, stream, last_seq);
+        self.shared.watches.deleted(stream, last_seq);
         if !self.touched.contains_key(stream) {
             self.touched.insert(stream.into(), shard);
         }

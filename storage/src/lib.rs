@@ -34,6 +34,7 @@ mod segment;
 pub mod sim;
 pub mod snapshot;
 pub mod vfs;
+pub mod watch;
 mod writer;
 
 pub use api::*;
@@ -414,6 +415,26 @@ impl Store {
         }
         self.stream(stream)
             .map(|info| Cursor::empty(stream, shard, info.last_seq, q))
+    }
+
+    /// Be told when events of `stream` become visible or it is deleted (live followers). The
+    /// receiver starts at the stream's current last visible seq (0 if it was never written).
+    /// Blocking only for a stream whose metadata is in the carry file.
+    pub fn watch(&self, stream: &str) -> tokio::sync::watch::Receiver<watch::Visible> {
+        let shared = &self.inner.shared;
+        let shard = self.shard_of(stream);
+        // The carry file is read before the lock (the writer takes it too); a stream it
+        // holds is not in the index, and a write moves it there before it is published.
+        let carried = match shared.index.with(shard, stream, |_| ()) {
+            Some(()) => 0,
+            None => self.stream(stream).map_or(0, |i| i.last_seq),
+        };
+        shared.watches.subscribe(stream, || {
+            shared
+                .index
+                .with(shard, stream, |s| s.last_seq)
+                .unwrap_or(carried)
+        })
     }
 
     /// Requests waiting in the channel to the writer.

@@ -323,6 +323,12 @@ impl Cursor {
         self.start_seq
     }
 
+    /// The next seq this cursor would look at: after [`Cursor::next_event`] returned `None`
+    /// at the end of the range, one past the range; with filters, past every event scanned.
+    pub fn position(&self) -> u64 {
+        self.next_seq
+    }
+
     /// True when no filter other than the seq range and limit applies (then the range is
     /// contiguous and `X-Vx-Next-Seq` is meaningful).
     pub fn unfiltered(&self) -> bool {
