@@ -1053,3 +1053,205 @@ fn kv_batch_reads_are_mgets_of_batch_size_keys() {
         Some(vec![b'x'; 128])
     );
 }
+
+/// The fanout report of a run: its ingest and deliveries checked, every follower complete.
+fn check_fanout(r: &Report, followers: u64) -> vx_loadtest::report::FanoutReport {
+    let ingested = check_report(r, "ingest");
+    let delivered = check_report(r, "deliver");
+    let f = r.fanout.clone().expect("a fanout run reports its check");
+    assert!(f.passed, "{f:#?}\n{:?}", r.errors);
+    assert_eq!(f.followers, followers);
+    assert_eq!(
+        (
+            f.complete,
+            f.with_gaps,
+            f.with_duplicates,
+            f.with_out_of_order
+        ),
+        (followers, 0, 0, 0),
+        "{f:#?}"
+    );
+    assert_eq!(
+        (f.missing_events, f.duplicate_events, f.out_of_order_events),
+        (0, 0, 0)
+    );
+    assert_eq!((f.reconnects, f.retained_notices, f.deleted), (0, 0, 0));
+    // Every acked event reached every follower, and only those: no request was lost.
+    assert_eq!(f.unacked_seqs, 0, "{f:#?}");
+    assert_eq!(f.last_acked_seq + 1 - f.from_seq, f.acked_events);
+    assert_eq!(f.delivered, followers * f.acked_events);
+    assert!(
+        f.drained_in_s.is_some(),
+        "every follower had the tail: {f:#?}"
+    );
+    // The measured deliveries are the measured events times the followers (events received
+    // before their ack near the window's edges are placed by their receipt time).
+    let expected = followers * ingested;
+    assert!(
+        delivered.abs_diff(expected) <= expected / 50 + followers,
+        "{delivered} deliveries for {ingested} events × {followers} followers"
+    );
+    f
+}
+
+#[test]
+fn fanout_followers_receive_every_event_in_order() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "fanout.toml",
+        &format!(
+            "scenario = \"fanout\"\nendpoints = \"http://{}\"\nfollowers = 20\nconnections = 4\nrate = 200\nwarmup_s = 0.5\nmeasure_s = 2\ndrain_s = 2\nstream_prefix = \"fan-\"\n",
+            v.http
+        ),
+    );
+    let json = tmp.path().join("fanout.json");
+    let r = run_report(&wl, &[], &json);
+    let f = check_fanout(&r, 20);
+    // A new stream: one event created it, the followers started after it.
+    assert_eq!((f.stream.as_str(), f.from_seq), ("fan-0", 2));
+    assert_eq!(
+        v.stored_eventually("fan-", f.last_acked_seq),
+        f.last_acked_seq
+    );
+    let deliver = &r.operations["deliver"];
+    assert!(deliver.latency_ms.max > 0.0 && deliver.events == deliver.ok);
+    assert!(r.intervals.iter().any(|i| i.ops.contains_key("deliver")));
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(text.contains("\"fanout\"") && text.contains("\"passed\": true"));
+
+    // Again on the same stream, over the Unix socket, 5 events per request, no warm-up: the
+    // followers start after what the first run wrote.
+    let unix = format!("endpoints=\"unix:{}\"", v.socket("http.sock").display());
+    let r = run_report(
+        &wl,
+        &[
+            &unix,
+            "batch=5",
+            "rate=40",
+            "warmup_s=0",
+            "measure_s=1",
+            "followers=7",
+        ],
+        &json,
+    );
+    let g = check_fanout(&r, 7);
+    assert_eq!(g.from_seq, f.last_acked_seq + 1);
+    assert_eq!(g.acked_events, r.operations["ingest"].events);
+    assert_eq!(v.stored("fan-"), g.last_acked_seq);
+
+    // The table says so, and the run exits 0.
+    let out = run(&["run", wl.to_str().unwrap(), "-q", "--set", "measure_s=0.5"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("fanout check: PASSED"), "{stdout}");
+    assert!(stdout.contains("deliver"), "{stdout}");
+}
+
+#[test]
+fn fanout_fails_its_check_and_exits_3_when_the_stream_is_deleted_under_it() {
+    let v = Veltrix::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "fanout.toml",
+        &format!(
+            "scenario = \"fanout\"\nendpoints = \"http://{}\"\nfollowers = 5\nconnections = 2\nrate = 100\nwarmup_s = 0\nmeasure_s = 2\ndrain_s = 0.5\nstream_prefix = \"gone-\"\n",
+            v.http
+        ),
+    );
+    let json = tmp.path().join("gone.json");
+    let child = Command::new(BIN)
+        .args(["run", wl.to_str().unwrap(), "-q", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the producers write (so every follower is connected), the stream is deleted: every
+    // follower gets `event: deleted` and ends, while the producers write the stream again (its
+    // seqs go on).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while v.stored("gone-") < 20 {
+        assert!(Instant::now() < deadline, "the producers never wrote");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) = request(v.http, "DELETE", "/v1/streams/gone-0", None, None);
+    assert!((200..300).contains(&status), "{status} {body}");
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("fanout check: FAILED (5 of 5 followers incomplete)"),
+        "{stdout}"
+    );
+    let r = Report::from_json(&std::fs::read_to_string(&json).unwrap(), "gone").unwrap();
+    let f = r.fanout.unwrap();
+    assert!(!f.passed);
+    assert_eq!((f.deleted, f.complete, f.with_gaps), (5, 0, 5), "{f:#?}");
+    assert!(f.missing_events > 0 && f.delivered > 0, "{f:#?}");
+    assert!(
+        r.errors.keys().any(|e| e.contains("deleted")),
+        "{:?}",
+        r.errors
+    );
+}
+
+#[test]
+fn fanout_followers_over_the_server_limit_fail_the_run_at_the_start() {
+    let v = Veltrix::start_with(|cfg| cfg.server.max_followers = 5);
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "fanout.toml",
+        &format!(
+            "scenario = \"fanout\"\nendpoints = \"http://{}\"\nfollowers = 8\nrate = 50\nwarmup_s = 0\nmeasure_s = 0.5\nstream_prefix = \"full-\"\n",
+            v.http
+        ),
+    );
+    let out = run(&["run", wl.to_str().unwrap(), "-q"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HTTP 503") && err.contains("max_followers"),
+        "{err}"
+    );
+    // Nothing was written but the event that created the stream.
+    assert_eq!(v.stored("full-"), 1);
+}
+
+#[test]
+fn fanout_followers_and_producers_send_the_token() {
+    let v = Veltrix::start_with(|cfg| {
+        cfg.auth.tokens = vec![TokenDecl {
+            token: "s3cret".into(),
+            scopes: vec![Scope::Ingest, Scope::Read],
+        }];
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let wl = write_workload(
+        tmp.path(),
+        "fanout.toml",
+        &format!(
+            "scenario = \"fanout\"\nendpoints = \"http://{}\"\nfollowers = 3\nconnections = 1\nrate = 50\nwarmup_s = 0\nmeasure_s = 0.5\nstream_prefix = \"auth-fan-\"\n",
+            v.http
+        ),
+    );
+    let json = tmp.path().join("auth.json");
+    let r = run_report(&wl, &["token=\"s3cret\""], &json);
+    check_fanout(&r, 3);
+    assert!(!std::fs::read_to_string(&json).unwrap().contains("s3cret"));
+    // A wrong token: the run stops at its first request (reading the stream), before any
+    // follower or producer starts.
+    let out = run(&[
+        "run",
+        wl.to_str().unwrap(),
+        "-q",
+        "--set",
+        "token=\"wrong\"",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("401"), "{err}");
+}
