@@ -6,16 +6,21 @@
 //! - `server`: start, stop and kill `veltrix serve` on a temporary data dir.
 //! - `client`: requests over TCP or the Unix socket and checks of the SPEC's responses.
 //! - `events`: events to send, generated bodies, and comparison with replayed events.
+//! - `sse`: live follows (SSE and NDJSON) read frame by frame.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 mod client;
 mod events;
 mod server;
+mod sse;
 
 pub use client::*;
+#[allow(unused_imports)]
 pub use events::*;
 pub use server::*;
+#[allow(unused_imports)]
+pub use sse::*;
 
 // ---------------------------------------------------------------------------------------------
 // Binary frames (tests/frames_protocol.rs)
