@@ -106,7 +106,7 @@ impl AppState {
         self.0.phase.store(Phase::Draining as u8, Ordering::Release);
         self.0.metrics.set_ready(false);
         // Followers end now: a live body would otherwise hold its connection to the deadline.
-        self.0.hub.closing.cancel();
+        self.0.hub.close();
     }
 
     /// Live followers and their fan-out.

@@ -194,6 +194,7 @@ fn open(
         limit: q.limit,
         filter: q.filter,
         pace: q.pace,
+        sse: transport == Transport::Sse,
     };
     let follower = Follower::new(
         store.clone(),
@@ -256,6 +257,7 @@ pub fn respond(
             let (mut f, name) = st?;
             let chunk = match f.next().await {
                 Next::Events(events) => Ok(concat(&events, sse)),
+                Next::Frames(frames) => Ok(frames),
                 Next::Heartbeat => Ok(Bytes::from_static(if sse {
                     b": heartbeat\n\n"
                 } else {
@@ -385,6 +387,8 @@ async fn serve_ws(socket: WebSocket, mut f: Follower) {
                     Err(e) => Err(e),
                 }
             }
+            // A WebSocket follower never asks for whole SSE publications.
+            Next::Frames(_) => Ok(()),
             Next::Heartbeat => tx.send(Message::Ping(Bytes::new())).await,
             Next::Notice(Notice::Retained { from, first_seq }) => {
                 let text =

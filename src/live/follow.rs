@@ -45,6 +45,8 @@ pub struct Pace {
 pub enum Next {
     /// Events to send, in order.
     Events(Vec<Encoded>),
+    /// SSE frames of consecutive events, shared with every follower that sends them.
+    Frames(bytes::Bytes),
     /// Nothing was sent for [`HEARTBEAT`].
     Heartbeat,
     Notice(Notice),
@@ -84,6 +86,8 @@ pub struct Start {
     pub limit: Option<u64>,
     pub filter: Filter,
     pub pace: Option<Pace>,
+    /// The output is SSE (see [`Next::Frames`]).
+    pub sse: bool,
 }
 
 pub struct Follower {
@@ -105,6 +109,8 @@ pub struct Follower {
     pace: Option<Pacer>,
     /// Took events from the ring since it last read storage (a later fall back is a lag).
     live: bool,
+    /// The output is SSE: whole publications can be sent as the pump framed them.
+    whole_frames: bool,
     closing: CancellationToken,
     heartbeat_at: Instant,
 }
@@ -167,6 +173,7 @@ impl Follower {
                 off: false,
             }),
             live: false,
+            whole_frames: start.sse,
             closing,
             heartbeat_at: Instant::now() + HEARTBEAT,
         }
@@ -208,7 +215,7 @@ impl Follower {
             if self.finished() {
                 return Next::End(End::Done);
             }
-            if self.closing.is_cancelled() {
+            if self.hub.is_closed() {
                 return Next::End(End::Shutdown);
             }
             if self.cursor.is_none()
@@ -219,9 +226,25 @@ impl Follower {
                 if let Some(last_seq) = t.deleted {
                     return Next::End(End::Deleted { last_seq });
                 }
+                if t.closing {
+                    return Next::End(End::Shutdown);
+                }
                 if let Some(m) = &self.member {
                     self.scratch.clear();
-                    match m.topic.take(self.next, TAKE_BYTES, &mut self.scratch) {
+                    // Whole publications go as they are when nothing is taken out of them.
+                    let whole = self.whole_frames
+                        && self.filter.is_empty()
+                        && self.remaining.is_none()
+                        && self.pace.as_ref().is_none_or(|p| p.off);
+                    let until = self.end.unwrap_or(u64::MAX);
+                    match m.topic.take(self.next, TAKE_BYTES, whole, until, &mut self.scratch) {
+                        Taken::Batch { sse, last, events } => {
+                            self.live = true;
+                            m.position.from_storage.store(false, Ordering::Relaxed);
+                            self.hub.stats.events_live.fetch_add(events, Ordering::Relaxed);
+                            self.next = last + 1;
+                            return Next::Frames(sse);
+                        }
                         Taken::Events => {
                             self.keep_taken();
                             continue;
@@ -303,9 +326,9 @@ impl Follower {
     /// Wait for the ring to grow, a heartbeat, or the end. `Some` ends the step.
     async fn wait_tail(&mut self) -> Option<Next> {
         let tail = self.tail.as_mut()?;
+        // Shutdown comes through the tail too (`Tail::closing`).
         tokio::select! {
             biased;
-            () = self.closing.cancelled() => Some(Next::End(End::Shutdown)),
             changed = tail.changed() => {
                 // The sender lives as long as the topic, which this follower holds.
                 changed.err().map(|_| Next::End(End::Done))

@@ -13,6 +13,7 @@
 //! than [`RING_MIN_BYTES`]), so all rings together stay within about `RING_BUDGET`.
 
 use super::Encoded;
+use bytes::Bytes;
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
@@ -65,6 +66,9 @@ pub struct Tail {
     pub next: u64,
     /// The stream was deleted (its last seq then): followers end.
     pub deleted: Option<u64>,
+    /// The server is draining: followers end (told here rather than through a cancellation
+    /// token, so a live follower waits on one thing only).
+    pub closing: bool,
 }
 
 /// The newest events of a topic, contiguous in `seq`.
@@ -72,11 +76,24 @@ struct Ring {
     /// Seq of `events[0]`; when empty, of the next event to be pushed.
     first: u64,
     events: VecDeque<Encoded>,
+    /// Each publication's SSE frames in one buffer, for followers that take whole
+    /// publications: one shared handle per publication instead of one per event (a refcount
+    /// touched by every follower is what fan-out contends on).
+    batches: VecDeque<Batch>,
     bytes: usize,
+}
+
+/// One publication's SSE frames, concatenated.
+struct Batch {
+    first: u64,
+    last: u64,
+    sse: Bytes,
 }
 
 /// What a follower finds in the ring at its position.
 pub enum Taken {
+    /// The SSE frames of one whole publication starting at its position, through `last`.
+    Batch { sse: Bytes, last: u64, events: u64 },
     /// Events were appended to the caller's vector, from its position on.
     Events,
     /// Its position is past the newest event: it is live and caught up.
@@ -111,8 +128,16 @@ impl Topic {
     }
 
     /// Append the events at or after `next` (at most `max_bytes` of SSE frames, at least
-    /// one event) to `out`.
-    pub fn take(&self, next: u64, max_bytes: usize, out: &mut Vec<Encoded>) -> Taken {
+    /// one event) to `out`; or, with `whole` and `next` at the start of a publication, that
+    /// publication's frames as one buffer, when it ends at or before `until`.
+    pub fn take(
+        &self,
+        next: u64,
+        max_bytes: usize,
+        whole: bool,
+        until: u64,
+        out: &mut Vec<Encoded>,
+    ) -> Taken {
         let ring = self.ring.read();
         let end = ring.first + ring.events.len() as u64;
         if next >= end {
@@ -120,6 +145,19 @@ impl Topic {
         }
         if next < ring.first {
             return Taken::Behind;
+        }
+        if whole {
+            let i = ring.batches.partition_point(|b| b.first < next);
+            if let Some(b) = ring.batches.get(i)
+                && b.first == next
+                && b.last <= until
+            {
+                return Taken::Batch {
+                    sse: b.sse.clone(),
+                    last: b.last,
+                    events: b.last - b.first + 1,
+                };
+            }
         }
         let skip = usize::try_from(next - ring.first).unwrap_or(usize::MAX);
         let mut bytes = 0;
@@ -138,8 +176,16 @@ impl Topic {
         let Some(last) = batch.last().map(|e| e.seq) else {
             return;
         };
+        let first = batch.first().map_or(last, |e| e.seq);
+        let mut sse = Vec::with_capacity(batch.iter().map(|e| e.sse().len()).sum());
+        for e in &batch {
+            sse.extend_from_slice(&e.sse());
+        }
+        let sse = Bytes::from(sse);
         {
             let mut ring = self.ring.write();
+            ring.bytes += sse.len();
+            ring.batches.push_back(Batch { first, last, sse });
             for e in batch {
                 ring.bytes += e.mem_bytes();
                 ring.events.push_back(e);
@@ -151,6 +197,12 @@ impl Topic {
                     ring.bytes -= old.mem_bytes();
                     ring.first = old.seq + 1;
                 }
+                // A publication goes with its first event.
+                while ring.batches.front().is_some_and(|b| b.first < ring.first) {
+                    if let Some(b) = ring.batches.pop_front() {
+                        ring.bytes -= b.sse.len();
+                    }
+                }
             }
         }
         self.tail.send_modify(|t| t.next = last + 1);
@@ -160,6 +212,7 @@ impl Topic {
     fn restart_at(&self, first: u64) {
         let mut ring = self.ring.write();
         ring.events.clear();
+        ring.batches.clear();
         ring.bytes = 0;
         ring.first = first;
         drop(ring);
@@ -186,8 +239,9 @@ pub struct Hub {
     followers: [AtomicUsize; 3],
     max_followers: usize,
     next_id: AtomicU64,
-    /// Cancelled when the server drains: every follower ends.
+    /// Cancelled when the server drains: every follower ends (see [`Hub::close`]).
     pub closing: CancellationToken,
+    closed: AtomicBool,
     pub stats: Stats,
 }
 
@@ -243,8 +297,22 @@ impl Hub {
             max_followers,
             next_id: AtomicU64::new(1),
             closing: CancellationToken::new(),
+            closed: AtomicBool::new(false),
             stats: Stats::default(),
         }
+    }
+
+    /// The server drains: end every follower, and refuse new ones.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.closing.cancel();
+        for t in self.topics.lock().values() {
+            t.tail.send_modify(|t| t.closing = true);
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     pub fn followers(&self) -> usize {
@@ -298,12 +366,14 @@ impl Hub {
         let (tail, _) = watch::channel(Tail {
             next: start,
             deleted: None,
+            closing: self.is_closed(),
         });
         let topic = Arc::new(Topic {
             stream: stream.to_string(),
             ring: RwLock::new(Ring {
                 first: start,
                 events: VecDeque::new(),
+                batches: VecDeque::new(),
                 bytes: 0,
             }),
             tail,
