@@ -40,8 +40,6 @@ RESTART_ENTITIES=${RESTART_ENTITIES:-1000000}
 # The ports bench/compare.sh uses, not the defaults, so a server of one's own is left alone.
 PORT=${VX_PORT:-17100}
 REDIS_PORT=${REDIS_PORT:-16379}
-log() { echo "# $*" >&2; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need=()
 command -v jq >/dev/null || need+=(jq)
@@ -58,41 +56,16 @@ VX=$ROOT/target/release/veltrix
 LT=$ROOT/target/release/vx-loadtest
 W=$ROOT/loadtest/workloads
 
-WORK=$(mktemp -d /tmp/vx-features.XXXXXX)
-PID=""
-stop() { stop_pid "$PID"; PID=""; }
-cleanup() { stop; [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"; }
-trap cleanup EXIT
-RESULTS=$WORK/results.txt
-RUNS=$ROOT/docs/bench/features-runs.txt
-mkdir -p "$(dirname "$RUNS")"
-: >"$RESULTS"
+bench_init features
 [[ -n ${RESULTS_FROM:-} ]] && cat "$RESULTS_FROM" >>"$RESULTS"
 SECTIONS=${SECTIONS:-reads ingest restart}
-want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 echo "# bench/features.sh $(date -u +%FT%TZ) REPS=$REPS MEASURE_S=$MEASURE_S" >>"$RUNS"
-load1() { cut -d' ' -f1 /proc/loadavg; }
-record() { # key value [context…]
-  local k=$1 v=$2; shift 2
-  echo "$k $v" >>"$RESULTS"
-  echo "$k $v $*" | tee -a "$RUNS" >&2
-}
-med() { awk -v k="$1" '$1==k {print $2}' "$RESULTS" | median; }
-jqr() { jq -r "$1" "$2"; }
 # lt NAME WORKLOAD [--set …]: one vx-loadtest run; echoes the report path.
 lt() {
   local name=$1 wl=$2; shift 2
   local out=$WORK/$name-$RANDOM.json
   "$LT" run "$W/$wl" --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" -q --json "$out" "$@" >/dev/null
   echo "$out"
-}
-wait_ready() {
-  for _ in $(seq 1 600); do
-    curl -sf "localhost:$PORT/readyz" >/dev/null && return 0
-    kill -0 "$PID" 2>/dev/null || { log "veltrix exited"; return 1; }
-    sleep 0.05
-  done
-  log "veltrix not ready in 30 s"; return 1
 }
 start_veltrix() { # data_dir [args…]
   local dir=$1; shift
@@ -101,7 +74,6 @@ start_veltrix() { # data_dir [args…]
   wait_ready
 }
 metric() { curl -s "localhost:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
-rss_anon_kb() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
 
 cat >"$WORK/decl3.yaml" <<'EOF'
 storage:

@@ -27,3 +27,45 @@ refuse_if_listening() {
     fi
   done
 }
+
+# ---- helpers of the scripts that keep results (features.sh, fanout.sh) ------------------------
+# They use the caller's globals: RESULTS (this run's `key value` lines), RUNS (the committed log
+# of every run), PORT and PID (the server under test).
+
+log() { echo "# $*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# record KEY VALUE [context…]: keep the value, and log it with its context.
+record() {
+  local k=$1 v=$2; shift 2
+  echo "$k $v" >>"$RESULTS"
+  echo "$k $v $*" | tee -a "$RUNS" >&2
+}
+# med KEY: the median of the values recorded under KEY.
+med() { awk -v k="$1" '$1==k {print $2}' "$RESULTS" | median; }
+jqr() { jq -r "$1" "$2"; }
+# wait_ready: until the server on PORT answers /readyz (30 s at most, or it exited).
+wait_ready() {
+  for _ in $(seq 1 600); do
+    curl -sf "localhost:$PORT/readyz" >/dev/null && return 0
+    kill -0 "$PID" 2>/dev/null || { log "veltrix exited"; return 1; }
+    sleep 0.05
+  done
+  log "veltrix not ready in 30 s"; return 1
+}
+rss_anon_kb() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
+
+# bench_init NAME: a work dir removed at exit (KEEP_WORK=1 keeps it) with the server stopped,
+# RESULTS in it, RUNS = docs/bench/NAME-runs.txt. SECTIONS selects what `want` runs.
+PID=""
+stop() { stop_pid "$PID"; PID=""; }
+cleanup() { stop; [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"; }
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+bench_init() {
+  WORK=$(mktemp -d "/tmp/vx-$1.XXXXXX")
+  trap cleanup EXIT
+  RESULTS=$WORK/results.txt
+  RUNS=$ROOT/docs/bench/$1-runs.txt
+  mkdir -p "$(dirname "$RUNS")"
+  : >"$RESULTS"
+}

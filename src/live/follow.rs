@@ -31,6 +31,9 @@ pub const STEP_EVENTS: usize = 1024;
 pub const STEP_BYTES: usize = 256 << 10;
 /// Bound of one take from the ring (of the events' memory, the shared buffers included).
 pub const TAKE_BYTES: usize = 256 << 10;
+/// Pending and scratch buffers above this many events are given back once empty, so a
+/// follower that caught up does not keep its catch-up's memory.
+const SHRINK_ABOVE: usize = 64;
 /// Pause before looking again after a storage step that found nothing to do.
 const IDLE_RETRY: Duration = Duration::from_millis(50);
 
@@ -372,6 +375,13 @@ impl Follower {
             if *r == 0 {
                 self.pending.clear();
             }
+        }
+        // A catch-up step leaves room for a thousand events; a live follower needs a handful.
+        if self.pending.is_empty() && self.pending.capacity() > SHRINK_ABOVE {
+            self.pending = VecDeque::new();
+        }
+        if self.scratch.capacity() > SHRINK_ABOVE {
+            self.scratch = Vec::new();
         }
         Ok(out)
     }

@@ -546,3 +546,99 @@ async fn pump(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vx_proto::EventView;
+    use vx_proto::event::Kind;
+
+    fn topic(first: u64) -> Topic {
+        Topic {
+            stream: "s".into(),
+            ring: RwLock::new(Ring {
+                first,
+                events: VecDeque::new(),
+                batches: VecDeque::new(),
+                bytes: 0,
+            }),
+            tail: watch::channel(Tail {
+                next: first,
+                ..Tail::default()
+            })
+            .0,
+            positions: Mutex::new(HashMap::new()),
+            followers: AtomicUsize::new(0),
+            ended: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn ev(seq: u64) -> Encoded {
+        Encoded::new(
+            seq,
+            &EventView {
+                stream: "s",
+                entity: None,
+                ty: "t",
+                ts: 0,
+                kind: Kind::Event,
+                value: None,
+                id: None,
+                data: None,
+            },
+        )
+    }
+
+    fn seqs(out: &[Encoded]) -> Vec<u64> {
+        out.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn take_finds_whole_publications_single_events_and_the_ends() {
+        let t = topic(1);
+        let mut out = Vec::new();
+        assert!(matches!(t.take(1, 1 << 20, true, u64::MAX, &mut out), Taken::Ahead));
+        t.push(vec![ev(1), ev(2), ev(3)], 1 << 20);
+        t.push(vec![ev(4)], 1 << 20);
+        assert_eq!(t.tail.borrow().next, 5);
+        match t.take(1, 1 << 20, true, u64::MAX, &mut out) {
+            Taken::Batch { sse, last, events } => {
+                assert_eq!((last, events), (3, 3));
+                let want: Vec<u8> = [ev(1), ev(2), ev(3)].iter().flat_map(|e| e.sse()).collect();
+                assert_eq!(sse, want);
+            }
+            _ => panic!("a whole publication"),
+        }
+        // Mid-publication, or a publication ending past `until`: event by event.
+        assert!(matches!(t.take(2, 1 << 20, true, u64::MAX, &mut out), Taken::Events));
+        assert_eq!(seqs(&out), [2, 3, 4]);
+        out.clear();
+        assert!(matches!(t.take(1, 1 << 20, true, 2, &mut out), Taken::Events));
+        assert_eq!(seqs(&out), [1, 2, 3, 4], "the follower drops what is past `until`");
+        out.clear();
+        // At least one event, whatever the byte bound.
+        assert!(matches!(t.take(3, 1, false, u64::MAX, &mut out), Taken::Events));
+        assert_eq!(seqs(&out), [3]);
+        assert!(matches!(t.take(5, 1 << 20, true, u64::MAX, &mut out), Taken::Ahead));
+    }
+
+    #[test]
+    fn a_full_ring_drops_its_oldest_events_and_their_publications() {
+        let t = topic(1);
+        t.push(vec![ev(1), ev(2)], 1 << 20);
+        t.push(vec![ev(3), ev(4)], 1 << 20);
+        // A cap of one byte keeps only the newest event.
+        t.push(vec![ev(5)], 1);
+        let mut out = Vec::new();
+        assert!(matches!(t.take(4, 1 << 20, false, u64::MAX, &mut out), Taken::Behind));
+        assert!(matches!(t.take(5, 1 << 20, true, u64::MAX, &mut out), Taken::Batch { last: 5, .. }));
+        let ring = t.ring.read();
+        assert_eq!((ring.first, ring.events.len(), ring.batches.len()), (5, 1, 1));
+        assert_eq!(ring.bytes, ring.events[0].mem_bytes() + ring.batches[0].sse.len());
+        drop(ring);
+        t.restart_at(9);
+        assert!(matches!(t.take(5, 1 << 20, false, u64::MAX, &mut out), Taken::Behind));
+        assert_eq!(t.tail.borrow().next, 9);
+    }
+}
