@@ -240,11 +240,17 @@ impl Follower {
                         && self.remaining.is_none()
                         && self.pace.as_ref().is_none_or(|p| p.off);
                     let until = self.end.unwrap_or(u64::MAX);
-                    match m.topic.take(self.next, TAKE_BYTES, whole, until, &mut self.scratch) {
+                    match m
+                        .topic
+                        .take(self.next, TAKE_BYTES, whole, until, &mut self.scratch)
+                    {
                         Taken::Batch { sse, last, events } => {
                             self.live = true;
                             m.position.from_storage.store(false, Ordering::Relaxed);
-                            self.hub.stats.events_live.fetch_add(events, Ordering::Relaxed);
+                            self.hub
+                                .stats
+                                .events_live
+                                .fetch_add(events, Ordering::Relaxed);
                             self.next = last + 1;
                             return Next::Frames(sse);
                         }

@@ -598,7 +598,10 @@ mod tests {
     fn take_finds_whole_publications_single_events_and_the_ends() {
         let t = topic(1);
         let mut out = Vec::new();
-        assert!(matches!(t.take(1, 1 << 20, true, u64::MAX, &mut out), Taken::Ahead));
+        assert!(matches!(
+            t.take(1, 1 << 20, true, u64::MAX, &mut out),
+            Taken::Ahead
+        ));
         t.push(vec![ev(1), ev(2), ev(3)], 1 << 20);
         t.push(vec![ev(4)], 1 << 20);
         assert_eq!(t.tail.borrow().next, 5);
@@ -611,16 +614,32 @@ mod tests {
             _ => panic!("a whole publication"),
         }
         // Mid-publication, or a publication ending past `until`: event by event.
-        assert!(matches!(t.take(2, 1 << 20, true, u64::MAX, &mut out), Taken::Events));
+        assert!(matches!(
+            t.take(2, 1 << 20, true, u64::MAX, &mut out),
+            Taken::Events
+        ));
         assert_eq!(seqs(&out), [2, 3, 4]);
         out.clear();
-        assert!(matches!(t.take(1, 1 << 20, true, 2, &mut out), Taken::Events));
-        assert_eq!(seqs(&out), [1, 2, 3, 4], "the follower drops what is past `until`");
+        assert!(matches!(
+            t.take(1, 1 << 20, true, 2, &mut out),
+            Taken::Events
+        ));
+        assert_eq!(
+            seqs(&out),
+            [1, 2, 3, 4],
+            "the follower drops what is past `until`"
+        );
         out.clear();
         // At least one event, whatever the byte bound.
-        assert!(matches!(t.take(3, 1, false, u64::MAX, &mut out), Taken::Events));
+        assert!(matches!(
+            t.take(3, 1, false, u64::MAX, &mut out),
+            Taken::Events
+        ));
         assert_eq!(seqs(&out), [3]);
-        assert!(matches!(t.take(5, 1 << 20, true, u64::MAX, &mut out), Taken::Ahead));
+        assert!(matches!(
+            t.take(5, 1 << 20, true, u64::MAX, &mut out),
+            Taken::Ahead
+        ));
     }
 
     #[test]
@@ -631,14 +650,29 @@ mod tests {
         // A cap of one byte keeps only the newest event.
         t.push(vec![ev(5)], 1);
         let mut out = Vec::new();
-        assert!(matches!(t.take(4, 1 << 20, false, u64::MAX, &mut out), Taken::Behind));
-        assert!(matches!(t.take(5, 1 << 20, true, u64::MAX, &mut out), Taken::Batch { last: 5, .. }));
+        assert!(matches!(
+            t.take(4, 1 << 20, false, u64::MAX, &mut out),
+            Taken::Behind
+        ));
+        assert!(matches!(
+            t.take(5, 1 << 20, true, u64::MAX, &mut out),
+            Taken::Batch { last: 5, .. }
+        ));
         let ring = t.ring.read();
-        assert_eq!((ring.first, ring.events.len(), ring.batches.len()), (5, 1, 1));
-        assert_eq!(ring.bytes, ring.events[0].mem_bytes() + ring.batches[0].sse.len());
+        assert_eq!(
+            (ring.first, ring.events.len(), ring.batches.len()),
+            (5, 1, 1)
+        );
+        assert_eq!(
+            ring.bytes,
+            ring.events[0].mem_bytes() + ring.batches[0].sse.len()
+        );
         drop(ring);
         t.restart_at(9);
-        assert!(matches!(t.take(5, 1 << 20, false, u64::MAX, &mut out), Taken::Behind));
+        assert!(matches!(
+            t.take(5, 1 << 20, false, u64::MAX, &mut out),
+            Taken::Behind
+        ));
         assert_eq!(t.tail.borrow().next, 9);
     }
 }
