@@ -498,3 +498,49 @@ fn read_step(cursor: &mut Cursor) -> (Vec<Encoded>, Result<bool, ReadError>) {
     }
     (out, Ok(false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Transport;
+
+    /// With nothing to send, a live follower produces a heartbeat every [`HEARTBEAT`] (time is
+    /// paused: tokio moves it on when every task waits).
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_follower_sends_a_heartbeat_every_15_seconds() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut cfg = vx_storage::StorageConfig::new(tmp.path());
+        cfg.shards = Some(2);
+        let (store, _) = vx_storage::Store::open(cfg).unwrap_or_else(|e| panic!("{e}"));
+        let hub = Arc::new(Hub::new(10));
+        let member = hub
+            .join(&store, "quiet", Transport::Sse)
+            .unwrap_or_else(|_| panic!("room for a follower"));
+        let start = Start {
+            stream: "quiet".into(),
+            from: 1,
+            resume: false,
+            to: None,
+            limit: None,
+            filter: Filter::default(),
+            pace: None,
+            sse: true,
+        };
+        let mut f = Follower::new(
+            store.clone(),
+            Arc::clone(&hub),
+            start,
+            Some(member),
+            hub.closing.clone(),
+        );
+        for _ in 0..2 {
+            let before = Instant::now();
+            assert!(matches!(f.next().await, Next::Heartbeat));
+            assert_eq!(before.elapsed(), HEARTBEAT);
+        }
+        hub.close();
+        assert!(matches!(f.next().await, Next::End(End::Shutdown)));
+        drop(f);
+        store.shutdown();
+    }
+}
