@@ -123,6 +123,21 @@ impl LaneCtx {
     fn durability_header(&self) -> Option<&'static str> {
         self.workload.durability.map(Durability::as_str)
     }
+
+    /// The next ingest request of `g`: its events, body bytes, body and headers.
+    fn ingest_request(
+        &self,
+        g: &mut IngestGen,
+    ) -> (u64, u64, Vec<u8>, Vec<(&'static str, &'static str)>) {
+        let events = g.events_per_request();
+        let (body, ty) = g.next_body();
+        let bytes = body.len() as u64;
+        let mut headers = vec![("content-type", ty)];
+        if let Some(d) = self.durability_header() {
+            headers.push(("x-vx-durability", d));
+        }
+        (events, bytes, body, headers)
+    }
 }
 
 /// Run one HTTP lane to the end of the run.
@@ -183,13 +198,7 @@ async fn http_op(
 ) -> (Op, Result<Outcome, String>) {
     match generator {
         LaneGen::Fanout(g, acks) => {
-            let events = g.events_per_request();
-            let (body, ty) = g.next_body();
-            let bytes = body.len() as u64;
-            let mut headers = vec![("content-type", ty)];
-            if let Some(d) = ctx.durability_header() {
-                headers.push(("x-vx-durability", d));
-            }
+            let (events, bytes, body, headers) = ctx.ingest_request(g);
             // A delivery counts in the window its ingest request counts in.
             let measured = ctx.rec.lock().measured(start);
             let r = conn
@@ -221,13 +230,7 @@ async fn http_op(
             (Op::Ingest, r)
         }
         LaneGen::Ingest(g) => {
-            let events = g.events_per_request();
-            let (body, ty) = g.next_body();
-            let bytes = body.len() as u64;
-            let mut headers = vec![("content-type", ty)];
-            if let Some(d) = ctx.durability_header() {
-                headers.push(("x-vx-durability", d));
-            }
+            let (events, bytes, body, headers) = ctx.ingest_request(g);
             let r = conn
                 .call("POST", "/v1/events", &headers, Bytes::from(body), false)
                 .await
