@@ -237,6 +237,8 @@ impl Topic {
 pub struct Hub {
     topics: Mutex<HashMap<String, Arc<Topic>>>,
     followers: [AtomicUsize; 3],
+    /// All transports: what `server.max_followers` bounds.
+    total: AtomicUsize,
     max_followers: usize,
     next_id: AtomicU64,
     /// Cancelled when the server drains: every follower ends (see [`Hub::close`]).
@@ -275,6 +277,7 @@ pub struct Membership {
 impl Drop for Membership {
     fn drop(&mut self) {
         self.hub.followers[self.transport as usize].fetch_sub(1, Ordering::Relaxed);
+        self.hub.total.fetch_sub(1, Ordering::AcqRel);
         self.topic.positions.lock().remove(&self.id);
         let mut topics = self.hub.topics.lock();
         if self.topic.followers.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -294,6 +297,7 @@ impl Hub {
         Hub {
             topics: Mutex::new(HashMap::new()),
             followers: Default::default(),
+            total: AtomicUsize::new(0),
             max_followers,
             next_id: AtomicU64::new(1),
             closing: CancellationToken::new(),
@@ -329,14 +333,19 @@ impl Hub {
         stream: &str,
         transport: Transport,
     ) -> Result<Membership, Full> {
-        let slot = &self.followers[transport as usize];
-        if self.followers() >= self.max_followers {
+        // Reserved atomically, so concurrent joins never pass the limit together.
+        let reserved = self
+            .total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_followers).then_some(n + 1)
+            });
+        if reserved.is_err() {
             self.stats.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(Full {
                 max: self.max_followers,
             });
         }
-        slot.fetch_add(1, Ordering::Relaxed);
+        self.followers[transport as usize].fetch_add(1, Ordering::Relaxed);
         let mut topics = self.topics.lock();
         let topic = match topics.get(stream) {
             Some(t) if !t.ended.load(Ordering::Acquire) => Arc::clone(t),
