@@ -180,18 +180,18 @@ impl Replay {
 }
 
 /// One blocking step, moving the replay to the blocking pool and back.
-async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), String> {
+async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> {
     let (replay, res) = tokio::task::spawn_blocking(move || {
         let res = replay.next_chunk();
         (replay, res)
     })
     .await
-    .map_err(|e| format!("replay task failed: {e}"))?;
-    match res {
-        Ok(chunk) => Ok((replay, chunk)),
-        Err(e) => Err(e.to_string()),
-    }
+    .map_err(|e| ReadError::Io(std::io::Error::other(format!("replay task failed: {e}"))))?;
+    res.map(|chunk| (replay, chunk))
 }
+
+/// Attempts at the first chunk when retention removes what a cursor was about to read.
+const FIRST_CHUNK_ATTEMPTS: u32 = 4;
 
 /// The query parameters of the events and WebSocket routes.
 const QUERY: &[&str] = &[
@@ -268,18 +268,39 @@ pub async fn events(
     let to = query.to;
 
     let router = engine(&state)?;
-    let Some(cursor) = router.store().read(&stream, query) else {
-        return Ok(with_shard(
-            AppError::not_found(format!("unknown stream {stream:?}")).into_response(),
-            router.shard_of(&stream),
-        ));
+    // Nothing is sent before the first chunk is read: when retention removes events under
+    // it, the response starts over at the new first retained seq (SPEC §5) instead of failing.
+    let mut attempt = 0;
+    let (replay, first, (first_seq, last_seq, shard, start)) = loop {
+        attempt += 1;
+        let Some(cursor) = router.store().read(&stream, query.clone()) else {
+            return Ok(with_shard(
+                AppError::not_found(format!("unknown stream {stream:?}")).into_response(),
+                router.shard_of(&stream),
+            ));
+        };
+        let meta = (
+            cursor.first_seq(),
+            cursor.last_seq(),
+            cursor.shard(),
+            cursor.start_seq(),
+        );
+        let replay = Replay {
+            cursor,
+            output,
+            events: 0,
+            opened: false,
+            done: false,
+        };
+        match step(replay).await {
+            Ok((replay, first)) => break (replay, first, meta),
+            Err(ReadError::Retained { .. }) if attempt < FIRST_CHUNK_ATTEMPTS => continue,
+            Err(e) => {
+                tracing::error!(stream = %stream, error = %e, "replay failed");
+                return Err(AppError::internal(format!("reading the log failed: {e}")));
+            }
+        }
     };
-    let (first_seq, last_seq, shard, start) = (
-        cursor.first_seq(),
-        cursor.last_seq(),
-        cursor.shard(),
-        cursor.start_seq(),
-    );
     let next_seq = (!filtered).then(|| {
         let end = to
             .unwrap_or(u64::MAX)
@@ -287,18 +308,6 @@ pub async fn events(
             .min(start.saturating_add(limit - 1));
         if end >= start { end + 1 } else { start }
     });
-
-    let replay = Replay {
-        cursor,
-        output,
-        events: 0,
-        opened: false,
-        done: false,
-    };
-    let (replay, first) = step(replay).await.map_err(|e| {
-        tracing::error!(stream = %stream, error = %e, "replay failed");
-        AppError::internal(format!("reading the log failed: {e}"))
-    })?;
     let first = first.unwrap_or_default();
 
     let body = if replay.done {
