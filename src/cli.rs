@@ -1,5 +1,6 @@
-//! The command line: `veltrix serve [flags]`. Each flag is also a config key (see
-//! [`crate::config::keys`]); the key table, with defaults and env vars, is the help's epilogue.
+//! The command line: `veltrix serve [flags]` and the client commands (`veltrix health`). Each
+//! `serve` flag is also a config key (see [`crate::config::keys`]); the key table, with
+//! defaults and env vars, is the help's epilogue.
 
 use crate::config::{FsyncSetting, LogFormat, Overrides, keys};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -20,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the service.
     Serve(ServeArgs),
+    /// Ask a running server whether it is ready (exit 0) or not (exit 1, one line saying why).
+    Health(crate::client::ClientArgs),
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 //! line and calls [`server::run`]; tests call [`server::Server::bind`] and `run` in-process.
 //!
 //! # Layout
-//! - [`cli`]: `veltrix serve` and its flags.
+//! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`client`]: their HTTP side.
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
 //! - [`logging`]: the tracing subscriber (pretty or JSON).
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
@@ -17,6 +17,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod failure;
 pub mod frames;

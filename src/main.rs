@@ -1,5 +1,5 @@
 //! `veltrix serve`: parse the command line, load the configuration, set up logging, and run
-//! the server until SIGTERM/SIGINT.
+//! the server until SIGTERM/SIGINT. `veltrix health`: ask a server whether it is ready.
 
 use anyhow::Context;
 use std::process::ExitCode;
@@ -14,7 +14,12 @@ use veltrix::signals::Signals;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    match serve() {
+    let cli = cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Health(args) => health(&args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line with the cause chain: start-up errors are read by operators, and a
@@ -47,9 +52,7 @@ fn causes(e: &anyhow::Error) -> String {
     out
 }
 
-fn serve() -> anyhow::Result<()> {
-    let cli = cli::parse();
-    let Command::Serve(args) = cli.command;
+fn serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     let env = config::load::process_env();
     let (config, warnings) = config::load(args.config.as_deref(), &env, &args.overrides())?;
     veltrix::logging::init(config.log.format).map_err(anyhow::Error::msg)?;
@@ -63,4 +66,15 @@ fn serve() -> anyhow::Result<()> {
         server.run(signals.shutdown()).await?;
         Ok(())
     })
+}
+
+fn health(args: &veltrix::client::ClientArgs) -> anyhow::Result<()> {
+    let client = veltrix::client::Client::new(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(client.health())?;
+    println!("ready: {}", args.server);
+    Ok(())
 }

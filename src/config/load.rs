@@ -48,7 +48,7 @@ pub enum ConfigError {
 }
 
 /// Env vars that belong to the process rather than to a key.
-const NON_KEY_ENV: &[&str] = &["VX_CONFIG", "VX_LOG"];
+const NON_KEY_ENV: &[&str] = &["VX_CONFIG", "VX_LOG", "VX_SERVER", "VX_TOKEN"];
 
 /// The `VX_*` variables of this process, lossily decoded (a non-UTF-8 value then fails to
 /// parse with a clear message instead of panicking in `std::env::vars`).
