@@ -470,10 +470,10 @@ impl Collector for HubCollector {
                 None,
                 MetricType::Gauge,
             )?;
-            for (i, transport) in ["sse", "ndjson", "websocket"].iter().enumerate() {
-                let labels = [("transport", *transport)];
+            for t in crate::live::Transport::ALL {
+                let labels = [("transport", t.as_str())];
                 let sample = metric.encode_family(&labels)?;
-                ConstGauge::new(snap.followers[i] as f64).encode(sample)?;
+                ConstGauge::new(snap.followers[t as usize] as f64).encode(sample)?;
             }
         }
         let gauges = [

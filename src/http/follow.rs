@@ -17,10 +17,10 @@
 
 use super::AppError;
 use super::params::Params;
-use super::replay::Output;
-use super::streams::{SHARD, engine};
+use super::replay::{Output, position_headers, unknown_stream};
+use super::streams::engine;
 use crate::failure::Failure;
-use crate::live::{End, Filter, Follower, Membership, Next, Notice, Pace, Transport};
+use crate::live::{End, Follower, Membership, Next, Notice, Pace, Transport};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -33,8 +33,6 @@ use vx_proto::ErrorCode;
 use vx_storage::ReadQuery;
 
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
-const LAST_SEQ: HeaderName = HeaderName::from_static("x-vx-last-seq");
-const FIRST_SEQ: HeaderName = HeaderName::from_static("x-vx-first-seq");
 /// How long a client told it is over `server.max_followers` should wait.
 const FULL_RETRY_MS: u64 = 1000;
 /// Inbound WebSocket messages are only ever control frames or small ones: a client has
@@ -48,7 +46,8 @@ pub struct LiveQuery {
     pub resume: bool,
     pub to: Option<u64>,
     pub limit: Option<u64>,
-    pub filter: Filter,
+    /// The exact filters (`since`, `until`, `types`, `entity`).
+    pub filter: ReadQuery,
     pub pace: Option<Pace>,
 }
 
@@ -113,11 +112,12 @@ impl LiveQuery {
             resume,
             to: params.u64("to")?,
             limit,
-            filter: Filter {
+            filter: ReadQuery {
                 since: params.ts("since")?,
                 until: params.ts("until")?,
                 types,
                 entity: params.get("entity").map(str::to_string),
+                ..ReadQuery::default()
             },
             pace,
         })
@@ -156,9 +156,7 @@ fn open(
         ..ReadQuery::default()
     };
     let Some(cursor) = store.read(stream, probe) else {
-        let mut resp = AppError::not_found(format!("unknown stream {stream:?}"));
-        resp = resp.with_header(SHARD, router.shard_of(stream));
-        return Err(resp);
+        return Err(unknown_stream(router, stream));
     };
     let (first_seq, last_seq, shard) = (cursor.first_seq(), cursor.last_seq(), cursor.shard());
     drop(cursor);
@@ -196,13 +194,7 @@ fn open(
         pace: q.pace,
         sse: transport == Transport::Sse,
     };
-    let follower = Follower::new(
-        store.clone(),
-        std::sync::Arc::clone(hub),
-        start,
-        member,
-        hub.closing.clone(),
-    );
+    let follower = Follower::new(store.clone(), std::sync::Arc::clone(hub), start, member);
     Ok(Opened {
         follower,
         first_seq,
@@ -221,9 +213,7 @@ fn headers(resp: &mut Response, content_type: &'static str, o: (u64, u64, u32)) 
         HeaderName::from_static("x-accel-buffering"),
         HeaderValue::from_static("no"),
     );
-    h.insert(LAST_SEQ, HeaderValue::from(last_seq));
-    h.insert(FIRST_SEQ, HeaderValue::from(first_seq));
-    h.insert(SHARD, HeaderValue::from(shard));
+    position_headers(h, first_seq, last_seq, shard);
 }
 
 /// A streamed SSE or NDJSON response (the events route with `follow`, `pace` or SSE).
@@ -340,10 +330,7 @@ pub fn websocket(
         .max_frame_size(WS_MAX_MESSAGE)
         .on_upgrade(move |socket| serve_ws(socket, follower))
         .into_response();
-    let h = resp.headers_mut();
-    h.insert(LAST_SEQ, HeaderValue::from(meta.1));
-    h.insert(FIRST_SEQ, HeaderValue::from(meta.0));
-    h.insert(SHARD, HeaderValue::from(meta.2));
+    position_headers(resp.headers_mut(), meta.0, meta.1, meta.2);
     Ok(resp)
 }
 

@@ -16,7 +16,7 @@
 use super::AppError;
 use super::follow::{self, LiveQuery};
 use super::params::Params;
-use super::streams::{SHARD, engine, with_shard};
+use super::streams::{SHARD, engine};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -190,6 +190,20 @@ async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> 
     res.map(|chunk| (replay, chunk))
 }
 
+/// `X-Vx-First-Seq`, `X-Vx-Last-Seq` and `X-Vx-Shard`: what every replay response, paged or
+/// live, says of where it starts.
+pub(super) fn position_headers(h: &mut HeaderMap, first_seq: u64, last_seq: u64, shard: u32) {
+    h.insert(LAST_SEQ, HeaderValue::from(last_seq));
+    h.insert(FIRST_SEQ, HeaderValue::from(first_seq));
+    h.insert(SHARD, HeaderValue::from(shard));
+}
+
+/// 404 for a stream that does not exist (or was deleted), with the shard it would live on.
+pub(super) fn unknown_stream(router: &vx_router::Router, stream: &str) -> AppError {
+    AppError::not_found(format!("unknown stream {stream:?}"))
+        .with_header(SHARD, router.shard_of(stream))
+}
+
 /// Attempts at the first chunk when retention removes what a cursor was about to read.
 const FIRST_CHUNK_ATTEMPTS: u32 = 4;
 
@@ -261,10 +275,7 @@ pub async fn events(
         entity: params.get("entity").map(str::to_string),
         limit,
     };
-    let filtered = query.since.is_some()
-        || query.until.is_some()
-        || query.types.is_some()
-        || query.entity.is_some();
+    let filtered = query.filtered();
     let to = query.to;
 
     let router = engine(&state)?;
@@ -274,10 +285,7 @@ pub async fn events(
     let (replay, first, (first_seq, last_seq, shard, start)) = loop {
         attempt += 1;
         let Some(cursor) = router.store().read(&stream, query.clone()) else {
-            return Ok(with_shard(
-                AppError::not_found(format!("unknown stream {stream:?}")).into_response(),
-                router.shard_of(&stream),
-            ));
+            return Err(unknown_stream(router, &stream));
         };
         let meta = (
             cursor.first_seq(),
@@ -324,9 +332,7 @@ pub async fn events(
         CONTENT_TYPE,
         HeaderValue::from_static(output.content_type()),
     );
-    h.insert(LAST_SEQ, HeaderValue::from(last_seq));
-    h.insert(FIRST_SEQ, HeaderValue::from(first_seq));
-    h.insert(SHARD, HeaderValue::from(shard));
+    position_headers(h, first_seq, last_seq, shard);
     if let Some(n) = next_seq {
         h.insert(NEXT_SEQ, HeaderValue::from(n));
     }

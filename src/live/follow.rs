@@ -12,15 +12,13 @@
 //! [`STEP_BYTES`]) or one ring take ([`TAKE_BYTES`], handles to shared buffers) pending, and a
 //! cursor's read window while it reads storage (up to 256 KiB, freed once it is live).
 
-use super::hub::{Hub, Membership, Tail, Taken};
-use super::{Encoded, Filter};
+use super::Encoded;
+use super::hub::{Hub, Membership, Taken};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use vx_storage::{Cursor, ReadError, ReadQuery, Store};
 
 /// A comment (SSE), a blank line (NDJSON) or a ping (WebSocket) after this long without
@@ -87,7 +85,9 @@ pub struct Start {
     /// Last seq to send.
     pub to: Option<u64>,
     pub limit: Option<u64>,
-    pub filter: Filter,
+    /// The exact filters (`since`, `until`, `types`, `entity`); its seq range and limit are
+    /// not used (`from`, `to` and `limit` are the follower's own).
+    pub filter: ReadQuery,
     pub pace: Option<Pace>,
     /// The output is SSE (see [`Next::Frames`]).
     pub sse: bool,
@@ -97,13 +97,12 @@ pub struct Follower {
     store: Store,
     hub: Arc<Hub>,
     stream: String,
-    filter: Filter,
+    filter: ReadQuery,
     next: u64,
     end: Option<u64>,
     remaining: Option<u64>,
     /// Live followers only; a bounded replay has none.
     member: Option<Membership>,
-    tail: Option<watch::Receiver<Tail>>,
     strict: bool,
     cursor: Option<Cursor>,
     pending: VecDeque<Encoded>,
@@ -114,7 +113,6 @@ pub struct Follower {
     live: bool,
     /// The output is SSE: whole publications can be sent as the pump framed them.
     whole_frames: bool,
-    closing: CancellationToken,
     heartbeat_at: Instant,
 }
 
@@ -143,14 +141,7 @@ impl Pacer {
 impl Follower {
     /// A follower of `start.stream`: live when `member` is given, else a bounded replay
     /// that ends at `start.to`.
-    pub fn new(
-        store: Store,
-        hub: Arc<Hub>,
-        start: Start,
-        member: Option<Membership>,
-        closing: CancellationToken,
-    ) -> Follower {
-        let tail = member.as_ref().map(|m| m.topic.tail());
+    pub fn new(store: Store, hub: Arc<Hub>, start: Start, member: Option<Membership>) -> Follower {
         if let Some(m) = &member {
             m.position.next.store(start.from, Ordering::Relaxed);
             m.position.from_storage.store(true, Ordering::Relaxed);
@@ -164,7 +155,6 @@ impl Follower {
             end: start.to,
             remaining: start.limit,
             member,
-            tail,
             strict: start.resume,
             cursor: None,
             pending: VecDeque::new(),
@@ -177,7 +167,6 @@ impl Follower {
             }),
             live: false,
             whole_frames: start.sse,
-            closing,
             heartbeat_at: Instant::now() + HEARTBEAT,
         }
     }
@@ -200,7 +189,7 @@ impl Follower {
                     Err(due) => {
                         tokio::select! {
                             biased;
-                            () = self.closing.cancelled() => return Next::End(End::Shutdown),
+                            () = self.hub.closing.cancelled() => return Next::End(End::Shutdown),
                             () = tokio::time::sleep_until(due.min(self.heartbeat_at)) => {
                                 if due > self.heartbeat_at {
                                     return Next::Heartbeat;
@@ -222,58 +211,56 @@ impl Follower {
                 return Next::End(End::Shutdown);
             }
             if self.cursor.is_none()
-                && let Some(tail) = self.tail.as_mut()
+                && let Some(m) = self.member.as_mut()
             {
                 // Seen before looking at the ring: a publication after this wakes the wait.
-                let t = *tail.borrow_and_update();
+                let t = *m.tail.borrow_and_update();
                 if let Some(last_seq) = t.deleted {
                     return Next::End(End::Deleted { last_seq });
                 }
                 if t.closing {
                     return Next::End(End::Shutdown);
                 }
-                if let Some(m) = &self.member {
-                    self.scratch.clear();
-                    // Whole publications go as they are when nothing is taken out of them.
-                    let whole = self.whole_frames
-                        && self.filter.is_empty()
-                        && self.remaining.is_none()
-                        && self.pace.as_ref().is_none_or(|p| p.off);
-                    let until = self.end.unwrap_or(u64::MAX);
-                    match m
-                        .topic
-                        .take(self.next, TAKE_BYTES, whole, until, &mut self.scratch)
-                    {
-                        Taken::Batch { sse, last, events } => {
-                            self.live = true;
-                            m.position.from_storage.store(false, Ordering::Relaxed);
-                            self.hub
-                                .stats
-                                .events_live
-                                .fetch_add(events, Ordering::Relaxed);
-                            self.next = last + 1;
-                            return Next::Frames(sse);
+                self.scratch.clear();
+                // Whole publications go as they are when nothing is taken out of them.
+                let whole = self.whole_frames
+                    && !self.filter.filtered()
+                    && self.remaining.is_none()
+                    && self.pace.as_ref().is_none_or(|p| p.off);
+                let until = self.end.unwrap_or(u64::MAX);
+                match m
+                    .topic
+                    .take(self.next, TAKE_BYTES, whole, until, &mut self.scratch)
+                {
+                    Taken::Batch { sse, last, events } => {
+                        self.live = true;
+                        m.position.from_storage.store(false, Ordering::Relaxed);
+                        self.hub
+                            .stats
+                            .events_live
+                            .fetch_add(events, Ordering::Relaxed);
+                        self.next = last + 1;
+                        return Next::Frames(sse);
+                    }
+                    Taken::Events => {
+                        self.keep_taken();
+                        continue;
+                    }
+                    Taken::Ahead => {
+                        if let Some(p) = self.pace.as_mut() {
+                            p.off = true;
                         }
-                        Taken::Events => {
-                            self.keep_taken();
-                            continue;
+                        if let Some(done) = self.wait_tail().await {
+                            return done;
                         }
-                        Taken::Ahead => {
-                            if let Some(p) = self.pace.as_mut() {
-                                p.off = true;
-                            }
-                            if let Some(done) = self.wait_tail().await {
-                                return done;
-                            }
-                            continue;
+                        continue;
+                    }
+                    Taken::Behind => {
+                        if self.live {
+                            self.live = false;
+                            self.hub.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                         }
-                        Taken::Behind => {
-                            if self.live {
-                                self.live = false;
-                                self.hub.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                            }
-                            m.position.from_storage.store(true, Ordering::Relaxed);
-                        }
+                        m.position.from_storage.store(true, Ordering::Relaxed);
                     }
                 }
             }
@@ -291,7 +278,7 @@ impl Follower {
                     // soon (the ring's pump may be a step behind the index).
                     tokio::select! {
                         biased;
-                        () = self.closing.cancelled() => return Next::End(End::Shutdown),
+                        () = self.hub.closing.cancelled() => return Next::End(End::Shutdown),
                         () = tokio::time::sleep(IDLE_RETRY) => {}
                     }
                 }
@@ -314,13 +301,13 @@ impl Follower {
             m.position.from_storage.store(false, Ordering::Relaxed);
         }
         let end = self.end.unwrap_or(u64::MAX);
-        let filtered = !self.filter.is_empty();
+        let filtered = self.filter.filtered();
         let mut kept = 0u64;
         for e in self.scratch.drain(..) {
             if e.seq > end {
                 break;
             }
-            if !filtered || self.filter.keeps(&e) {
+            if !filtered || e.kept_by(&self.filter) {
                 self.pending.push_back(e);
                 kept += 1;
             }
@@ -334,7 +321,7 @@ impl Follower {
 
     /// Wait for the ring to grow, a heartbeat, or the end. `Some` ends the step.
     async fn wait_tail(&mut self) -> Option<Next> {
-        let tail = self.tail.as_mut()?;
+        let tail = &mut self.member.as_mut()?.tail;
         // Shutdown comes through the tail too (`Tail::closing`).
         tokio::select! {
             biased;
@@ -401,11 +388,8 @@ impl Follower {
                 let q = ReadQuery {
                     from: Some(self.next),
                     to: self.end,
-                    since: self.filter.since,
-                    until: self.filter.until,
-                    types: self.filter.types.clone(),
-                    entity: self.filter.entity.clone(),
                     limit: u64::MAX,
+                    ..self.filter.clone()
                 };
                 let Some(c) = self.store.read(&self.stream, q) else {
                     return self.gone();
@@ -429,7 +413,7 @@ impl Follower {
         let before = self.next;
         let stepped = tokio::task::spawn_blocking(move || {
             let mut cursor = cursor;
-            let res = read_step(&mut cursor);
+            let res = super::read_encoded(&mut cursor, STEP_EVENTS, STEP_BYTES);
             (cursor, res)
         })
         .await;
@@ -480,25 +464,6 @@ impl Follower {
     }
 }
 
-/// Read up to a step of events; `Ok(true)` once the cursor's range is read. The events read
-/// before an error are returned with it. Blocking.
-fn read_step(cursor: &mut Cursor) -> (Vec<Encoded>, Result<bool, ReadError>) {
-    let mut out = Vec::new();
-    let mut bytes = 0;
-    while out.len() < STEP_EVENTS && bytes < STEP_BYTES {
-        match cursor.next_event() {
-            Ok(Some((seq, ev))) => {
-                let e = Encoded::new(seq, &ev);
-                bytes += e.mem_bytes();
-                out.push(e);
-            }
-            Ok(None) => return (out, Ok(true)),
-            Err(e) => return (out, Err(e)),
-        }
-    }
-    (out, Ok(false))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,17 +487,11 @@ mod tests {
             resume: false,
             to: None,
             limit: None,
-            filter: Filter::default(),
+            filter: ReadQuery::default(),
             pace: None,
             sse: true,
         };
-        let mut f = Follower::new(
-            store.clone(),
-            Arc::clone(&hub),
-            start,
-            Some(member),
-            hub.closing.clone(),
-        );
+        let mut f = Follower::new(store.clone(), Arc::clone(&hub), start, Some(member));
         for _ in 0..2 {
             let before = Instant::now();
             assert!(matches!(f.next().await, Next::Heartbeat));

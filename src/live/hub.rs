@@ -50,6 +50,9 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// In the order of the follower counts (`Hub::followers`, `HubSnapshot::followers`).
+    pub const ALL: [Transport; 3] = [Transport::Sse, Transport::Ndjson, Transport::WebSocket];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Sse => "sse",
@@ -123,10 +126,6 @@ pub struct Position {
 }
 
 impl Topic {
-    pub fn tail(&self) -> watch::Receiver<Tail> {
-        self.tail.subscribe()
-    }
-
     /// Append the events at or after `next` (at most `max_bytes` of SSE frames, at least
     /// one event) to `out`; or, with `whole` and `next` at the start of a publication, that
     /// publication's frames as one buffer, when it ends at or before `until`.
@@ -269,6 +268,8 @@ pub struct Full {
 pub struct Membership {
     hub: Arc<Hub>,
     pub topic: Arc<Topic>,
+    /// The topic's end, and whether the stream was deleted or the server drains.
+    pub tail: watch::Receiver<Tail>,
     id: u64,
     pub position: Arc<Position>,
     transport: Transport,
@@ -362,6 +363,7 @@ impl Hub {
         topic.positions.lock().insert(id, Arc::clone(&position));
         Ok(Membership {
             hub: Arc::clone(self),
+            tail: topic.tail.subscribe(),
             topic,
             id,
             position,
@@ -471,18 +473,8 @@ fn read_step(
             first_seq: cursor.start_seq(),
         });
     }
-    let mut out = Vec::new();
-    let mut bytes = 0;
-    while bytes < PUMP_STEP_BYTES {
-        match cursor.next_event()? {
-            Some((seq, ev)) => {
-                let e = Encoded::new(seq, &ev);
-                bytes += e.mem_bytes();
-                out.push(e);
-            }
-            None => break,
-        }
-    }
+    let (out, res) = super::read_encoded(&mut cursor, PUMP_STEP_EVENTS as usize, PUMP_STEP_BYTES);
+    res?;
     let pos = out.last().map_or(cursor.position(), |e| e.seq + 1);
     Ok(Some((out, pos)))
 }

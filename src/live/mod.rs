@@ -16,6 +16,7 @@ pub mod hub;
 
 use bytes::Bytes;
 use vx_proto::EventView;
+use vx_storage::{Cursor, ReadError, ReadQuery};
 
 pub use follow::{End, Follower, Next, Notice, Pace};
 pub use hub::{Hub, Membership, Transport};
@@ -120,45 +121,40 @@ impl Encoded {
         self.has_entity.then(|| &self.buf[self.ty_end as usize..])
     }
 
+    /// Whether the exact filters of `q` (not its seq range) keep this event: the same
+    /// predicate replay cursors apply ([`ReadQuery::keeps`]).
+    pub fn kept_by(&self, q: &ReadQuery) -> bool {
+        q.keeps(self.ts, self.ty(), self.entity())
+    }
+
     /// Bytes this event holds in memory (what a ring counts).
     pub fn mem_bytes(&self) -> usize {
         self.buf.len() + std::mem::size_of::<Encoded>()
     }
 }
 
-/// The filters of SPEC §5 that apply to live events (the seq range is the follower's own).
-#[derive(Clone, Debug, Default)]
-pub struct Filter {
-    pub since: Option<i64>,
-    pub until: Option<i64>,
-    pub types: Option<Vec<String>>,
-    pub entity: Option<String>,
-}
-
-impl Filter {
-    pub fn is_empty(&self) -> bool {
-        self.since.is_none()
-            && self.until.is_none()
-            && self.types.is_none()
-            && self.entity.is_none()
+/// Read and encode the cursor's next events, at most `max_events` and about `max_bytes`;
+/// `Ok(true)` once its range is read. The events read before an error are returned with it.
+/// Blocking: the pump's and the followers' one way of reading the log.
+pub(crate) fn read_encoded(
+    cursor: &mut Cursor,
+    max_events: usize,
+    max_bytes: usize,
+) -> (Vec<Encoded>, Result<bool, ReadError>) {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    while out.len() < max_events && bytes < max_bytes {
+        match cursor.next_event() {
+            Ok(Some((seq, ev))) => {
+                let e = Encoded::new(seq, &ev);
+                bytes += e.mem_bytes();
+                out.push(e);
+            }
+            Ok(None) => return (out, Ok(true)),
+            Err(e) => return (out, Err(e)),
+        }
     }
-
-    pub fn keeps(&self, e: &Encoded) -> bool {
-        if self.since.is_some_and(|s| e.ts < s) || self.until.is_some_and(|u| e.ts >= u) {
-            return false;
-        }
-        if let Some(types) = &self.types
-            && !types.iter().any(|t| t.as_bytes() == e.ty())
-        {
-            return false;
-        }
-        if let Some(entity) = &self.entity
-            && e.entity().unwrap_or_default() != entity.as_bytes()
-        {
-            return false;
-        }
-        true
-    }
+    (out, Ok(false))
 }
 
 #[cfg(test)]
@@ -207,17 +203,17 @@ mod tests {
     #[test]
     fn filters_match_type_entity_and_time() {
         let e = Encoded::new(1, &view(Some("p1"), None));
-        let mut f = Filter::default();
-        assert!(f.keeps(&e));
+        let mut f = ReadQuery::default();
+        assert!(e.kept_by(&f));
         f.types = Some(vec!["miss".into(), "hit".into()]);
-        assert!(f.keeps(&e));
+        assert!(e.kept_by(&f));
         f.entity = Some("p2".into());
-        assert!(!f.keeps(&e));
+        assert!(!e.kept_by(&f));
         f.entity = Some("p1".into());
         f.since = Some(43);
-        assert!(!f.keeps(&e));
+        assert!(!e.kept_by(&f));
         f.since = Some(42);
         f.until = Some(43);
-        assert!(f.keeps(&e));
+        assert!(e.kept_by(&f));
     }
 }

@@ -328,6 +328,36 @@ pub struct ReadQuery {
     pub limit: u64,
 }
 
+impl ReadQuery {
+    /// Any of the exact filters (`since`, `until`, `types`, `entity`) is set.
+    pub fn filtered(&self) -> bool {
+        self.since.is_some()
+            || self.until.is_some()
+            || self.types.is_some()
+            || self.entity.is_some()
+    }
+
+    /// Whether an event with this `ts`, type and entity passes the exact filters (the seq
+    /// range and the limit are the reader's). One definition for replay cursors and for live
+    /// followers, which filter encoded events by their bytes.
+    pub fn keeps(&self, ts: i64, ty: &[u8], entity: Option<&[u8]>) -> bool {
+        if self.since.is_some_and(|s| ts < s) || self.until.is_some_and(|u| ts >= u) {
+            return false;
+        }
+        if let Some(types) = &self.types
+            && !types.iter().any(|t| t.as_bytes() == ty)
+        {
+            return false;
+        }
+        if let Some(want) = &self.entity
+            && entity.unwrap_or_default() != want.as_bytes()
+        {
+            return false;
+        }
+        true
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("reading {file} at offset {offset}: {reason}")]

@@ -332,10 +332,7 @@ impl Cursor {
     /// True when no filter other than the seq range and limit applies (then the range is
     /// contiguous and `X-Vx-Next-Seq` is meaningful).
     pub fn unfiltered(&self) -> bool {
-        self.q.since.is_none()
-            && self.q.until.is_none()
-            && self.q.types.is_none()
-            && self.q.entity.is_none()
+        !self.q.filtered()
     }
 
     /// The seq to ask for next after an unfiltered read that runs to its end:
@@ -346,27 +343,8 @@ impl Cursor {
     }
 
     fn matches(&self, ev: &EventView<'_>) -> bool {
-        if let Some(since) = self.q.since
-            && ev.ts < since
-        {
-            return false;
-        }
-        if let Some(until) = self.q.until
-            && ev.ts >= until
-        {
-            return false;
-        }
-        if let Some(types) = &self.q.types
-            && !types.iter().any(|t| t == ev.ty)
-        {
-            return false;
-        }
-        if let Some(entity) = &self.q.entity
-            && ev.entity.unwrap_or("") != entity
-        {
-            return false;
-        }
-        true
+        self.q
+            .keeps(ev.ts, ev.ty.as_bytes(), ev.entity.map(str::as_bytes))
     }
 
     /// Whole spans or nodes whose ts range lies outside `since`/`until` are skipped unread.
