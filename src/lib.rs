@@ -5,7 +5,7 @@
 //! # Layout
 //! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`client`]: their HTTP side.
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
-//! - [`logging`]: the tracing subscriber (pretty or JSON).
+//! - [`logging`]: the tracing subscriber (pretty or JSON); [`telemetry`]: OTLP trace export.
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
 //! - [`listen`]: the Unix socket listener.
 //! - [`frames`]: the binary-frames listeners and connections (docs/PROTOCOL.md).
@@ -29,3 +29,4 @@ pub mod metrics;
 pub mod server;
 pub mod signals;
 pub mod state;
+pub mod telemetry;

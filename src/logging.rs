@@ -1,13 +1,23 @@
 //! Logging set-up: `tracing` to stderr, human-readable (`log.format: pretty`, one line per
-//! event) or one JSON object per line (`json`, with the message in `message`). The filter is
-//! an `EnvFilter` directive string from `VX_LOG`, else `RUST_LOG`, else `info`.
+//! event) or one JSON object per line (`json`, with the message in `message`), and, when
+//! `telemetry.otlp_endpoint` is set, the same spans exported over OTLP (src/telemetry.rs).
+//! The log filter is an `EnvFilter` directive string from `VX_LOG`, else `RUST_LOG`, else
+//! `info`; the export has its own filter (our crates at `info`), so a verbose log never
+//! floods the collector and the exporter's own HTTP client is never traced into itself.
 
 use crate::config::LogFormat;
+use crate::telemetry::Telemetry;
 use std::io::IsTerminal;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+/// The crates whose spans and events are exported: ours.
+const EXPORTED: [&str; 5] = ["veltrix", "vx_router", "vx_storage", "vx_ingest", "vx_proto"];
 
 /// Install the global subscriber. Fails on a bad filter directive or if one is installed.
-pub fn init(format: LogFormat) -> Result<(), String> {
+pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), String> {
     let (var, spec) = match (std::env::var("VX_LOG"), std::env::var("RUST_LOG")) {
         (Ok(v), _) => ("VX_LOG", v),
         (_, Ok(v)) => ("RUST_LOG", v),
@@ -15,19 +25,33 @@ pub fn init(format: LogFormat) -> Result<(), String> {
     };
     let filter =
         EnvFilter::try_new(&spec).map_err(|e| format!("bad log filter {var}={spec:?}: {e}"))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = match format {
-        LogFormat::Pretty => builder
+    let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Pretty => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json => builder
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
+            .with_filter(filter)
+            .boxed(),
     };
-    result.map_err(|e| format!("cannot install the logger: {e}"))
+    let export = telemetry.map(|t| {
+        let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
+            t.with_target(*name, tracing::Level::INFO)
+        });
+        tracing_opentelemetry::layer()
+            .with_tracer(t.tracer())
+            .with_threads(false)
+            .with_filter(targets)
+    });
+    tracing_subscriber::registry()
+        .with(log)
+        .with(export)
+        .try_init()
+        .map_err(|e| format!("cannot install the logger: {e}"))
 }

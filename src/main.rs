@@ -7,6 +7,7 @@ use veltrix::cli::{self, Command};
 use veltrix::config;
 use veltrix::server::Server;
 use veltrix::signals::Signals;
+use veltrix::telemetry::Telemetry;
 
 // Per-request allocations are small and cross threads (a tokio worker allocates a batch, the
 // log writer frees it): measured in docs/BENCHMARKS.md against glibc malloc.
@@ -55,17 +56,33 @@ fn causes(e: &anyhow::Error) -> String {
 fn serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     let env = config::load::process_env();
     let (config, warnings) = config::load(args.config.as_deref(), &env, &args.overrides())?;
-    veltrix::logging::init(config.log.format).map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    // The exporter sends on this runtime, so it is built first and shut down after the
+    // server stopped but before the runtime goes.
+    let telemetry = config
+        .telemetry
+        .otlp_endpoint
+        .as_deref()
+        .map(|endpoint| Telemetry::start(endpoint, runtime.handle().clone()))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    veltrix::logging::init(config.log.format, telemetry.as_ref()).map_err(anyhow::Error::msg)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    if let Some(endpoint) = &config.telemetry.otlp_endpoint {
+        tracing::info!(endpoint = %endpoint.trim(), "exporting traces over OTLP/HTTP");
+    }
+    let result = runtime.block_on(async {
         let signals = Signals::install().context("cannot install signal handlers")?;
         let server = Server::bind(config).await?;
         server.run(signals.shutdown()).await?;
         Ok(())
-    })
+    });
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    result
 }
 
 fn health(args: &veltrix::client::ClientArgs) -> anyhow::Result<()> {

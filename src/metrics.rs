@@ -57,11 +57,12 @@ use vx_storage::now_ms;
 pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 10] = [
+pub const ROUTES: [&str; 11] = [
     "/v1/events",
     "/v1/streams",
     "/v1/streams/{stream}",
     "/v1/streams/{stream}/events",
+    "/v1/streams/{stream}/ws",
     "/v1/features/query",
     "/v1/features/{entity}",
     "/v1/features/{entity}/{name}",
@@ -168,7 +169,7 @@ impl Metrics {
         let duplicates = Family::<FormatLabels, Counter>::default();
         registry.register(
             "vx_events_ingested",
-            "Events newly stored by POST /v1/events",
+            "Events newly stored by ingest (HTTP and frames), by format",
             ingested.clone(),
         );
         registry.register(
@@ -199,6 +200,16 @@ impl Metrics {
             "Events of decoded ingest requests refused after decoding, by reason and format",
             rejected_events.clone(),
         );
+        // Backpressure is the refusal alerts watch: its series exist at 0 from the start, so
+        // `rate()` and `increase()` see a baseline rather than a missing series.
+        for format in FORMATS {
+            let l = RejectLabels {
+                reason: vx_proto::ErrorCode::Backpressure.as_str(),
+                format,
+            };
+            let _ = rejected_requests.get_or_create(&l);
+            let _ = rejected_events.get_or_create(&l);
+        }
 
         let route_family = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_25, 2.0, 16))

@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
+use tracing::Instrument;
 use vx_proto::Batch;
 use vx_storage::{
     Durability, FeatureOp, FeatureOutcome, FeatureWrite, Store, WriteError, WriteOutcome,
@@ -349,7 +350,29 @@ impl Router {
     }
 
     /// Admit and write one request (SPEC §3–§4). An empty batch is a no-op success.
-    pub async fn submit(&self, mut req: Submit) -> Result<Accepted, SubmitError> {
+    pub async fn submit(&self, req: Submit) -> Result<Accepted, SubmitError> {
+        let span = self.batch_span(&req);
+        self.submit_in_span(req).instrument(span).await
+    }
+
+    /// The `batch` span of a request: what it carries, then (recorded by the writer) the
+    /// size of the group it was committed in and that group's fsync time.
+    fn batch_span(&self, req: &Submit) -> tracing::Span {
+        let durability = req
+            .durability
+            .unwrap_or_else(|| self.store().fsync_mode().durability());
+        tracing::info_span!(
+            "batch",
+            streams = vx_storage::span_int(req.batch.runs().len()),
+            events = vx_storage::span_int(req.batch.len()),
+            bytes = vx_storage::span_int(req.batch.mem_bytes()),
+            durability = durability.as_str(),
+            group = tracing::field::Empty,
+            fsync_us = tracing::field::Empty,
+        )
+    }
+
+    async fn submit_in_span(&self, mut req: Submit) -> Result<Accepted, SubmitError> {
         let store = self.store();
         if req.batch.is_empty() {
             return Ok(Accepted {
@@ -369,7 +392,7 @@ impl Router {
         let shards = self.shards_of(&req.batch);
         let bytes = req.batch.mem_bytes() as u64;
         let reservation = self.try_admit(&shards, bytes)?;
-        self.write_admitted(req, reservation).await
+        self.write_reserved(req, reservation).await
     }
 
     /// Admit and write a direct feature write (SPEC §6): admitted like events, on the
@@ -411,6 +434,15 @@ impl Router {
     /// refusing. Nothing is awaited before the store's `write`, so at its first poll the
     /// request enters the writer's channel (if the channel has room).
     pub async fn write_admitted(
+        &self,
+        req: Submit,
+        reservation: Reservation,
+    ) -> Result<Accepted, SubmitError> {
+        let span = self.batch_span(&req);
+        self.write_reserved(req, reservation).instrument(span).await
+    }
+
+    async fn write_reserved(
         &self,
         req: Submit,
         reservation: Reservation,

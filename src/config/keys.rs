@@ -167,7 +167,7 @@ pub const KEYS: &[Key] = &[
     key(
         "telemetry.otlp_endpoint",
         None,
-        "OTLP trace export endpoint (later release)",
+        "OTLP/HTTP trace export: a collector base URL (http://host:4318)",
     ),
     key("log.format", Some("--log-format"), "pretty | json"),
 ];

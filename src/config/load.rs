@@ -106,7 +106,6 @@ pub fn load(
 
     apply_cli(&mut cfg, cli);
     validate(&cfg)?;
-    warnings.extend(not_yet_warnings(&cfg));
     Ok((cfg, warnings))
 }
 
@@ -273,6 +272,9 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     if cfg.server.listen.trim().is_empty() {
         return bad("server.listen must not be empty".into());
     }
+    if let Some(endpoint) = &cfg.telemetry.otlp_endpoint {
+        crate::telemetry::traces_url(endpoint).map_err(ConfigError::Invalid)?;
+    }
     if !(i.low_water > 0.0 && i.low_water < i.high_water && i.high_water <= 1.0) {
         return bad(format!(
             "need 0 < ingest.low_water < ingest.high_water <= 1, got low_water {} and high_water {}",
@@ -389,12 +391,3 @@ fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Keys that are accepted now but act in a later release: say so rather than ignore them.
-fn not_yet_warnings(cfg: &Config) -> Vec<String> {
-    let mut w = Vec::new();
-    let later = |key: &str| format!("{key} is set, but it takes effect in a later release");
-    if cfg.telemetry.otlp_endpoint.is_some() {
-        w.push(later("telemetry.otlp_endpoint"));
-    }
-    w
-}

@@ -234,7 +234,7 @@ auth:
   tokens:
     - {token: s3cret, scopes: [ingest, read]}
 telemetry:
-  otlp_endpoint: http://localhost:4317
+  otlp_endpoint: http://localhost:4318
 log:
   format: json
 "#;
@@ -343,19 +343,27 @@ fn env_warnings_and_errors() {
 }
 
 #[test]
-fn later_release_keys_warn() {
-    let (_, warnings) = load(
+fn keys_that_once_warned_now_act() {
+    // OTLP export is real: no warning, and a bad endpoint is a start-up error naming the key.
+    let (c, warnings) = load(
         None,
-        &env(&[("VX_TELEMETRY_OTLP_ENDPOINT", "http://127.0.0.1:4317")]),
+        &env(&[("VX_TELEMETRY_OTLP_ENDPOINT", "http://127.0.0.1:4318")]),
         &Overrides::default(),
     )
     .unwrap();
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("telemetry.otlp_endpoint") && w.contains("later release")),
-        "{warnings:?}"
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
     );
+    let err = load(
+        None,
+        &env(&[("VX_TELEMETRY_OTLP_ENDPOINT", "127.0.0.1:4318")]),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("telemetry.otlp_endpoint"), "{err}");
     // Retention is enforced now: no warning, and it reaches the engine.
     let (c, warnings) = load(
         None,

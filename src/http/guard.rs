@@ -18,18 +18,29 @@ const ALWAYS_OPEN: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 pub const QUEUE_FILL: &str = "x-vx-queue-fill";
 
-/// One span per request; the handlers' events (and errors) are logged inside it.
+/// One span per request; the handlers' events (and errors) are logged inside it, and an
+/// ingest request's `batch` span is its child. The `otel.*` fields are read by the OTLP
+/// export (kind, and error status for 5xx answers); `status` by both.
 pub async fn trace(req: Request, next: Next) -> Response {
     let span = tracing::info_span!(
         "request",
+        otel.kind = "server",
         method = %req.method(),
         path = %req.uri().path(),
+        status = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
     async move {
         let started = Instant::now();
         let resp = next.run(req).await;
+        let status = resp.status();
+        let current = tracing::Span::current();
+        current.record("status", i64::from(status.as_u16()));
+        if status.is_server_error() {
+            current.record("otel.status_code", "ERROR");
+        }
         tracing::debug!(
-            status = resp.status().as_u16(),
+            status = status.as_u16(),
             micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "response"
         );

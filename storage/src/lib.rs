@@ -40,7 +40,7 @@ mod writer;
 pub use api::*;
 pub use reader::Cursor;
 pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
-pub use writer::now_ms;
+pub use writer::{now_ms, span_int};
 
 use engine::Shared;
 use index::SealedTs;
@@ -235,7 +235,8 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         self.inner
             .tx
-            .send_async(Msg::Write(req, tx))
+            // The caller's span (an ingest `batch`), for the writer's `commit` span to follow.
+            .send_async(Msg::Write(req, tx, tracing::Span::current()))
             .await
             .map_err(|_| WriteError::ShuttingDown)?;
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))

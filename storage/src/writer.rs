@@ -30,7 +30,9 @@ pub(crate) type DeleteReply = oneshot::Sender<Result<DeleteOutcome, WriteError>>
 pub(crate) type FeatureReply = oneshot::Sender<Result<FeatureOutcome, WriteError>>;
 
 pub(crate) enum Msg {
-    Write(WriteRequest, Reply),
+    /// The span is the caller's (an ingest request's `batch` span): the group's `commit` span
+    /// follows from it, and the writer records the group size and fsync time on it.
+    Write(WriteRequest, Reply, tracing::Span),
     Delete {
         stream: String,
         durability: Option<Durability>,
@@ -48,6 +50,12 @@ const GROUP_MAX_BYTES: usize = 32 << 20;
 const RETENTION_TICK: Duration = Duration::from_secs(1);
 /// How long the writer waits before trying again to seal after a failure.
 const SEAL_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A count as a span field: `tracing` fields recorded as `u64` reach the OTLP export as
+/// strings (it maps only `i64` to integer attributes), so span counts are recorded as `i64`.
+pub fn span_int(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
 
 /// The server's clock in ms since the Unix epoch: what records' append times, the dedup
 /// window and feature `ttl` are measured with (0 before 1970, saturating far after).
@@ -88,6 +96,8 @@ struct Planned {
     rec: Option<(usize, usize)>,
     /// Dedup entries to commit once the record is visible: (shard, key, seq).
     ids: Vec<(u32, u128, u64)>,
+    /// The caller's span, for writes (disabled otherwise).
+    span: tracing::Span,
 }
 
 impl Planned {
@@ -234,7 +244,7 @@ impl Engine {
         // Anything still queued arrived after shutdown began.
         while let Ok(msg) = rx.try_recv() {
             match msg {
-                Msg::Write(_, reply) => {
+                Msg::Write(_, reply, _) => {
                     let _ = reply.send(Err(WriteError::ShuttingDown));
                 }
                 Msg::Delete { reply, .. } => {
@@ -311,10 +321,23 @@ impl Engine {
         scratch.pending.clear();
         let counters = (self.live, self.carry_orphans);
         let first_lsn = self.next_lsn;
+        // One span per group, not per request: a group commit serves many requests, so it
+        // is linked to each request's span (follows-from) rather than a child of one.
+        let span = tracing::info_span!(
+            "commit",
+            requests = span_int(group.len()),
+            records = tracing::field::Empty,
+            events = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            fsync = tracing::field::Empty,
+            fsync_us = tracing::field::Empty,
+        );
+        let _entered = span.enter();
         let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
         for msg in group.drain(..) {
             let p = match msg {
-                Msg::Write(req, reply) => {
+                Msg::Write(req, reply, caller) => {
+                    span.follows_from(&caller);
                     if let Some(err) = self.poisoned() {
                         let _ = reply.send(Err(err));
                         continue;
@@ -330,6 +353,7 @@ impl Engine {
                             tombstone: None,
                             rec: plan.rec,
                             ids: plan.ids,
+                            span: caller,
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -363,6 +387,7 @@ impl Engine {
                             tombstone: Some((shard, stream, last_seq)),
                             rec: None,
                             ids: Vec::new(),
+                            span: tracing::Span::none(),
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -394,6 +419,7 @@ impl Engine {
                             tombstone: None,
                             rec: Some(rec),
                             ids: Vec::new(),
+                            span: tracing::Span::none(),
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -411,6 +437,13 @@ impl Engine {
             planned.push(p);
         }
         let records = self.next_lsn - first_lsn;
+        let events: u64 = planned
+            .iter()
+            .map(|p| match &p.answer {
+                Answer::Write(_, o) => o.accepted,
+                Answer::Delete(..) | Answer::Feature(..) => 0,
+            })
+            .sum();
         let buf = &scratch.buf;
         // A request whose events were all duplicates wrote nothing, but `fsync` must still
         // mean an fsync covers the originals: under `interval` they may be unsynced.
@@ -454,13 +487,6 @@ impl Engine {
             }
             self.active_len += buf.len() as u64;
             *unsynced = true;
-            let events: u64 = planned
-                .iter()
-                .map(|p| match &p.answer {
-                    Answer::Write(_, o) => o.accepted,
-                    Answer::Delete(..) | Answer::Feature(..) => 0,
-                })
-                .sum();
             if let Some(o) = &self.cfg.observer {
                 o.appended(records, events, buf.len() as u64);
             }
@@ -474,6 +500,7 @@ impl Engine {
                 }
             }
         }
+        let sync_started = Instant::now();
         if need_sync && !self.sync(unsynced, last_sync) {
             // Never pretend: the unsynced group is cut off and refused.
             if !buf.is_empty() {
@@ -489,6 +516,16 @@ impl Engine {
             }
             return;
         }
+        let fsync_us = if need_sync {
+            u64::try_from(sync_started.elapsed().as_micros()).unwrap_or(u64::MAX)
+        } else {
+            0
+        };
+        span.record("records", span_int(records))
+            .record("events", span_int(events))
+            .record("bytes", span_int(buf.len()))
+            .record("fsync", need_sync)
+            .record("fsync_us", span_int(fsync_us));
         // Visible: place runs at their file offsets and publish them.
         if !buf.is_empty() {
             self.active_append = self.active_append.merge(crate::idxfile::Agg {
@@ -501,6 +538,7 @@ impl Engine {
                 s.max_append_ms = s.max_append_ms.max(now);
             });
         }
+        let n_planned = planned.len();
         for p in &mut planned {
             if let Some(batch) = &p.batch {
                 for r in &p.runs {
@@ -534,6 +572,9 @@ impl Engine {
             // is answered, so a producer never finds its own finished request still queued.
             p.guard = None;
             p.batch = None;
+            p.span
+                .record("group", span_int(n_planned))
+                .record("fsync_us", span_int(fsync_us));
             if p.owed() {
                 let reached = if need_sync {
                     Durability::Fsync
@@ -922,7 +963,7 @@ fn copy_kept(buf: &mut Vec<u8>, events: &[u8], min_ts: &mut i64, max_ts: &mut i6
 
 fn msg_bytes(m: &Msg) -> usize {
     match m {
-        Msg::Write(req, _) => req.batch.mem_bytes(),
+        Msg::Write(req, ..) => req.batch.mem_bytes(),
         Msg::Delete { stream, .. } => stream.len(),
         Msg::Feature(fw, _) => match &fw.op {
             FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
