@@ -280,7 +280,7 @@ async fn ingest_retries_a_429_after_retry_after() {
     );
     assert!(summary.contains("1 retries"), "{summary}");
     assert_eq!(posts.load(Ordering::SeqCst), 2);
-    let t = times.lock().unwrap();
+    let t = times.lock().unwrap().clone();
     // Not sooner than the server asked (a lower bound only: never flaky).
     assert!(
         t[1] - t[0] >= Duration::from_secs(1),
