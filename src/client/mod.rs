@@ -335,7 +335,7 @@ mod tests {
         let e = parse_error(StatusCode::UNPROCESSABLE_ENTITY, body);
         assert_eq!(
             e.to_string(),
-            "server answered 422 invalid_event: missing field `type` (index=2, field=\"type\")"
+            "server answered 422 invalid_event: missing field `type` (field=\"type\", index=2)"
         );
         let e = parse_error(StatusCode::BAD_GATEWAY, b"<html>\nbad gateway\n</html>");
         assert_eq!(e.to_string(), "server answered 502 bad_gateway: <html>");

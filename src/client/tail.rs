@@ -4,9 +4,10 @@
 //! The position is the last `seq` printed. When the connection drops (a server restart, the
 //! network, a shutdown ending followers), the follow reconnects with `Last-Event-ID: <that
 //! seq>`, so the server resumes right after it: no gap, no duplicate. Reconnects wait an
-//! exponential backoff (100 ms doubling, at most 5 s) and go on until they succeed; only the
-//! first connection's failure ends the command (a wrong `--server` or stream name should not
-//! hang). Notices, on stderr:
+//! exponential backoff (100 ms doubling, at most 5 s; a 429/503's `Retry-After`) and go on
+//! until they succeed. The command gives up only when the first connection fails (a wrong
+//! `--server` or stream name should not hang) or a later answer is an error other than 429/503
+//! (a 404: the stream was deleted while we were away). Notices, on stderr:
 //! - `retained`: events the follow had not got were removed by retention meanwhile; it goes
 //!   on at the first retained seq (the server announces a gap, never skips one silently).
 //! - `deleted`: the stream was deleted; the command ends with exit 0.
