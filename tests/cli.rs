@@ -186,6 +186,47 @@ async fn ingest_every_format_from_files_and_stdin() {
         );
         assert_eq!(server.api.replay_all(&stream).await.len(), n);
     }
+    // Binary frames (docs/PROTOCOL.md): BATCH frames back to back, sent whole, two per request.
+    let evs = events("frames", 0, 6);
+    let mut body = Vec::new();
+    for chunk in evs.chunks(2) {
+        let wires: Vec<vx_proto::frames::WireEvent<'_>> = chunk
+            .iter()
+            .map(|e| vx_proto::frames::WireEvent {
+                stream: &e.stream,
+                entity: None,
+                ty: &e.ty,
+                ts: e.expected_ts(),
+                kind: vx_proto::Kind::Event,
+                value: None,
+                id: e.id.as_deref(),
+                data: e.data.as_ref().map(|d| d.1.as_str()),
+            })
+            .collect();
+        let head = vx_proto::frames::BatchHead::default();
+        vx_proto::frames::encode_batch(&mut body, &head, &wires).unwrap();
+    }
+    let path = dir.path().join("d.vxf");
+    std::fs::write(&path, &body).unwrap();
+    let out = run(&[
+        "ingest",
+        "--server",
+        &url,
+        "--batch",
+        "2",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.ok().contains("sent 6 events in 2 requests: 6 accepted"),
+        "{}",
+        out.stdout
+    );
+    check_stream(
+        "frames",
+        &server.api.replay_all("frames").await,
+        &evs.iter().collect::<Vec<_>>(),
+    );
+
     // NDJSON from stdin by default, under a byte cap that makes one event per request.
     let evs = events("stdin", 0, 5);
     let out = run_with(
@@ -375,6 +416,48 @@ async fn tail_follows_live_and_resumes_across_a_restart() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(err.contains("reconnecting after seq 6"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_ends_when_the_stream_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerConfig::new(dir.path().join("data")).start();
+    let url = server_url(&server);
+    assert_accepted(&server.api.post_ndjson(&events("gone", 0, 2)).await, 2);
+    let mut tail = cli(&["tail", "--server", &url, "gone", "--from", "1"])
+        .spawn()
+        .expect("spawn veltrix tail");
+    let rx = lines_of(&mut tail);
+    let mut got = Vec::new();
+    seqs_until(&rx, &mut got, 2);
+    let r = server
+        .api
+        .send(reqwest::Method::DELETE, "/v1/streams/gone", &[], None)
+        .await;
+    assert_eq!(r.status, 200, "{r}");
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        if let Some(s) = tail.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tail did not end after the delete"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut err = String::new();
+    use std::io::Read;
+    tail.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("the stream was deleted (its last seq was 2)"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

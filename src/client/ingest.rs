@@ -28,11 +28,11 @@ pub struct IngestArgs {
     /// The file to send, or `-` for stdin.
     #[arg(value_name = "FILE|-")]
     pub input: PathBuf,
-    /// Input format [default: from the extension (.json, .ndjson/.jsonl, .yaml/.yml); ndjson
-    /// for stdin].
+    /// Input format [default: from the extension (.json, .ndjson/.jsonl, .yaml/.yml,
+    /// .vxf/.frames); ndjson for stdin].
     #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Events per request (YAML: documents).
+    /// Events per request (YAML: documents; frames: BATCH frames).
     #[arg(long = "batch", default_value_t = 1000, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
@@ -67,7 +67,7 @@ pub async fn run(args: &IngestArgs) -> anyhow::Result<()> {
         (None, true) => Format::Ndjson,
         (None, false) => Format::of_path(&args.input).with_context(|| {
             format!(
-                "cannot tell the format of {} from its extension: use --format ndjson|json|yaml",
+                "cannot tell the format of {} from its extension: use --format ndjson|json|yaml|frames",
                 args.input.display()
             )
         })?,
@@ -165,10 +165,10 @@ fn summary(t: &Totals, elapsed: Duration) -> String {
 /// The error that stops a run, with where in the input it happened.
 fn rejected(e: ClientError, batch: &Batch, format: Format, t: &Totals) -> anyhow::Error {
     let stored = t.accepted + t.duplicates;
-    let unit = if format == Format::Yaml {
-        "document"
-    } else {
-        "event"
+    let unit = match format {
+        Format::Yaml => "document",
+        Format::Frames => "frame",
+        Format::Ndjson | Format::Json => "event",
     };
     let mut at = format!(
         "request {} ({unit}s {}–{} of the input)",
@@ -177,7 +177,7 @@ fn rejected(e: ClientError, batch: &Batch, format: Format, t: &Totals) -> anyhow
         batch.first + batch.events
     );
     if let ClientError::Server { detail, .. } = &e
-        && format != Format::Yaml
+        && matches!(format, Format::Ndjson | Format::Json)
         && let Some(index) = detail
             .split(", ")
             .find_map(|kv| kv.strip_prefix("index=")?.parse::<u64>().ok())

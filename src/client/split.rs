@@ -14,6 +14,10 @@
 //! - **JSON**: an array of events (or one object, or objects one after another) is read with
 //!   serde_json's streaming reader, one element at a time as raw text, and re-joined into
 //!   arrays of at most `--batch` elements. Malformed JSON stops here with its line and column.
+//! - **Frames** (docs/PROTOCOL.md, the HTTP ingest body: BATCH frames back to back): whole
+//!   frames, by their length prefix (`vx_proto::frames::Head`, which checks it against the cap
+//!   before anything is read); a frame counts as one toward `--batch`, and a request holds
+//!   whole frames only (one frame is one atomic batch, never cut).
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -27,6 +31,8 @@ pub enum Format {
     Ndjson,
     Json,
     Yaml,
+    /// BATCH frames of docs/PROTOCOL.md, back to back.
+    Frames,
 }
 
 impl Format {
@@ -37,6 +43,7 @@ impl Format {
             "json" => Some(Format::Json),
             "ndjson" | "jsonl" => Some(Format::Ndjson),
             "yaml" | "yml" => Some(Format::Yaml),
+            "vxf" | "frames" => Some(Format::Frames),
             _ => None,
         }
     }
@@ -46,6 +53,7 @@ impl Format {
             Format::Ndjson => "application/x-ndjson",
             Format::Json => "application/json",
             Format::Yaml => "application/yaml",
+            Format::Frames => vx_proto::frames::CONTENT_TYPE,
         }
     }
 }
@@ -54,7 +62,7 @@ impl Format {
 #[derive(Debug)]
 pub struct Batch {
     pub body: Vec<u8>,
-    /// Events (YAML: documents) in it.
+    /// Events in it (YAML: documents; frames: BATCH frames).
     pub events: u64,
     /// Position of its first event (YAML: document) in the input, 0-based.
     pub first: u64,
@@ -75,6 +83,8 @@ pub enum SplitError {
     },
     #[error("the input is not valid JSON: {0}")]
     Json(String),
+    #[error("frame {n} at byte {at}: {reason}")]
+    Frame { n: u64, at: u64, reason: String },
 }
 
 /// Limits of one batch.
@@ -100,6 +110,7 @@ pub fn split(
         Format::Ndjson => lines(io::BufReader::new(input), false, limits, emit),
         Format::Yaml => lines(io::BufReader::new(input), true, limits, emit),
         Format::Json => json(input, limits, emit),
+        Format::Frames => frames(io::BufReader::new(input), limits, emit),
     }
 }
 
@@ -252,6 +263,80 @@ fn lines(
     fill.batch.read_to = read;
     fill.flush(emit);
     Ok(())
+}
+
+/// BATCH frames, whole.
+fn frames(
+    mut r: impl Read,
+    limits: Limits,
+    emit: &mut dyn FnMut(Batch) -> bool,
+) -> Result<(), SplitError> {
+    use vx_proto::frames::{FrameType, HEAD_LEN, Head};
+    let mut fill = Filling::new(limits);
+    let mut read = 0u64;
+    let mut n = 0u64;
+    let max_body = u32::try_from(limits.bytes.saturating_sub(HEAD_LEN)).unwrap_or(u32::MAX);
+    loop {
+        let mut head = [0u8; HEAD_LEN];
+        let got = read_full(&mut r, &mut head)?;
+        if got == 0 {
+            break;
+        }
+        n += 1;
+        let bad = |reason: String| SplitError::Frame {
+            n,
+            at: read,
+            reason,
+        };
+        if got < HEAD_LEN {
+            return Err(bad("the input ends inside a frame header".into()));
+        }
+        let h = match Head::parse(&head, max_body) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Err(bad("the input ends inside a frame header".into())),
+            Err(_) => {
+                return Err(SplitError::TooLong {
+                    what: "frame",
+                    n,
+                    max: limits.bytes,
+                });
+            }
+        };
+        if h.frame_type() != Some(FrameType::Batch) {
+            return Err(bad(format!("type 0x{:02x} is not a BATCH frame", h.ty)));
+        }
+        if fill.full_for(h.frame_len()) && !fill.flush(emit) {
+            return Ok(());
+        }
+        let at = fill.batch.body.len();
+        fill.batch.body.extend_from_slice(&head);
+        fill.batch.body.resize(at + h.frame_len(), 0);
+        if read_full(&mut r, &mut fill.batch.body[at + HEAD_LEN..])? < h.len as usize {
+            return Err(bad("the input ends inside a frame".into()));
+        }
+        read += h.frame_len() as u64;
+        fill.batch.events += 1;
+        fill.batch.read_to = read;
+        if fill.batch.events >= limits.events && !fill.flush(emit) {
+            return Ok(());
+        }
+    }
+    fill.flush(emit);
+    Ok(())
+}
+
+/// Read until `buf` is full or the input ends; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Counts the bytes read through it, and fails a read once more than `max` bytes went by
@@ -504,6 +589,55 @@ mod tests {
         );
         assert_eq!(b[1].0, "---\n- {stream: s}\n- {stream: t}\n");
         assert_eq!((b[1].1, b[1].2), (1, 2));
+    }
+
+    fn frame(stream: &str, n: usize) -> Vec<u8> {
+        use vx_proto::frames::{BatchHead, WireEvent, encode_batch};
+        let ids: Vec<String> = (0..n).map(|i| format!("id-{i}")).collect();
+        let evs: Vec<WireEvent<'_>> = ids
+            .iter()
+            .map(|id| WireEvent {
+                stream,
+                entity: None,
+                ty: "t",
+                ts: Some(1),
+                kind: vx_proto::Kind::Event,
+                value: None,
+                id: Some(id),
+                data: None,
+            })
+            .collect();
+        let mut out = Vec::new();
+        encode_batch(&mut out, &BatchHead::default(), &evs).unwrap_or_else(|e| panic!("{e}"));
+        out
+    }
+
+    #[test]
+    fn frames_are_sent_whole() {
+        let (a, b, c) = (frame("s", 3), frame("s", 1), frame("t", 2));
+        let input = [a.clone(), b.clone(), c.clone()].concat();
+        let mut out = Vec::new();
+        let limits = Limits {
+            events: 2,
+            bytes: 1 << 20,
+        };
+        split(&input[..], Format::Frames, limits, &mut |batch| {
+            out.push(batch);
+            true
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].body, [a.clone(), b].concat());
+        assert_eq!((out[1].body.clone(), out[1].first), (c, 2));
+        // Cut inside a frame, or a frame over the cap: errors.
+        let cut = split(&a[..a.len() - 1], Format::Frames, limits, &mut |_| true);
+        assert!(matches!(cut, Err(SplitError::Frame { .. })), "{cut:?}");
+        let small = Limits {
+            events: 2,
+            bytes: 8,
+        };
+        let big = split(&a[..], Format::Frames, small, &mut |_| true);
+        assert!(matches!(big, Err(SplitError::TooLong { .. })), "{big:?}");
     }
 
     #[test]
