@@ -92,5 +92,9 @@ fn client(command: impl std::future::Future<Output = anyhow::Result<()>>) -> any
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(command)
+    let result = runtime.block_on(command);
+    // Not waiting for blocking tasks: `ingest`'s reader may be blocked on a stdin that never
+    // ends after the run stopped at a rejected request.
+    runtime.shutdown_background();
+    result
 }

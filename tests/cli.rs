@@ -262,6 +262,27 @@ async fn ingest_stops_at_a_rejected_event_with_one_line() {
     assert!(line.contains("event 5 of the input"), "{line}");
     assert!(line.contains("4 events were accepted before it"), "{line}");
     assert_eq!(server.api.replay_all("rej").await.len(), 4);
+
+    // The same from a stdin that stays open: the rejection still ends the run.
+    let mut cmd = cli(&["ingest", "--server", &url, "--batch", "2", "-"]);
+    cmd.stdin(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn veltrix ingest");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(text.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ingest waited for more input after a rejection"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    drop(stdin);
 }
 
 /// A test-owned server: the first `POST /v1/events` gets 429 with `Retry-After: 1`, the next
@@ -316,10 +337,10 @@ async fn ingest_retries_a_429_after_retry_after() {
     .unwrap();
     let summary = out.ok();
     assert!(
-        summary.contains("sent 3 events in 1 requests: 3 accepted"),
+        summary.contains("sent 3 events in 1 request: 3 accepted"),
         "{summary}"
     );
-    assert!(summary.contains("1 retries"), "{summary}");
+    assert!(summary.contains("1 retry,"), "{summary}");
     assert_eq!(posts.load(Ordering::SeqCst), 2);
     let t = times.lock().unwrap().clone();
     // Not sooner than the server asked (a lower bound only: never flaky).

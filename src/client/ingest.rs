@@ -93,15 +93,36 @@ pub async fn run(args: &IngestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut totals = Totals::default();
     let mut failure: Option<anyhow::Error> = None;
-    while let Some(mut batch) = rx.recv().await {
-        let body = Bytes::from(std::mem::take(&mut batch.body));
-        match send(&client, args, format, body, &mut totals).await {
+    // Ctrl-C ends the run with the summary of what was stored, rather than silently.
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    loop {
+        let step = async {
+            let mut batch = rx.recv().await?;
+            let body = Bytes::from(std::mem::take(&mut batch.body));
+            let result = send(&client, args, format, body, &mut totals).await;
+            Some((batch, result))
+        };
+        let stepped = tokio::select! {
+            s = step => s,
+            _ = &mut interrupt => {
+                failure = Some(anyhow::anyhow!(
+                    "interrupted; {} stored before it (a request in flight may be stored too)",
+                    were_accepted(totals.accepted + totals.duplicates)
+                ));
+                break;
+            }
+        };
+        let Some((batch, result)) = stepped else {
+            break;
+        };
+        match result {
             Ok(()) => {
                 bar.set_position(batch.read_to);
                 let secs = started.elapsed().as_secs_f64().max(1e-3);
                 bar.set_message(format!(
-                    "{} events, {:.0} events/s",
-                    totals.events_sent,
+                    "{}, {:.0} events/s",
+                    plural(totals.events_sent, "event", "events"),
                     totals.events_sent as f64 / secs
                 ));
             }
@@ -114,18 +135,32 @@ pub async fn run(args: &IngestArgs) -> anyhow::Result<()> {
     // Dropping the receiver ends the splitter at its next batch.
     drop(rx);
     bar.finish_and_clear();
-    let split_result = splitter.await.context("the input reader panicked")?;
     let elapsed = started.elapsed();
     println!("{}", summary(&totals, elapsed));
     if let Some(e) = failure {
+        // Not waiting for the splitter: it may be blocked reading a stdin that never ends.
         return Err(e);
     }
+    let split_result = splitter.await.context("the input reader panicked")?;
     split_result.map_err(|e| {
         anyhow::anyhow!(
-            "{e}; {} events were accepted before it",
-            totals.accepted + totals.duplicates
+            "{e}; {} before it",
+            were_accepted(totals.accepted + totals.duplicates)
         )
     })
+}
+
+/// `1 event`, `2 events`.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn were_accepted(n: u64) -> String {
+    if n == 1 {
+        "1 event was accepted".to_string()
+    } else {
+        format!("{n} events were accepted")
+    }
 }
 
 fn progress(size: Option<u64>) -> ProgressBar {
@@ -151,12 +186,12 @@ fn progress(size: Option<u64>) -> ProgressBar {
 fn summary(t: &Totals, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
     format!(
-        "sent {} events in {} requests: {} accepted, {} duplicates, {} retries, {:.2} s, {:.0} events/s",
-        t.events_sent,
-        t.requests,
+        "sent {} in {}: {} accepted, {}, {}, {:.2} s, {:.0} events/s",
+        plural(t.events_sent, "event", "events"),
+        plural(t.requests, "request", "requests"),
         t.accepted,
-        t.duplicates,
-        t.retries,
+        plural(t.duplicates, "duplicate", "duplicates"),
+        plural(t.retries, "retry", "retries"),
         secs,
         t.events_sent as f64 / secs.max(1e-3)
     )
@@ -184,7 +219,7 @@ fn rejected(e: ClientError, batch: &Batch, format: Format, t: &Totals) -> anyhow
     {
         at = format!("event {} of the input", batch.first + index + 1);
     }
-    anyhow::anyhow!("{e}; at {at}; {stored} events were accepted before it")
+    anyhow::anyhow!("{e}; at {at}; {} before it", were_accepted(stored))
 }
 
 /// Send one batch, retrying what is transient.
