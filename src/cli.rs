@@ -24,7 +24,7 @@ pub enum Command {
     Serve(ServeArgs),
     /// Ask a running server whether it is ready (exit 0) or not (exit 1, one line saying why).
     Health(crate::client::ClientArgs),
-    /// Send events from a file or stdin (NDJSON, JSON, YAML) in batches, with retries.
+    /// Send events from a file or stdin (NDJSON, JSON, YAML, frames) in batches, with retries.
     Ingest(crate::client::ingest::IngestArgs),
     /// Follow a stream live, one JSON line per event; resumes after a dropped connection.
     Tail(crate::client::tail::TailArgs),
