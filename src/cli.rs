@@ -1,6 +1,7 @@
-//! The command line: `veltrix serve [flags]` and the client commands (`veltrix health`). Each
-//! `serve` flag is also a config key (see [`crate::config::keys`]); the key table, with
-//! defaults and env vars, is the help's epilogue.
+//! The command line: `veltrix serve [flags]`, the client commands (`health`, `ingest`, `tail`,
+//! `replay`, `features`; their flags live with their code in [`crate::client`]) and the offline
+//! `veltrix check DATA_DIR`. Each `serve` flag is also a config key (see
+//! [`crate::config::keys`]); the key table, with defaults and env vars, is the help's epilogue.
 
 use crate::config::{FsyncSetting, LogFormat, Overrides, keys};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -23,6 +24,24 @@ pub enum Command {
     Serve(ServeArgs),
     /// Ask a running server whether it is ready (exit 0) or not (exit 1, one line saying why).
     Health(crate::client::ClientArgs),
+    /// Send events from a file or stdin (NDJSON, JSON, YAML, frames) in batches, with retries.
+    Ingest(crate::client::ingest::IngestArgs),
+    /// Follow a stream live, one JSON line per event; resumes after a dropped connection.
+    Tail(crate::client::tail::TailArgs),
+    /// Print a stream's events (a range) and exit.
+    Replay(crate::client::read::ReplayArgs),
+    /// Print an entity's features.
+    Features(crate::client::read::FeaturesArgs),
+    /// Verify a data dir offline (log segments, index files, snapshots); works while a server
+    /// holds it. Exit 1 when anything is corrupt.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The data dir (storage.data_dir).
+    #[arg(value_name = "DATA_DIR")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

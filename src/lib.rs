@@ -3,7 +3,8 @@
 //! line and calls [`server::run`]; tests call [`server::Server::bind`] and `run` in-process.
 //!
 //! # Layout
-//! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`client`]: their HTTP side.
+//! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`client`]: their HTTP side;
+//!   [`check`]: `veltrix check`'s report (the checks are `vx_storage::check`).
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
 //! - [`logging`]: the tracing subscriber (pretty or JSON); [`telemetry`]: OTLP trace export.
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
@@ -16,6 +17,7 @@
 //! - [`live`]: live followers, their fan-out, and paced replay.
 
 pub mod auth;
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;

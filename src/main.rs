@@ -1,5 +1,7 @@
 //! `veltrix serve`: parse the command line, load the configuration, set up logging, and run
-//! the server until SIGTERM/SIGINT. `veltrix health`: ask a server whether it is ready.
+//! the server until SIGTERM/SIGINT. The client commands (`health`, `ingest`, `tail`, `replay`,
+//! `features`) run on a single-threaded runtime; `check` verifies a data dir offline. Every
+//! failure is one line on stderr and exit code 1.
 
 use anyhow::Context;
 use std::process::ExitCode;
@@ -19,6 +21,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Health(args) => health(&args),
+        Command::Ingest(args) => client(veltrix::client::ingest::run(&args)),
+        Command::Tail(args) => client(veltrix::client::tail::run(&args)),
+        Command::Replay(args) => {
+            client(async move { Ok(veltrix::client::read::replay(&args).await?) })
+        }
+        Command::Features(args) => {
+            client(async move { Ok(veltrix::client::read::features(&args).await?) })
+        }
+        Command::Check(args) => veltrix::check::run(&args.data_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,11 +98,20 @@ fn serve(args: cli::ServeArgs) -> anyhow::Result<()> {
 
 fn health(args: &veltrix::client::ClientArgs) -> anyhow::Result<()> {
     let client = veltrix::client::Client::new(args)?;
+    self::client(async { Ok(client.health().await?) })?;
+    println!("ready: {}", args.server);
+    Ok(())
+}
+
+/// Run a client command on a single-threaded runtime (its blocking pool reads `ingest`'s input).
+fn client(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(client.health())?;
-    println!("ready: {}", args.server);
-    Ok(())
+    let result = runtime.block_on(command);
+    // Not waiting for blocking tasks: `ingest`'s reader may be blocked on a stdin that never
+    // ends after the run stopped at a rejected request.
+    runtime.shutdown_background();
+    result
 }

@@ -18,10 +18,12 @@
 //! - `recovery`: start-up. `reader`: replay cursors. `dedup`: per-shard remembered ids.
 //! - [`features`]: the feature tables, changed only by [`features::Features::apply`] from
 //!   records; [`snapshot`]: their snapshots, and how start-up rebuilds them.
+//! - [`check`]: offline verification of a data dir (`veltrix check`), with the readers above.
 
 pub mod api;
 mod carry;
 mod chain;
+pub mod check;
 mod dedup;
 mod engine;
 pub mod features;

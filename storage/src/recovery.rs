@@ -947,7 +947,7 @@ impl Recovery<'_> {
     }
 }
 
-fn decode_reason(e: Decode) -> String {
+pub(crate) fn decode_reason(e: Decode) -> String {
     match e {
         Decode::Bad(w) => w.to_string(),
         Decode::Incomplete(_) => "truncated".to_string(),
@@ -1023,7 +1023,7 @@ pub(crate) fn read_records(
 
 /// The first valid record after a bad one at `bad` (offset and LSN), if any: a header that
 /// parses, with an LSN at or after `expected`, within the file, whose checksum matches.
-fn find_valid_after(
+pub(crate) fn find_valid_after(
     file: &dyn VFile,
     bad: u64,
     len: u64,

@@ -346,37 +346,99 @@ struct Loaded {
 }
 
 fn load(f: &dyn VFile, features: &Features) -> Result<(Head, Loaded), Unusable> {
+    let mut shards = Vec::with_capacity(features.shards() as usize);
+    let mut covered = Vec::with_capacity(features.shards() as usize);
+    let mut entities = 0u64;
+    let (head, old) = walk(f, features.shards(), &mut 0, &mut |a, old| {
+        let mut sh = features.empty_shard();
+        build_shard(&mut sh, a, old, features)?;
+        entities += sh.entities.len() as u64;
+        covered.push(a.covered.to_native());
+        shards.push(sh);
+        Ok(())
+    })?;
+    // Declarations unchanged since the snapshot keep their state; the others are redone.
+    let redo = features
+        .decls()
+        .iter()
+        .map(|d| old.get(d.name.as_str()) != Some(&d.fingerprint()))
+        .collect();
+    Ok((
+        head,
+        Loaded {
+            shards,
+            covered,
+            redo,
+            entities,
+        },
+    ))
+}
+
+/// Check a snapshot as start-up would load it (every checksum, the rkyv validation of every
+/// archive, the schema hash, the shard count, each shard's contents), one shard in memory at a
+/// time, without keeping it. On failure, the offset of the part that failed.
+pub fn verify(f: &dyn VFile, shards: u32) -> Result<SnapInfoOf, (u64, String)> {
+    let features = Features::new(shards, Vec::new(), u64::MAX);
+    let mut at = 0u64;
+    let mut entities = 0u64;
+    let (head, _) = walk(f, shards, &mut at, &mut |a, old| {
+        let mut sh = features.empty_shard();
+        build_shard(&mut sh, a, old, &features)?;
+        entities += sh.entities.len() as u64;
+        Ok(())
+    })
+    .map_err(|e| (at, e.to_string()))?;
+    Ok(SnapInfoOf {
+        covered_min: head.covered_min,
+        covered_max: head.covered_max,
+        entities,
+    })
+}
+
+/// What [`verify`] found in a valid snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapInfoOf {
+    pub covered_min: u64,
+    pub covered_max: u64,
+    pub entities: u64,
+}
+
+/// Read a snapshot part by part in file order (header, meta archive, each shard's frame,
+/// trailer), checking each, and hand the validated shard archives over with the declarations
+/// the snapshot was made with (name → fingerprint), which it also returns. `at` is kept at the
+/// offset of the part being read, so that a failure can name it.
+type OldDecls = HashMap<String, u64>;
+
+fn walk(
+    f: &dyn VFile,
+    shards: u32,
+    at: &mut u64,
+    on_shard: &mut dyn FnMut(&ArchivedSnapShard, &OldDecls) -> Result<(), Unusable>,
+) -> Result<(Head, OldDecls), Unusable> {
+    *at = 0;
     let file_len = f.len()?;
     let head = read_head(f)?;
-    if head.shards != features.shards() {
+    if head.shards != shards {
         return Err(bad(format!(
-            "made for {} shards, the data dir has {}",
+            "made for {} shards, the data dir has {shards}",
             head.shards,
-            features.shards()
         )));
     }
+    *at = HEAD_LEN as u64;
     let meta_bytes = read_aligned(f, HEAD_LEN as u64, head.meta_len, file_len)?;
     if crc32c::crc32c(&meta_bytes) != head.meta_crc {
         return Err(bad("meta checksum mismatch"));
     }
     let meta = rkyv::access::<ArchivedSnapMeta, rancor::Error>(&meta_bytes)
         .map_err(|e| bad(format!("meta does not validate: {e}")))?;
-    // Declarations unchanged since the snapshot keep their state; the others are redone.
-    let old: HashMap<&str, u64> = meta
+    let old: OldDecls = meta
         .decls
         .iter()
-        .map(|d| (d.0.as_str(), d.1.to_native()))
-        .collect();
-    let decls = features.decls();
-    let redo: Vec<bool> = decls
-        .iter()
-        .map(|d| old.get(d.name.as_str()) != Some(&d.fingerprint()))
+        .map(|d| (d.0.as_str().to_string(), d.1.to_native()))
         .collect();
     let mut off = HEAD_LEN as u64 + (head.meta_len as u64).next_multiple_of(16);
-    let mut shards = Vec::with_capacity(features.shards() as usize);
-    let mut covered = Vec::with_capacity(features.shards() as usize);
-    let mut entities = 0u64;
-    for i in 0..features.shards() {
+    for i in 0..shards {
+        *at = off;
         let mut fh = [0u8; 16];
         if off + 16 > file_len {
             return Err(bad(format!("truncated before shard {i}")));
@@ -395,13 +457,10 @@ fn load(f: &dyn VFile, features: &Features) -> Result<(Head, Loaded), Unusable> 
         }
         let a = rkyv::access::<ArchivedSnapShard, rancor::Error>(&bytes)
             .map_err(|e| bad(format!("shard {i} does not validate: {e}")))?;
-        let mut sh = features.empty_shard();
-        build_shard(&mut sh, a, &old, features)?;
-        entities += sh.entities.len() as u64;
-        covered.push(a.covered.to_native());
-        shards.push(sh);
+        on_shard(a, &old)?;
         off += 16 + (len as u64).next_multiple_of(16);
     }
+    *at = off;
     let mut t = [0u8; 16];
     if off + 16 != file_len {
         return Err(bad("length does not match its trailer"));
@@ -410,15 +469,7 @@ fn load(f: &dyn VFile, features: &Features) -> Result<(Head, Loaded), Unusable> 
     if &t[..8] != TRAILER || u64::from_le_bytes(t[8..].try_into().unwrap_or([0; 8])) != file_len {
         return Err(bad("bad trailer"));
     }
-    Ok((
-        head,
-        Loaded {
-            shards,
-            covered,
-            redo,
-            entities,
-        },
-    ))
+    Ok((head, old))
 }
 
 /// Fill a fresh shard from its archive, read in place: names are mapped by their text, and
@@ -426,7 +477,7 @@ fn load(f: &dyn VFile, features: &Features) -> Result<(Head, Loaded), Unusable> 
 fn build_shard(
     sh: &mut FShard,
     a: &ArchivedSnapShard,
-    old_decls: &HashMap<&str, u64>,
+    old_decls: &HashMap<String, u64>,
     features: &Features,
 ) -> Result<(), Unusable> {
     let decls = features.decls();
@@ -443,7 +494,7 @@ fn build_shard(
     let slots: Vec<Slot> = names
         .iter()
         .map(|name| match decls.iter().find(|d| d.name == *name) {
-            Some(d) if old_decls.get(name) == Some(&d.fingerprint()) => match sh.names.id(name) {
+            Some(d) if old_decls.get(*name) == Some(&d.fingerprint()) => match sh.names.id(name) {
                 Some(id) => Slot::Declared {
                     id,
                     windowed: d.window.is_some(),
@@ -451,7 +502,7 @@ fn build_shard(
                 None => Slot::Drop,
             },
             Some(_) => Slot::Drop,
-            None if old_decls.contains_key(name) => Slot::Drop,
+            None if old_decls.contains_key(*name) => Slot::Drop,
             None => Slot::Plain,
         })
         .collect();
@@ -531,7 +582,7 @@ fn build_shard(
 }
 
 /// The snapshots in `dir`, newest (largest covered LSN) first, by name.
-fn list(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+pub(crate) fn list(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let names = match vfs.list(dir) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -119,6 +119,8 @@ fn parse_listening(line: &str) -> Option<SocketAddr> {
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
+    /// `--listen` (default `127.0.0.1:0`); a fixed address restarts a server on the same port.
+    pub listen: Option<String>,
     pub uds: Option<PathBuf>,
     pub args: Vec<String>,
     pub envs: Vec<(String, String)>,
@@ -130,6 +132,7 @@ impl ServerConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             data_dir: data_dir.into(),
+            listen: None,
             uds: None,
             args: Vec::new(),
             envs: Vec::new(),
@@ -173,6 +176,12 @@ impl ServerConfig {
             .arg(file.to_string_lossy().into_owned())
     }
 
+    /// Listen on this address instead of a free port.
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = Some(addr.into());
+        self
+    }
+
     pub fn uds(mut self, path: impl Into<PathBuf>) -> Self {
         self.uds = Some(path.into());
         self
@@ -190,7 +199,7 @@ impl ServerConfig {
         };
         cmd.arg("serve")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(self.listen.as_deref().unwrap_or("127.0.0.1:0"))
             .arg("--data-dir")
             .arg(&self.data_dir);
         if let Some(uds) = &self.uds {

@@ -1,0 +1,245 @@
+//! `veltrix tail STREAM`: follow a stream live over Server-Sent Events (docs/LIVE.md) and print
+//! each event as one JSON line on stdout.
+//!
+//! The position is the last `seq` printed. When the connection drops (a server restart, the
+//! network, a shutdown ending followers), the follow reconnects with `Last-Event-ID: <that
+//! seq>`, so the server resumes right after it: no gap, no duplicate. Reconnects wait an
+//! exponential backoff (100 ms doubling, at most 5 s; a 429/503's `Retry-After`) and go on
+//! until they succeed. The command gives up only when the first connection fails (a wrong
+//! `--server` or stream name should not hang) or a later answer is an error other than 429/503
+//! (a 404: the stream was deleted while we were away). Notices, on stderr:
+//! - `retained`: events the follow had not got were removed by retention meanwhile; it goes
+//!   on at the first retained seq (the server announces a gap, never skips one silently).
+//! - `deleted`: the stream was deleted; the command ends with exit 0.
+
+use super::{Client, ClientArgs, ClientError, Timeouts, backoff, error_of, query_value, segment};
+use futures_util::StreamExt;
+use std::io::Write;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+pub struct TailArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    pub stream: String,
+    /// First seq to print [default: only events after the stream's current end].
+    #[arg(long, value_name = "SEQ")]
+    pub from: Option<u64>,
+    /// Only these types (comma-separated).
+    #[arg(long, value_name = "TYPES")]
+    pub types: Option<String>,
+    /// Only this entity.
+    #[arg(long, value_name = "ENTITY")]
+    pub entity: Option<String>,
+}
+
+/// A line of an SSE body longer than this is not from our server.
+const MAX_LINE: usize = 64 << 20;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How one connection ended.
+enum End {
+    /// The stream was deleted: stop.
+    Deleted,
+    /// The body ended or broke: reconnect.
+    Dropped(String),
+}
+
+pub async fn run(args: &TailArgs) -> anyhow::Result<()> {
+    let client = Client::with(&args.client, Timeouts::Live)?;
+    // Without --from: start after the stream's end now (as `tail -f` shows what comes next).
+    let from = match args.from {
+        Some(from) => from,
+        None => current_last(&client, &args.stream).await? + 1,
+    };
+    // The last seq printed: the position a reconnect resumes after.
+    let mut last: Option<u64> = None;
+    let mut connected = false;
+    let mut attempt = 0u32;
+    let out = std::io::stdout();
+    loop {
+        let (why, wait) = match connect(&client, args, from, last).await {
+            Ok(resp) => {
+                connected = true;
+                attempt = 0;
+                match follow(&client, resp, &mut last, &mut out.lock()).await? {
+                    End::Deleted => return Ok(()),
+                    End::Dropped(why) => (why, None),
+                }
+            }
+            Err((e, _)) if !connected => return Err(e.into()),
+            Err((e, wait)) if e.is_transient() => (e.to_string(), wait),
+            Err((e, _)) => return Err(e.into()),
+        };
+        let wait = wait
+            .unwrap_or_else(|| backoff(attempt, MAX_BACKOFF))
+            .min(MAX_BACKOFF * 12);
+        if attempt == 0 {
+            eprintln!(
+                "tail: connection lost ({why}); reconnecting after seq {}",
+                last.unwrap_or(from.saturating_sub(1))
+            );
+        }
+        attempt = attempt.saturating_add(1);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The stream's last seq now (`GET /v1/streams/{stream}`).
+async fn current_last(client: &Client, stream: &str) -> Result<u64, ClientError> {
+    let path = format!("/v1/streams/{}", segment(stream));
+    let resp = client
+        .send_ok(client.request(reqwest::Method::GET, &path))
+        .await?;
+    let v: serde_json::Value = resp.json().await.map_err(|e| client.failed(&e))?;
+    Ok(v.get("last_seq")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0))
+}
+
+async fn connect(
+    client: &Client,
+    args: &TailArgs,
+    from: u64,
+    last: Option<u64>,
+) -> Result<reqwest::Response, (ClientError, Option<Duration>)> {
+    let mut path = format!("/v1/streams/{}/events?follow=true", segment(&args.stream));
+    if last.is_none() {
+        path.push_str(&format!("&from={from}"));
+    }
+    if let Some(t) = &args.types {
+        path.push_str(&format!("&types={}", query_value(t)));
+    }
+    if let Some(e) = &args.entity {
+        path.push_str(&format!("&entity={}", query_value(e)));
+    }
+    let mut req = client
+        .request(reqwest::Method::GET, &path)
+        .header(reqwest::header::ACCEPT, "text/event-stream");
+    if let Some(last) = last {
+        req = req.header("last-event-id", last.to_string());
+    }
+    let resp = client.send(req).await.map_err(|e| (e, None))?;
+    if resp.status().is_success() {
+        Ok(resp)
+    } else {
+        Err(error_of(resp).await)
+    }
+}
+
+/// One SSE event being assembled.
+#[derive(Default)]
+struct Frame {
+    id: Option<u64>,
+    event: Option<String>,
+    data: Vec<u8>,
+}
+
+/// Read one connection's events, printing them; returns how it ended.
+async fn follow(
+    client: &Client,
+    resp: reqwest::Response,
+    last: &mut Option<u64>,
+    out: &mut impl Write,
+) -> anyhow::Result<End> {
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut frame = Frame::default();
+    loop {
+        let chunk = match body.next().await {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Ok(End::Dropped(client.failed(&e).to_string())),
+            None => return Ok(End::Dropped("the server ended the follow".into())),
+        };
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(nl) = memchr::memchr(b'\n', &buf[start..]) {
+            let line = &buf[start..start + nl];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            start += nl + 1;
+            if line.is_empty() {
+                if let Some(end) = dispatch(std::mem::take(&mut frame), last, out)? {
+                    return Ok(end);
+                }
+                continue;
+            }
+            field(&mut frame, line);
+        }
+        buf.drain(..start);
+        if buf.len() > MAX_LINE {
+            return Ok(End::Dropped("an SSE line longer than 64 MiB".into()));
+        }
+    }
+}
+
+/// Take one `field: value` line into the frame (comments, `: heartbeat`, are skipped).
+fn field(frame: &mut Frame, line: &[u8]) {
+    if line.starts_with(b":") {
+        return;
+    }
+    let (name, value) = match memchr::memchr(b':', line) {
+        Some(i) => {
+            let v = &line[i + 1..];
+            (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+        }
+        None => (line, &b""[..]),
+    };
+    match name {
+        b"data" => {
+            if !frame.data.is_empty() {
+                frame.data.push(b'\n');
+            }
+            frame.data.extend_from_slice(value);
+        }
+        b"id" => frame.id = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()),
+        b"event" => frame.event = Some(String::from_utf8_lossy(value).into_owned()),
+        _ => {}
+    }
+}
+
+/// Act on a complete frame: print an event, report a notice.
+fn dispatch(
+    frame: Frame,
+    last: &mut Option<u64>,
+    out: &mut impl Write,
+) -> anyhow::Result<Option<End>> {
+    match frame.event.as_deref() {
+        None | Some("message") => {
+            let Some(seq) = frame.id else {
+                return Ok(None);
+            };
+            // The server resumes after Last-Event-ID; this keeps the no-duplicate promise
+            // should anything send an event twice.
+            if last.is_some_and(|l| seq <= l) {
+                return Ok(None);
+            }
+            out.write_all(&frame.data)
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush())
+                .map_err(|e| ClientError::Output(format!("writing to stdout: {e}")))?;
+            *last = Some(seq);
+            Ok(None)
+        }
+        Some("retained") => {
+            let v: serde_json::Value = serde_json::from_slice(&frame.data).unwrap_or_default();
+            let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+            eprintln!(
+                "tail: events {}..{} were removed by retention before they could be read; going on at {}",
+                n("from"),
+                n("first_seq").saturating_sub(1),
+                n("first_seq")
+            );
+            Ok(None)
+        }
+        Some("deleted") => {
+            let v: serde_json::Value = serde_json::from_slice(&frame.data).unwrap_or_default();
+            let last_seq = v
+                .get("last_seq")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            eprintln!("tail: the stream was deleted (its last seq was {last_seq})");
+            Ok(Some(End::Deleted))
+        }
+        Some(_) => Ok(None),
+    }
+}
