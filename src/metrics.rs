@@ -57,7 +57,7 @@ use vx_storage::now_ms;
 pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 10] = [
+pub const ROUTES: [&str; 11] = [
     "/v1/events",
     "/v1/streams",
     "/v1/streams/{stream}",
@@ -68,6 +68,7 @@ pub const ROUTES: [&str; 10] = [
     "/healthz",
     "/readyz",
     "/metrics",
+    "/v1/status",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,10 +95,50 @@ pub struct FormatHandles {
     pub duplicates: Counter,
 }
 
+/// A latency histogram with its count and sum also kept here: prometheus-client exposes them
+/// only to its own tests, and the status page's interval means need them. Two more relaxed
+/// atomic adds per observation; the sum in whole nanoseconds (u64 lasts centuries of latency).
+#[derive(Clone, Debug)]
+pub struct Timed {
+    histogram: Histogram,
+    count: Arc<AtomicU64>,
+    nanos: Arc<AtomicU64>,
+}
+
+impl Timed {
+    fn new(histogram: Histogram) -> Self {
+        Timed {
+            histogram,
+            count: Arc::default(),
+            nanos: Arc::default(),
+        }
+    }
+
+    pub fn observe(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.histogram.observe(took.as_secs_f64());
+        self.count.fetch_add(1, Relaxed);
+        self.nanos
+            .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    fn histogram(&self) -> Histogram {
+        self.histogram.clone()
+    }
+
+    pub fn sums(&self) -> Sums {
+        use std::sync::atomic::Ordering::Relaxed;
+        Sums {
+            count: self.count.load(Relaxed),
+            sum_seconds: self.nanos.load(Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
 /// Storage engine hooks, called from the writer thread: atomics only.
 #[derive(Debug)]
 pub struct StorageObserver {
-    fsync: Histogram,
+    fsync: Timed,
     events: Counter,
     bytes: Counter,
     records: Counter,
@@ -106,7 +147,7 @@ pub struct StorageObserver {
 
 impl Observer for StorageObserver {
     fn fsync(&self, took: Duration) {
-        self.fsync.observe(took.as_secs_f64());
+        self.fsync.observe(took);
     }
 
     fn appended(&self, records: u64, events: u64, bytes: u64) {
@@ -128,7 +169,7 @@ pub struct Metrics {
     unknown_format: FormatHandles,
     rejected_requests: Family<RejectLabels, Counter>,
     rejected_events: Family<RejectLabels, Counter>,
-    routes: Vec<(&'static str, Histogram)>,
+    routes: Vec<(&'static str, Timed)>,
     bootstrap: Gauge<f64, AtomicU64>,
     ready: Gauge,
     observer: Arc<StorageObserver>,
@@ -213,13 +254,13 @@ impl Metrics {
             .map(|&route| {
                 (
                     route,
-                    route_family.get_or_create_owned(&RouteLabels { route }),
+                    Timed::new(route_family.get_or_create_owned(&RouteLabels { route })),
                 )
             })
             .collect();
 
         let observer = Arc::new(StorageObserver {
-            fsync: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            fsync: Timed::new(Histogram::new(exponential_buckets(0.000_05, 2.0, 18))),
             events: Counter::default(),
             bytes: Counter::default(),
             records: Counter::default(),
@@ -233,7 +274,7 @@ impl Metrics {
         registry.register(
             "vx_fsync_duration_seconds",
             "Latency of the log writer's fdatasync calls",
-            observer.fsync.clone(),
+            observer.fsync.histogram(),
         );
         registry.register(
             "vx_stored_events",
@@ -343,7 +384,7 @@ impl Metrics {
     }
 
     /// The latency histogram of a route template, if it is one of [`ROUTES`].
-    pub fn route(&self, template: &str) -> Option<&Histogram> {
+    pub fn route(&self, template: &str) -> Option<&Timed> {
         self.routes
             .iter()
             .find(|(r, _)| *r == template)
@@ -362,6 +403,54 @@ impl Metrics {
         Arc::clone(&self.observer)
     }
 
+    /// The process-wide counters the status page shows (src/status.rs), read from the same
+    /// handles the exposition encodes: atomics and one short read lock per reject label set.
+    pub fn totals(&self) -> Totals {
+        let sum = |f: fn(&FormatHandles) -> &Counter| {
+            self.formats.iter().map(|h| f(h).get()).sum::<u64>()
+        };
+        let mut rejected = Vec::new();
+        for code in vx_proto::ErrorCode::ALL {
+            let (mut requests, mut events) = (0, 0);
+            for format in FORMATS {
+                let labels = RejectLabels {
+                    reason: code.as_str(),
+                    format,
+                };
+                requests += self.rejected_requests.get(&labels).map_or(0, |c| c.get());
+                events += self.rejected_events.get(&labels).map_or(0, |c| c.get());
+            }
+            if requests > 0 || events > 0 {
+                rejected.push(Rejected {
+                    reason: code.as_str(),
+                    requests,
+                    events,
+                });
+            }
+        }
+        let o = &self.observer;
+        Totals {
+            ingested: sum(|h| &h.ingested),
+            duplicates: sum(|h| &h.duplicates),
+            ingested_by_format: self
+                .formats
+                .iter()
+                .map(|h| (h.label, h.ingested.get()))
+                .collect(),
+            rejected,
+            stored_events: o.events.get(),
+            stored_bytes: o.bytes.get(),
+            stored_records: o.records.get(),
+            fsync: o.fsync.sums(),
+            routes: self
+                .routes
+                .iter()
+                .map(|(route, h)| (*route, h.sums()))
+                .collect(),
+            frames_connections: self.frames.connections.get(),
+        }
+    }
+
     /// The OpenMetrics text exposition (`application/openmetrics-text; version=1.0.0`).
     pub fn encode_openmetrics(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::with_capacity(16 << 10);
@@ -375,6 +464,41 @@ impl Metrics {
         self.encode_openmetrics()
             .map(|om| openmetrics_to_prometheus(&om))
     }
+}
+
+/// Counters since start, for the status page: it derives rates and interval means from two
+/// readings, as a Prometheus query would.
+#[derive(Clone, Debug)]
+pub struct Totals {
+    /// `vx_events_ingested_total` and `vx_events_duplicate_total`, summed over formats.
+    pub ingested: u64,
+    pub duplicates: u64,
+    pub ingested_by_format: Vec<(&'static str, u64)>,
+    /// Reasons with any refusal, in [`vx_proto::ErrorCode::ALL`] order.
+    pub rejected: Vec<Rejected>,
+    /// `vx_stored_events_total`, `vx_stored_bytes_total`, `vx_stored_records_total`.
+    pub stored_events: u64,
+    pub stored_bytes: u64,
+    pub stored_records: u64,
+    pub fsync: Sums,
+    /// Request latency by route template, in [`ROUTES`] order.
+    pub routes: Vec<(&'static str, Sums)>,
+    pub frames_connections: i64,
+}
+
+/// Refusals of one reason, summed over formats.
+#[derive(Clone, Copy, Debug)]
+pub struct Rejected {
+    pub reason: &'static str,
+    pub requests: u64,
+    pub events: u64,
+}
+
+/// A histogram's count and sum: two readings give the mean over the interval between them.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Sums {
+    pub count: u64,
+    pub sum_seconds: f64,
 }
 
 /// OpenMetrics names a counter family `x` and its sample `x_total`; the Prometheus text

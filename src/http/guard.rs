@@ -75,7 +75,7 @@ pub async fn latency(
     let started = Instant::now();
     let resp = next.run(req).await;
     if let Some(h) = path.and_then(|p| state.metrics().route(p.as_str()).cloned()) {
-        h.observe(started.elapsed().as_secs_f64());
+        h.observe(started.elapsed());
     }
     resp
 }
@@ -94,8 +94,10 @@ fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     }
 }
 
-/// Bearer-token auth when tokens are configured: 401 without a valid token, 403 when the
-/// token lacks the route's scope. `admin` grants every scope.
+/// Token auth when tokens are configured: 401 without a valid token, 403 when the token lacks
+/// the route's scope. `admin` grants every scope. The token comes as a bearer token or as the
+/// password of Basic credentials ([`crate::auth::http_token`]); the status page's routes
+/// challenge with `Basic` (a browser then prompts), the API with `Bearer`.
 pub async fn auth(
     State(state): State<AppState>,
     path: Option<MatchedPath>,
@@ -113,13 +115,16 @@ pub async fn auth(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-    match crate::auth::authorize(tokens, presented, scope) {
+        .and_then(crate::auth::http_token);
+    let page = path
+        .as_ref()
+        .is_some_and(|p| super::status::PAGE_ROUTES.contains(&p.as_str()));
+    match crate::auth::authorize(tokens, presented.as_deref(), scope) {
         Ok(()) => next.run(req).await,
         // 401 says which scheme to use.
+        Err(f) if f.code == vx_proto::ErrorCode::Unauthorized && page => {
+            AppError::unauthorized_basic(f.message).into_response()
+        }
         Err(f) if f.code == vx_proto::ErrorCode::Unauthorized => {
             AppError::unauthorized(f.message).into_response()
         }
