@@ -127,8 +127,8 @@ async function main() {
     // Show the marker event as stored in the detail pane, for the screenshot.
     await page.locator("#rb-rows tr", { hasText: cfg.marker }).last().click();
 
-    // Let one more poll land so the screenshot shows settled numbers and the live row.
-    await page.waitForTimeout(1500);
+    // Let a few more polls land so the screenshot shows a rate history and the live row.
+    await page.waitForTimeout(5000);
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: cfg.screenshot, fullPage: true });
     step("screenshot");

@@ -9,7 +9,7 @@
 "use strict";
 
 const POLL_MS = 1000;
-const HISTORY = 120; // sparkline points
+const HISTORY = 120; // sparkline points: two minutes
 const TOP_WINDOW = 6; // readings kept to compute per-stream rates
 const LIVE_MAX = 500; // rows kept in the replay table while following
 const MAX_OPTIONS = 2000; // streams listed in the picker
@@ -161,8 +161,10 @@ function render(s) {
 function drawSpark() {
   const v = poll.spark;
   const max = Math.max(1, ...v.filter(Number.isFinite));
+  // Spread over the width until the history is full, then one point per reading.
+  const step = 120 / Math.max(1, v.length - 1);
   const pts = v.map((y, i) => {
-    const x = (HISTORY - v.length + i) * (120 / (HISTORY - 1));
+    const x = i * step;
     const yy = 23 - (Number.isFinite(y) ? y / max : 0) * 22;
     return x.toFixed(1) + "," + yy.toFixed(1);
   });
@@ -173,6 +175,8 @@ function renderQueues(s, q) {
   const heat = $("heat");
   if (heat.childElementCount !== q.depth.length) {
     heat.replaceChildren(...q.depth.map(() => document.createElement("div")));
+    // Full rows: 128 shards as 4 × 32.
+    heat.style.gridTemplateColumns = "repeat(" + Math.max(1, Math.min(32, q.depth.length)) + ", 1fr)";
   }
   const mark = Math.max(1, q.high_water);
   let max = 0;
@@ -190,7 +194,7 @@ function renderQueues(s, q) {
   kv($("q-kv"), [
     ["queued bytes", bytes(q.queued_bytes)],
     ["writer queue", num(q.writer_queue_requests) + " requests"],
-    ["in-flight bodies", bytes(s.inflight.bytes) + " / " + bytes(s.inflight.capacity)],
+    ["in-flight", bytes(s.inflight.bytes) + " / " + bytes(s.inflight.capacity)],
     ["capacity / mark", num(q.capacity) + " / " + num(q.high_water)],
     ["frames connections", num(s.frames_connections)],
     ["stored records", num(s.ingest.stored_records)],
