@@ -64,7 +64,7 @@ pub fn playwright_modules() -> PathBuf {
     modules
 }
 
-/// playwright-core needs Node 18 or later.
+/// playwright-core 1.65 needs Node 20 or later (its `engines`).
 fn node_version_ok() {
     let out = Command::new("node")
         .arg("--version")
@@ -78,7 +78,7 @@ fn node_version_ok() {
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
-    assert!(major >= 18, "node {v} is too old for {PLAYWRIGHT_CORE}");
+    assert!(major >= 20, "node {v} is too old for {PLAYWRIGHT_CORE}");
 }
 
 /// Run `node script arg` with `node_modules` on its path; kill it after `timeout`. Returns the
