@@ -275,6 +275,7 @@ async fn status_page_in_headless_chromium() {
         s.logs()
     );
     let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    eprintln!("browser report: {report}");
     assert_eq!(report["problems"], serde_json::json!([]));
     assert_eq!(report["injected"], 0);
     assert_eq!(report["counts"]["heatCells"], 128);

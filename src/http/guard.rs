@@ -13,8 +13,15 @@ use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 use tracing::Instrument;
 
-/// Routes that answer while starting and draining: an orchestrator must be able to see why.
-const ALWAYS_OPEN: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+/// Routes that answer while starting and draining: an orchestrator must be able to see why,
+/// and so must an operator watching the status page (its JSON then says `starting` or
+/// `draining`, with `null` for what needs the store).
+const ALWAYS_OPEN: [&str; 5] = ["/healthz", "/readyz", "/metrics", "/v1/status", "/"];
+
+fn always_open(path: &str) -> bool {
+    // The page's assets: `/ui/{asset}`.
+    ALWAYS_OPEN.contains(&path) || path.starts_with("/ui/")
+}
 
 pub const QUEUE_FILL: &str = "x-vx-queue-fill";
 
@@ -44,7 +51,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let is_ingest = path == "/v1/events";
-    let mut resp = if ALWAYS_OPEN.contains(&path) {
+    let mut resp = if always_open(path) {
         next.run(req).await
     } else {
         match state.phase() {

@@ -369,6 +369,31 @@ async fn auth_scopes() {
     assert_eq!(a.header("x-vx-queue-fill"), Some("0.00"));
 }
 
+/// The status page and its JSON answer while starting (an operator can watch recovery), with
+/// `null` for what needs the store; the API does not.
+#[tokio::test]
+async fn status_answers_while_starting() {
+    let state = AppState::new(&Config::default());
+    let a = call(&state, get("/v1/status")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let v = a.json();
+    assert_eq!(
+        (v["phase"].as_str(), v["ready"].as_bool()),
+        (Some("starting"), Some(false))
+    );
+    assert!(v["queues"].is_null() && v["streams"].is_null());
+    assert_eq!(call(&state, get("/")).await.status, StatusCode::OK);
+    assert_eq!(
+        call(&state, get("/ui/app.css")).await.status,
+        StatusCode::OK
+    );
+    let a = call(&state, get("/v1/streams")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    state.begin_drain();
+    let a = call(&state, get("/v1/status")).await;
+    assert_eq!(a.json()["phase"], "draining");
+}
+
 /// The status page's routes challenge with Basic (a browser prompts), the API keeps Bearer;
 /// Basic credentials carry the token as the password and pass the same scope check.
 #[tokio::test]
