@@ -95,20 +95,37 @@ pub struct FormatHandles {
     pub duplicates: Counter,
 }
 
-/// A latency histogram with its count and sum also kept here: prometheus-client exposes them
-/// only to its own tests, and the status page's interval means need them. Two more relaxed
-/// atomic adds per observation; the sum in whole nanoseconds (u64 lasts centuries of latency).
+/// A latency histogram with its count, sum and bucket counts also kept here: prometheus-client
+/// exposes none of them outside its own tests, and the status page computes interval means and
+/// quantiles from two readings. A few more relaxed atomic adds per observation; the sum in whole
+/// nanoseconds (u64 lasts centuries of latency). Buckets as the exposition's, not cumulative:
+/// `buckets[i]` counts observations ≤ `bounds[i]` and above the bound before; the last, above
+/// every bound (`+Inf`).
 #[derive(Clone, Debug)]
 pub struct Timed {
     histogram: Histogram,
+    bounds: Arc<[f64]>,
     count: Arc<AtomicU64>,
     nanos: Arc<AtomicU64>,
+    buckets: Arc<[AtomicU64]>,
+}
+
+/// Bucket upper bounds of request latency (`vx_http_request_duration_seconds`): 250 µs × 2ⁿ.
+fn route_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_25, 2.0, 16)
+}
+
+/// Bucket upper bounds of `vx_fsync_duration_seconds`: 50 µs × 2ⁿ.
+fn fsync_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_05, 2.0, 18)
 }
 
 impl Timed {
-    fn new(histogram: Histogram) -> Self {
+    fn new(histogram: Histogram, bounds: Arc<[f64]>) -> Self {
         Timed {
             histogram,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            bounds,
             count: Arc::default(),
             nanos: Arc::default(),
         }
@@ -116,14 +133,24 @@ impl Timed {
 
     pub fn observe(&self, took: Duration) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.histogram.observe(took.as_secs_f64());
+        let secs = took.as_secs_f64();
+        self.histogram.observe(secs);
         self.count.fetch_add(1, Relaxed);
         self.nanos
             .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        // The first bound ≥ the value (Prometheus' `le`); past the last, the +Inf bucket.
+        let i = self.bounds.partition_point(|b| *b < secs);
+        if let Some(b) = self.buckets.get(i) {
+            b.fetch_add(1, Relaxed);
+        }
     }
 
     fn histogram(&self) -> Histogram {
         self.histogram.clone()
+    }
+
+    pub fn bounds(&self) -> &Arc<[f64]> {
+        &self.bounds
     }
 
     pub fn sums(&self) -> Sums {
@@ -131,6 +158,7 @@ impl Timed {
         Sums {
             count: self.count.load(Relaxed),
             sum_seconds: self.nanos.load(Relaxed) as f64 / 1e9,
+            buckets: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
         }
     }
 }
@@ -242,8 +270,9 @@ impl Metrics {
         );
 
         let route_family = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+            Histogram::new(route_bounds())
         });
+        let request_bounds: Arc<[f64]> = route_bounds().collect();
         registry.register(
             "vx_http_request_duration_seconds",
             "HTTP request latency by route template (until the response head)",
@@ -254,13 +283,16 @@ impl Metrics {
             .map(|&route| {
                 (
                     route,
-                    Timed::new(route_family.get_or_create_owned(&RouteLabels { route })),
+                    Timed::new(
+                        route_family.get_or_create_owned(&RouteLabels { route }),
+                        Arc::clone(&request_bounds),
+                    ),
                 )
             })
             .collect();
 
         let observer = Arc::new(StorageObserver {
-            fsync: Timed::new(Histogram::new(exponential_buckets(0.000_05, 2.0, 18))),
+            fsync: Timed::new(Histogram::new(fsync_bounds()), fsync_bounds().collect()),
             events: Counter::default(),
             bytes: Counter::default(),
             records: Counter::default(),
@@ -447,6 +479,11 @@ impl Metrics {
                 .iter()
                 .map(|(route, h)| (*route, h.sums()))
                 .collect(),
+            request_bounds: self
+                .routes
+                .first()
+                .map_or_else(|| route_bounds().collect(), |(_, h)| Arc::clone(h.bounds())),
+            fsync_bounds: Arc::clone(o.fsync.bounds()),
             frames_connections: self.frames.connections.get(),
         }
     }
@@ -483,6 +520,9 @@ pub struct Totals {
     pub fsync: Sums,
     /// Request latency by route template, in [`ROUTES`] order.
     pub routes: Vec<(&'static str, Sums)>,
+    /// Bucket upper bounds of the request and fsync latencies, in seconds.
+    pub request_bounds: Arc<[f64]>,
+    pub fsync_bounds: Arc<[f64]>,
     pub frames_connections: i64,
 }
 
@@ -494,11 +534,13 @@ pub struct Rejected {
     pub events: u64,
 }
 
-/// A histogram's count and sum: two readings give the mean over the interval between them.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+/// A histogram's count, sum and bucket counts (see [`Timed`]): two readings give the mean and
+/// the quantiles over the interval between them.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Sums {
     pub count: u64,
     pub sum_seconds: f64,
+    pub buckets: Vec<u64>,
 }
 
 /// OpenMetrics names a counter family `x` and its sample `x_total`; the Prometheus text
@@ -860,4 +902,30 @@ fn counter(
     let c = prometheus_client::metrics::counter::ConstCounter::new(value);
     let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
     c.encode(metric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timed_keeps_count_sum_and_buckets_like_the_exposition() {
+        let t = Timed::new(Histogram::new(route_bounds()), route_bounds().collect());
+        let ms = |m: f64| Duration::from_secs_f64(m / 1000.0);
+        // ≤ 0.25 ms (the first bound itself included), ≤ 0.5 ms, above the last bound.
+        for took in [ms(0.1), ms(0.25), ms(0.3), Duration::from_secs(60)] {
+            t.observe(took);
+        }
+        let s = t.sums();
+        assert_eq!(s.count, 4);
+        assert!(
+            (s.sum_seconds - 60.000_65).abs() < 1e-6,
+            "{}",
+            s.sum_seconds
+        );
+        assert_eq!(s.buckets.len(), t.bounds().len() + 1);
+        assert_eq!((s.buckets[0], s.buckets[1]), (2, 1));
+        assert_eq!(s.buckets.last(), Some(&1));
+        assert_eq!(s.buckets.iter().sum::<u64>(), 4);
+    }
 }

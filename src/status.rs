@@ -97,14 +97,29 @@ pub struct Status {
     pub queues: Option<Queues>,
     pub inflight: Inflight,
     pub fsync: Sums,
-    /// Request latency by route template (count and sum of seconds since start).
+    /// Request latency by route template (count, sum of seconds and bucket counts since start).
     pub requests: BTreeMap<&'static str, Sums>,
+    /// The upper bounds (seconds) of the `buckets` of `requests` and of `fsync`; each `buckets`
+    /// array has one more entry, for values above the last bound.
+    pub latency_bounds: LatencyBounds,
     pub followers: Followers,
     pub frames_connections: i64,
     /// `null` until the store is open.
     pub log: Option<Log>,
     /// `null` until the store is open.
     pub streams: Option<Streams>,
+}
+
+#[derive(Serialize)]
+pub struct LatencyBounds {
+    #[serde(serialize_with = "floats")]
+    pub requests: Arc<[f64]>,
+    #[serde(serialize_with = "floats")]
+    pub fsync: Arc<[f64]>,
+}
+
+fn floats<S: serde::Serializer>(v: &Arc<[f64]>, s: S) -> Result<S::Ok, S::Error> {
+    v.as_ref().serialize(s)
 }
 
 #[derive(Serialize)]
@@ -245,6 +260,10 @@ pub async fn snapshot(state: &AppState) -> Status {
         },
         fsync: totals.fsync,
         requests: totals.routes.into_iter().collect(),
+        latency_bounds: LatencyBounds {
+            requests: totals.request_bounds,
+            fsync: totals.fsync_bounds,
+        },
         followers: Followers {
             by_transport: crate::live::Transport::ALL
                 .into_iter()

@@ -150,7 +150,16 @@ async fn status_json_and_page_auth_over_http() {
     assert_eq!(q["backpressure"], false);
     assert_eq!(q["storage_poisoned"], false);
     assert!(v["fsync"]["count"].as_u64().unwrap() > 0);
-    assert_eq!(v["requests"]["/v1/events"]["count"], 15);
+    let ingest = &v["requests"]["/v1/events"];
+    assert_eq!(ingest["count"], 15);
+    let buckets = ingest["buckets"].as_array().unwrap();
+    let bounds = v["latency_bounds"]["requests"].as_array().unwrap();
+    assert_eq!(buckets.len(), bounds.len() + 1);
+    assert_eq!(buckets.iter().map(|b| b.as_u64().unwrap()).sum::<u64>(), 15);
+    assert_eq!(
+        v["fsync"]["buckets"].as_array().unwrap().len(),
+        v["latency_bounds"]["fsync"].as_array().unwrap().len() + 1
+    );
     for t in ["sse", "ndjson", "websocket"] {
         assert_eq!(v["followers"]["by_transport"][t], 0);
     }

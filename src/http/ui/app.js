@@ -1,5 +1,5 @@
 // The Veltrix status page: polls GET /v1/status once a second and derives rates and interval
-// means from two consecutive readings (the server sends totals since start, as /metrics does);
+// means and quantiles from two consecutive readings (the server sends totals since start, as /metrics does);
 // the replay browser pages through GET /v1/streams/{s}/events and follows a stream live with
 // an EventSource. Same-origin requests only: with tokens configured, the browser's Basic
 // credentials (the token as the password) go along on all of them.
@@ -135,9 +135,15 @@ function render(s) {
   const rejTotal = (x) => x.rejections.reduce((a, r) => a + r.requests, 0);
   $("k-rej").textContent = rate(per(rejTotal(s), p && rejTotal(p)));
   const ing = s.requests["/v1/events"];
-  $("k-lat").textContent = secs(mean(ing, p && p.requests["/v1/events"]));
-  $("k-fsync").textContent = secs(mean(s.fsync, p && p.fsync));
-  $("k-fsync-n").textContent = "mean, last interval · " + num(s.fsync.count) + " fsyncs";
+  const reqLe = s.latency_bounds.requests;
+  const ingPrev = p && p.requests["/v1/events"];
+  $("k-lat").textContent = secs(quantile(0.5, ing, ingPrev, reqLe));
+  $("k-lat-n").textContent =
+    "p99 " + secs(quantile(0.99, ing, ingPrev, reqLe)) + " · mean " + secs(mean(ing, ingPrev));
+  const fsLe = s.latency_bounds.fsync;
+  $("k-fsync").textContent = secs(quantile(0.5, s.fsync, p && p.fsync, fsLe));
+  $("k-fsync-n").textContent =
+    "p99 " + secs(quantile(0.99, s.fsync, p && p.fsync, fsLe)) + " · " + num(s.fsync.count) + " fsyncs";
   const fol = s.followers.by_transport;
   const folTotal = Object.values(fol).reduce((a, b) => a + b, 0);
   $("k-fol").textContent = num(folTotal);
@@ -218,18 +224,41 @@ function renderRejections(s, per) {
   $("rej-empty").hidden = s.rejections.length > 0;
 }
 
+// The q-quantile of the observations between two readings of a histogram, as Prometheus'
+// histogram_quantile computes it: from the bucket counts' differences, linear within the bucket
+// that holds the rank. Above the last bound it answers the last bound (a floor).
+function quantile(q, cur, prev, bounds) {
+  if (!cur || !prev || !cur.buckets || !prev.buckets) return NaN;
+  const d = cur.buckets.map((c, i) => Math.max(0, c - (prev.buckets[i] || 0)));
+  const total = d.reduce((a, b) => a + b, 0);
+  if (total === 0) return NaN;
+  const rank = q * total;
+  let below = 0;
+  for (let i = 0; i < d.length; i++) {
+    if (d[i] > 0 && below + d[i] >= rank) {
+      if (i >= bounds.length) return bounds[bounds.length - 1];
+      const lo = i === 0 ? 0 : bounds[i - 1];
+      return lo + (bounds[i] - lo) * ((rank - below) / d[i]);
+    }
+    below += d[i];
+  }
+  return NaN;
+}
+
 function renderLatency(s, p, dt, mean) {
   const body = $("lat");
   const rows = [];
-  const all = Object.entries(s.requests).concat([["fsync (log writer)", s.fsync]]);
-  for (const [route, h] of all) {
+  const all = Object.entries(s.requests).map(([r, h]) => [r, h, p && p.requests[r], s.latency_bounds.requests]);
+  all.push(["fsync (log writer)", s.fsync, p && p.fsync, s.latency_bounds.fsync]);
+  for (const [route, h, before, le] of all) {
     if (h.count === 0) continue;
-    const before = route.startsWith("fsync") ? p && p.fsync : p && p.requests[route];
     const n = before && dt > 0 ? (h.count - before.count) / dt : NaN;
     rows.push(
       row([
         { text: route, title: route },
         { text: rate(n), cls: "n" },
+        { text: secs(quantile(0.5, h, before, le)), cls: "n" },
+        { text: secs(quantile(0.99, h, before, le)), cls: "n" },
         { text: secs(mean(h, before)), cls: "n" },
         { text: secs(h.sum_seconds / h.count), cls: "n" },
       ]),
