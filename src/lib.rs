@@ -14,6 +14,7 @@
 //! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
 //! - [`http`]: the axum app: routes, error shape, middleware.
 //! - [`metrics`]: the Prometheus registry.
+//! - [`status`]: the status snapshot (`GET /v1/status`) the status page at `/` polls.
 //! - [`live`]: live followers, their fan-out, and paced replay.
 
 pub mod auth;
@@ -31,4 +32,5 @@ pub mod metrics;
 pub mod server;
 pub mod signals;
 pub mod state;
+pub mod status;
 pub mod telemetry;

@@ -57,7 +57,7 @@ use vx_storage::now_ms;
 pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 11] = [
+pub const ROUTES: [&str; 12] = [
     "/v1/events",
     "/v1/streams",
     "/v1/streams/{stream}",
@@ -69,6 +69,7 @@ pub const ROUTES: [&str; 11] = [
     "/healthz",
     "/readyz",
     "/metrics",
+    "/v1/status",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,10 +96,78 @@ pub struct FormatHandles {
     pub duplicates: Counter,
 }
 
+/// A latency histogram with its count, sum and bucket counts also kept here: prometheus-client
+/// exposes none of them outside its own tests, and the status page computes interval means and
+/// quantiles from two readings. A few more relaxed atomic adds per observation; the sum in whole
+/// nanoseconds (u64 lasts centuries of latency). Buckets as the exposition's, not cumulative:
+/// `buckets[i]` counts observations ≤ `bounds[i]` and above the bound before; the last, above
+/// every bound (`+Inf`).
+#[derive(Clone, Debug)]
+pub struct Timed {
+    histogram: Histogram,
+    bounds: Arc<[f64]>,
+    count: Arc<AtomicU64>,
+    nanos: Arc<AtomicU64>,
+    buckets: Arc<[AtomicU64]>,
+}
+
+/// Bucket upper bounds of request latency (`vx_http_request_duration_seconds`): 250 µs × 2ⁿ.
+fn route_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_25, 2.0, 16)
+}
+
+/// Bucket upper bounds of `vx_fsync_duration_seconds`: 50 µs × 2ⁿ.
+fn fsync_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_05, 2.0, 18)
+}
+
+impl Timed {
+    fn new(histogram: Histogram, bounds: Arc<[f64]>) -> Self {
+        Timed {
+            histogram,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            bounds,
+            count: Arc::default(),
+            nanos: Arc::default(),
+        }
+    }
+
+    pub fn observe(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let secs = took.as_secs_f64();
+        self.histogram.observe(secs);
+        self.count.fetch_add(1, Relaxed);
+        self.nanos
+            .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        // The first bound ≥ the value (Prometheus' `le`); past the last, the +Inf bucket.
+        let i = self.bounds.partition_point(|b| *b < secs);
+        if let Some(b) = self.buckets.get(i) {
+            b.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn histogram(&self) -> Histogram {
+        self.histogram.clone()
+    }
+
+    pub fn bounds(&self) -> &Arc<[f64]> {
+        &self.bounds
+    }
+
+    pub fn sums(&self) -> Sums {
+        use std::sync::atomic::Ordering::Relaxed;
+        Sums {
+            count: self.count.load(Relaxed),
+            sum_seconds: self.nanos.load(Relaxed) as f64 / 1e9,
+            buckets: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+        }
+    }
+}
+
 /// Storage engine hooks, called from the writer thread: atomics only.
 #[derive(Debug)]
 pub struct StorageObserver {
-    fsync: Histogram,
+    fsync: Timed,
     events: Counter,
     bytes: Counter,
     records: Counter,
@@ -107,7 +176,7 @@ pub struct StorageObserver {
 
 impl Observer for StorageObserver {
     fn fsync(&self, took: Duration) {
-        self.fsync.observe(took.as_secs_f64());
+        self.fsync.observe(took);
     }
 
     fn appended(&self, records: u64, events: u64, bytes: u64) {
@@ -129,7 +198,7 @@ pub struct Metrics {
     unknown_format: FormatHandles,
     rejected_requests: Family<RejectLabels, Counter>,
     rejected_events: Family<RejectLabels, Counter>,
-    routes: Vec<(&'static str, Histogram)>,
+    routes: Vec<(&'static str, Timed)>,
     bootstrap: Gauge<f64, AtomicU64>,
     ready: Gauge,
     observer: Arc<StorageObserver>,
@@ -212,8 +281,9 @@ impl Metrics {
         }
 
         let route_family = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+            Histogram::new(route_bounds())
         });
+        let request_bounds: Arc<[f64]> = route_bounds().collect();
         registry.register(
             "vx_http_request_duration_seconds",
             "HTTP request latency by route template (until the response head)",
@@ -224,13 +294,16 @@ impl Metrics {
             .map(|&route| {
                 (
                     route,
-                    route_family.get_or_create_owned(&RouteLabels { route }),
+                    Timed::new(
+                        route_family.get_or_create_owned(&RouteLabels { route }),
+                        Arc::clone(&request_bounds),
+                    ),
                 )
             })
             .collect();
 
         let observer = Arc::new(StorageObserver {
-            fsync: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            fsync: Timed::new(Histogram::new(fsync_bounds()), fsync_bounds().collect()),
             events: Counter::default(),
             bytes: Counter::default(),
             records: Counter::default(),
@@ -244,7 +317,7 @@ impl Metrics {
         registry.register(
             "vx_fsync_duration_seconds",
             "Latency of the log writer's fdatasync calls",
-            observer.fsync.clone(),
+            observer.fsync.histogram(),
         );
         registry.register(
             "vx_stored_events",
@@ -354,7 +427,7 @@ impl Metrics {
     }
 
     /// The latency histogram of a route template, if it is one of [`ROUTES`].
-    pub fn route(&self, template: &str) -> Option<&Histogram> {
+    pub fn route(&self, template: &str) -> Option<&Timed> {
         self.routes
             .iter()
             .find(|(r, _)| *r == template)
@@ -373,6 +446,59 @@ impl Metrics {
         Arc::clone(&self.observer)
     }
 
+    /// The process-wide counters the status page shows (src/status.rs), read from the same
+    /// handles the exposition encodes: atomics and one short read lock per reject label set.
+    pub fn totals(&self) -> Totals {
+        let sum = |f: fn(&FormatHandles) -> &Counter| {
+            self.formats.iter().map(|h| f(h).get()).sum::<u64>()
+        };
+        let mut rejected = Vec::new();
+        for code in vx_proto::ErrorCode::ALL {
+            let (mut requests, mut events) = (0, 0);
+            for format in FORMATS {
+                let labels = RejectLabels {
+                    reason: code.as_str(),
+                    format,
+                };
+                requests += self.rejected_requests.get(&labels).map_or(0, |c| c.get());
+                events += self.rejected_events.get(&labels).map_or(0, |c| c.get());
+            }
+            if requests > 0 || events > 0 {
+                rejected.push(Rejected {
+                    reason: code.as_str(),
+                    requests,
+                    events,
+                });
+            }
+        }
+        let o = &self.observer;
+        Totals {
+            ingested: sum(|h| &h.ingested),
+            duplicates: sum(|h| &h.duplicates),
+            ingested_by_format: self
+                .formats
+                .iter()
+                .map(|h| (h.label, h.ingested.get()))
+                .collect(),
+            rejected,
+            stored_events: o.events.get(),
+            stored_bytes: o.bytes.get(),
+            stored_records: o.records.get(),
+            fsync: o.fsync.sums(),
+            routes: self
+                .routes
+                .iter()
+                .map(|(route, h)| (*route, h.sums()))
+                .collect(),
+            request_bounds: self
+                .routes
+                .first()
+                .map_or_else(|| route_bounds().collect(), |(_, h)| Arc::clone(h.bounds())),
+            fsync_bounds: Arc::clone(o.fsync.bounds()),
+            frames_connections: self.frames.connections.get(),
+        }
+    }
+
     /// The OpenMetrics text exposition (`application/openmetrics-text; version=1.0.0`).
     pub fn encode_openmetrics(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::with_capacity(16 << 10);
@@ -386,6 +512,46 @@ impl Metrics {
         self.encode_openmetrics()
             .map(|om| openmetrics_to_prometheus(&om))
     }
+}
+
+/// Counters since start, for the status page: it derives rates and interval means from two
+/// readings, as a Prometheus query would.
+#[derive(Clone, Debug)]
+pub struct Totals {
+    /// `vx_events_ingested_total` and `vx_events_duplicate_total`, summed over formats.
+    pub ingested: u64,
+    pub duplicates: u64,
+    pub ingested_by_format: Vec<(&'static str, u64)>,
+    /// Reasons with any refusal, in [`vx_proto::ErrorCode::ALL`] order.
+    pub rejected: Vec<Rejected>,
+    /// `vx_stored_events_total`, `vx_stored_bytes_total`, `vx_stored_records_total`.
+    pub stored_events: u64,
+    pub stored_bytes: u64,
+    pub stored_records: u64,
+    pub fsync: Sums,
+    /// Request latency by route template, in [`ROUTES`] order.
+    pub routes: Vec<(&'static str, Sums)>,
+    /// Bucket upper bounds of the request and fsync latencies, in seconds.
+    pub request_bounds: Arc<[f64]>,
+    pub fsync_bounds: Arc<[f64]>,
+    pub frames_connections: i64,
+}
+
+/// Refusals of one reason, summed over formats.
+#[derive(Clone, Copy, Debug)]
+pub struct Rejected {
+    pub reason: &'static str,
+    pub requests: u64,
+    pub events: u64,
+}
+
+/// A histogram's count, sum and bucket counts (see [`Timed`]): two readings give the mean and
+/// the quantiles over the interval between them.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Sums {
+    pub count: u64,
+    pub sum_seconds: f64,
+    pub buckets: Vec<u64>,
 }
 
 /// OpenMetrics names a counter family `x` and its sample `x_total`; the Prometheus text
@@ -747,4 +913,30 @@ fn counter(
     let c = prometheus_client::metrics::counter::ConstCounter::new(value);
     let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
     c.encode(metric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timed_keeps_count_sum_and_buckets_like_the_exposition() {
+        let t = Timed::new(Histogram::new(route_bounds()), route_bounds().collect());
+        let ms = |m: f64| Duration::from_secs_f64(m / 1000.0);
+        // ≤ 0.25 ms (the first bound itself included), ≤ 0.5 ms, above the last bound.
+        for took in [ms(0.1), ms(0.25), ms(0.3), Duration::from_secs(60)] {
+            t.observe(took);
+        }
+        let s = t.sums();
+        assert_eq!(s.count, 4);
+        assert!(
+            (s.sum_seconds - 60.000_65).abs() < 1e-6,
+            "{}",
+            s.sum_seconds
+        );
+        assert_eq!(s.buckets.len(), t.bounds().len() + 1);
+        assert_eq!((s.buckets[0], s.buckets[1]), (2, 1));
+        assert_eq!(s.buckets.last(), Some(&1));
+        assert_eq!(s.buckets.iter().sum::<u64>(), 4);
+    }
 }

@@ -37,6 +37,8 @@ struct Inner {
     budget: vx_ingest::InflightBudget,
     tokens: Vec<Token>,
     hub: Arc<crate::live::Hub>,
+    /// The status page's top streams, computed at most once a second for all viewers.
+    top: crate::status::TopCache,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
                 })
                 .collect(),
             hub,
+            top: crate::status::TopCache::default(),
         }))
     }
 
@@ -140,6 +143,10 @@ impl AppState {
 
     pub fn budget(&self) -> &vx_ingest::InflightBudget {
         &self.0.budget
+    }
+
+    pub fn top_cache(&self) -> &crate::status::TopCache {
+        &self.0.top
     }
 
     /// Configured tokens; empty means auth is off.

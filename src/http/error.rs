@@ -113,6 +113,15 @@ impl AppError {
             .with_header(axum::http::header::WWW_AUTHENTICATE, "Bearer")
     }
 
+    /// 401 on the status page's routes: a Basic challenge, so that a browser asks for the
+    /// credentials (the token as the password) and sends them on the page's own requests.
+    pub fn unauthorized_basic(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message).with_header(
+            axum::http::header::WWW_AUTHENTICATE,
+            r#"Basic realm="veltrix", charset="UTF-8""#,
+        )
+    }
+
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Forbidden, message)
     }

@@ -13,8 +13,15 @@ use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 use tracing::Instrument;
 
-/// Routes that answer while starting and draining: an orchestrator must be able to see why.
-const ALWAYS_OPEN: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+/// Routes that answer while starting and draining: an orchestrator must be able to see why,
+/// and so must an operator watching the status page (its JSON then says `starting` or
+/// `draining`, with `null` for what needs the store).
+const ALWAYS_OPEN: [&str; 5] = ["/healthz", "/readyz", "/metrics", "/v1/status", "/"];
+
+fn always_open(path: &str) -> bool {
+    // The page's assets: `/ui/{asset}`.
+    ALWAYS_OPEN.contains(&path) || path.starts_with("/ui/")
+}
 
 pub const QUEUE_FILL: &str = "x-vx-queue-fill";
 
@@ -55,7 +62,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let is_ingest = path == "/v1/events";
-    let mut resp = if ALWAYS_OPEN.contains(&path) {
+    let mut resp = if always_open(path) {
         next.run(req).await
     } else {
         match state.phase() {
@@ -86,7 +93,7 @@ pub async fn latency(
     let started = Instant::now();
     let resp = next.run(req).await;
     if let Some(h) = path.and_then(|p| state.metrics().route(p.as_str()).cloned()) {
-        h.observe(started.elapsed().as_secs_f64());
+        h.observe(started.elapsed());
     }
     resp
 }
@@ -105,8 +112,10 @@ fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     }
 }
 
-/// Bearer-token auth when tokens are configured: 401 without a valid token, 403 when the
-/// token lacks the route's scope. `admin` grants every scope.
+/// Token auth when tokens are configured: 401 without a valid token, 403 when the token lacks
+/// the route's scope. `admin` grants every scope. The token comes as a bearer token or as the
+/// password of Basic credentials ([`crate::auth::http_token`]); the status page's routes
+/// challenge with `Basic` (a browser then prompts), the API with `Bearer`.
 pub async fn auth(
     State(state): State<AppState>,
     path: Option<MatchedPath>,
@@ -124,13 +133,16 @@ pub async fn auth(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-    match crate::auth::authorize(tokens, presented, scope) {
+        .and_then(crate::auth::http_token);
+    let page = path
+        .as_ref()
+        .is_some_and(|p| super::status::PAGE_ROUTES.contains(&p.as_str()));
+    match crate::auth::authorize(tokens, presented.as_deref(), scope) {
         Ok(()) => next.run(req).await,
         // 401 says which scheme to use.
+        Err(f) if f.code == vx_proto::ErrorCode::Unauthorized && page => {
+            AppError::unauthorized_basic(f.message).into_response()
+        }
         Err(f) if f.code == vx_proto::ErrorCode::Unauthorized => {
             AppError::unauthorized(f.message).into_response()
         }

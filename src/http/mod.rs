@@ -8,6 +8,7 @@
 //!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`.
 //! - [`features`]: the feature store's routes (SPEC §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`status`]: the status page (`/`, `/ui/{asset}`, embedded) and `GET /v1/status`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
 //! - [`params`]: query-string parsing with SPEC-shaped errors.
 
@@ -19,6 +20,7 @@ pub mod ingest;
 pub mod ops;
 pub mod params;
 pub mod replay;
+pub mod status;
 pub mod streams;
 
 #[cfg(test)]
@@ -55,6 +57,9 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/v1/status", get(status::status))
+        .route("/", get(status::index))
+        .route("/ui/{asset}", get(status::asset))
         // Route layers run after matching, so they see the route template; the later one
         // wraps the earlier, so latency includes auth.
         .route_layer(from_fn_with_state(state.clone(), guard::auth))

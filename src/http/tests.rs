@@ -369,6 +369,108 @@ async fn auth_scopes() {
     assert_eq!(a.header("x-vx-queue-fill"), Some("0.00"));
 }
 
+/// The status page and its JSON answer while starting (an operator can watch recovery), with
+/// `null` for what needs the store; the API does not.
+#[tokio::test]
+async fn status_answers_while_starting() {
+    let state = AppState::new(&Config::default());
+    let a = call(&state, get("/v1/status")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let v = a.json();
+    assert_eq!(
+        (v["phase"].as_str(), v["ready"].as_bool()),
+        (Some("starting"), Some(false))
+    );
+    assert!(v["queues"].is_null() && v["streams"].is_null());
+    assert_eq!(call(&state, get("/")).await.status, StatusCode::OK);
+    assert_eq!(
+        call(&state, get("/ui/app.css")).await.status,
+        StatusCode::OK
+    );
+    let a = call(&state, get("/v1/streams")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    state.begin_drain();
+    let a = call(&state, get("/v1/status")).await;
+    assert_eq!(a.json()["phase"], "draining");
+}
+
+/// The status page's routes challenge with Basic (a browser prompts), the API keeps Bearer;
+/// Basic credentials carry the token as the password and pass the same scope check.
+#[tokio::test]
+async fn status_page_auth_basic_and_bearer() {
+    let mut cfg = Config::default();
+    cfg.auth.tokens = vec![
+        TokenDecl {
+            token: "reader".into(),
+            scopes: vec![Scope::Read],
+        },
+        TokenDecl {
+            token: "writer".into(),
+            scopes: vec![Scope::Ingest],
+        },
+    ];
+    let state = AppState::new(&cfg);
+    state.force_ready_without_engine();
+    let with = |uri: &str, auth: Option<&str>| {
+        let mut b = Request::get(uri);
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        b.body(Body::empty()).unwrap()
+    };
+    for page in ["/", "/ui/app.js", "/ui/app.css"] {
+        let a = call(&state, with(page, None)).await;
+        assert_eq!(
+            (a.status, a.code()),
+            (StatusCode::UNAUTHORIZED, "unauthorized".into())
+        );
+        assert_eq!(
+            a.header("www-authenticate"),
+            Some(r#"Basic realm="veltrix", charset="UTF-8""#),
+            "{page}"
+        );
+    }
+    let a = call(&state, with("/v1/status", None)).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(a.header("www-authenticate"), Some("Bearer"));
+    // base64("anyone:reader"), base64("x:writer"), base64("x:nope").
+    let (reader, writer, unknown) = (
+        "Basic YW55b25lOnJlYWRlcg==",
+        "Basic eDp3cml0ZXI=",
+        "Basic eDpub3Bl",
+    );
+    let a = call(&state, with("/", Some(reader))).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(a.header("content-security-policy").is_some());
+    let a = call(&state, with("/", Some(writer))).await;
+    assert_eq!(
+        (a.status, a.code()),
+        (StatusCode::FORBIDDEN, "forbidden".into())
+    );
+    let a = call(&state, with("/", Some(unknown))).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        a.header("www-authenticate")
+            .is_some_and(|v| v.starts_with("Basic "))
+    );
+    for auth in [reader, "Bearer reader"] {
+        let a = call(&state, with("/v1/status", Some(auth))).await;
+        assert_eq!(a.status, StatusCode::OK, "{auth}");
+        let v = a.json();
+        // No store: the parts that need one are null, the rest is there.
+        assert_eq!(v["phase"], "ready");
+        assert!(v["queues"].is_null() && v["streams"].is_null() && v["log"].is_null());
+        assert_eq!(v["ingest"]["events"], 0);
+        assert!(v["requests"]["/v1/events"]["count"].is_u64());
+        assert_eq!(v["followers"]["by_transport"]["sse"], 0);
+    }
+    let a = call(&state, with("/v1/streams", Some(writer))).await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let a = call(&state, with("/ui/nothing.js", Some(reader))).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn ingest_then_replay_over_a_real_store() {
     let dir = tempfile::tempdir().unwrap();

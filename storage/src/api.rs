@@ -302,6 +302,18 @@ pub struct StreamInfo {
     pub last_ts: Option<i64>,
 }
 
+/// A stream among the largest, as the status page lists them: counters only, no ts range
+/// (that may need index files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopStream {
+    pub stream: String,
+    pub shard: u32,
+    /// Retained events and their bytes.
+    pub events: u64,
+    pub bytes: u64,
+    pub last_seq: u64,
+}
+
 /// What retention and the log look like now (for metrics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LogStats {

@@ -16,7 +16,7 @@
 //! one a span per run, and a reader reads a span with one `pread`, skipping the other streams'
 //! runs inside it.
 
-use crate::api::StreamInfo;
+use crate::api::{StreamInfo, TopStream};
 use crate::chain::Head;
 use crate::idxfile::{Agg, Span};
 use hashbrown::HashMap;
@@ -372,9 +372,55 @@ impl Index {
         (out, more)
     }
 
+    /// The `n` listed streams with the most retained events and the `n` with the most retained
+    /// bytes (each sorted descending, ties by name), for the status page. One pass over every
+    /// shard, one shard's read lock at a time (a writer waits at most one shard's scan); memory
+    /// is two lists of at most `n`, whatever the number of streams.
+    pub fn top(&self, n: usize) -> (Vec<TopStream>, Vec<TopStream>) {
+        let mut by_events = Vec::with_capacity(n.min(1024) + 1);
+        let mut by_bytes = Vec::with_capacity(n.min(1024) + 1);
+        for (shard, lock) in (0u32..).zip(&self.shards) {
+            let g = lock.read();
+            for (name, s) in &g.streams {
+                if s.deleted || s.events == 0 {
+                    continue;
+                }
+                let entry = || TopStream {
+                    stream: name.to_string(),
+                    shard,
+                    events: s.events,
+                    bytes: s.bytes,
+                    last_seq: s.last_seq,
+                };
+                keep_top(&mut by_events, n, s.events, name, |t| t.events, entry);
+                keep_top(&mut by_bytes, n, s.bytes, name, |t| t.bytes, entry);
+            }
+        }
+        (by_events, by_bytes)
+    }
+
     /// Listed streams in memory.
     pub fn listed(&self) -> usize {
         self.names.read().len()
+    }
+}
+
+/// Insert into `top` (sorted by `key` descending, then name ascending, at most `n` long) if
+/// the candidate ranks among the first `n`; the entry is built only then.
+fn keep_top(
+    top: &mut Vec<TopStream>,
+    n: usize,
+    key: u64,
+    name: &str,
+    key_of: impl Fn(&TopStream) -> u64,
+    entry: impl FnOnce() -> TopStream,
+) {
+    let ranks_before =
+        |t: &TopStream| (key, std::cmp::Reverse(name)) > (key_of(t), std::cmp::Reverse(&*t.stream));
+    let at = top.iter().position(ranks_before).unwrap_or(top.len());
+    if at < n {
+        top.insert(at, entry());
+        top.truncate(n);
     }
 }
 
@@ -435,5 +481,27 @@ mod tests {
         let (info, _, _, _) = ix.info(0, "s").unwrap();
         assert_eq!((info.first_seq, info.last_seq, info.events), (6, 6, 1));
         assert_eq!(ix.listed(), 1);
+    }
+
+    #[test]
+    fn top_keeps_the_largest_and_skips_deleted_and_empty() {
+        let ix = Index::new(3, 1);
+        for (i, name) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+            let shard = u32::try_from(i % 3).unwrap();
+            let i = u32::try_from(i).unwrap();
+            // Events grow with the name, bytes shrink.
+            ix.apply_run(shard, name, 0, placed(1, i + 1, i * 1000, 500 - i * 100));
+        }
+        // Same events as "b" (2): ties go by name.
+        ix.apply_run(0, "bb", 0, placed(1, 2, 9000, 1));
+        ix.apply_tombstone(1, "e", 5);
+        let (by_events, by_bytes) = ix.top(3);
+        let names = |v: &[TopStream]| v.iter().map(|t| t.stream.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&by_events), ["d", "c", "b"]);
+        assert_eq!(names(&by_bytes), ["a", "b", "c"]);
+        assert_eq!((by_events[0].events, by_events[0].last_seq), (4, 4));
+        let (by_events, _) = ix.top(10);
+        assert_eq!(names(&by_events), ["d", "c", "b", "bb", "a"]);
+        assert_eq!(ix.top(0), (Vec::new(), Vec::new()));
     }
 }

@@ -395,6 +395,14 @@ impl Store {
         (out, next)
     }
 
+    /// The `n` streams with the most retained events, and the `n` with the most retained bytes
+    /// (streams whose events are all retained away have none and are left out). Memory only,
+    /// but one pass over every stream: call it off the async workers, and not per request of
+    /// a hot path.
+    pub fn top_streams(&self, n: usize) -> (Vec<TopStream>, Vec<TopStream>) {
+        self.inner.shared.index.top(n)
+    }
+
     /// Number of listed streams (with events, or all retained away).
     pub fn stream_count(&self) -> usize {
         let shared = &self.inner.shared;

@@ -7,9 +7,11 @@
 //! - `client`: requests over TCP or the Unix socket and checks of the SPEC's responses.
 //! - `events`: events to send, generated bodies, and comparison with replayed events.
 //! - `sse`: live follows (SSE and NDJSON) read frame by frame.
+//! - `browser`: headless Chromium driven by playwright-core, for the status page.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
 mod client;
 mod events;
 mod server;
