@@ -14,7 +14,13 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// The crates whose spans and events are exported: ours.
-const EXPORTED: [&str; 5] = ["veltrix", "vx_router", "vx_storage", "vx_ingest", "vx_proto"];
+const EXPORTED: [&str; 5] = [
+    "veltrix",
+    "vx_router",
+    "vx_storage",
+    "vx_ingest",
+    "vx_proto",
+];
 
 /// Install the global subscriber. Fails on a bad filter directive or if one is installed.
 pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), String> {

@@ -91,21 +91,26 @@ fn run_with(mut cmd: Command, stdin: Option<&str>) -> Out {
     use std::io::Read;
     let out = read(Box::new(child.stdout.take().unwrap()));
     let err = read(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("veltrix did not exit within {CLI_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut child, "veltrix did not exit");
     Out {
         code: status.code(),
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
+    }
+}
+
+/// Wait (bounded by `CLI_TIMEOUT`) for a command to exit; kill it and fail with `what` if not.
+fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} within {CLI_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -270,17 +275,7 @@ async fn ingest_stops_at_a_rejected_event_with_one_line() {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(text.as_bytes()).unwrap();
     stdin.flush().unwrap();
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ingest waited for more input after a rejection"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut child, "ingest waited for more input after a rejection");
     assert_eq!(status.code(), Some(1));
     drop(stdin);
 }
@@ -456,17 +451,7 @@ async fn tail_ends_when_the_stream_is_deleted() {
         .send(reqwest::Method::DELETE, "/v1/streams/gone", &[], None)
         .await;
     assert_eq!(r.status, 200, "{r}");
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(s) = tail.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "tail did not end after the delete"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut tail, "tail did not end after the delete");
     assert_eq!(status.code(), Some(0));
     let mut err = String::new();
     use std::io::Read;

@@ -93,6 +93,19 @@ fn string<'a>(span: &'a Span, key: &str) -> &'a str {
     }
 }
 
+async fn post_ndjson(server: &Server, events: &[Event]) {
+    let r = server
+        .api
+        .send(
+            reqwest::Method::POST,
+            "/v1/events",
+            &[("content-type", "application/x-ndjson")],
+            Some(ndjson(events).into()),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_reach_an_otlp_receiver() {
     let (collector, got) = receiver().await;
@@ -101,20 +114,17 @@ async fn spans_reach_an_otlp_receiver() {
         .env("VX_TELEMETRY_OTLP_ENDPOINT", format!("http://{collector}"))
         .start();
     let events: Vec<Event> = (0..5)
-        .map(|i| Event::simple(if i % 2 == 0 { "traced-a" } else { "traced-b" }, "t", 1, None))
-        .collect();
-    let body = ndjson(&events);
-    for _ in 0..3 {
-        let r = server
-            .api
-            .send(
-                reqwest::Method::POST,
-                "/v1/events",
-                &[("content-type", "application/x-ndjson")],
-                Some(body.clone().into()),
+        .map(|i| {
+            Event::simple(
+                if i % 2 == 0 { "traced-a" } else { "traced-b" },
+                "t",
+                1,
+                None,
             )
-            .await;
-        assert_eq!(r.status, 200, "{r}");
+        })
+        .collect();
+    for _ in 0..3 {
+        post_ndjson(&server, &events).await;
     }
     // Shutdown flushes the batch processor: every span has been sent when the process exits.
     let logs = tokio::task::spawn_blocking(move || server.stop_clean())
@@ -139,14 +149,20 @@ async fn spans_reach_an_otlp_receiver() {
         "{logs}"
     );
 
-    let named = |name: &str| -> Vec<&Span> { got.spans.iter().filter(|s| s.name == name).collect() };
+    let named =
+        |name: &str| -> Vec<&Span> { got.spans.iter().filter(|s| s.name == name).collect() };
     let requests: Vec<&Span> = named("request")
         .into_iter()
         .filter(|s| string(s, "path") == "/v1/events")
         .collect();
     let batches = named("batch");
     let commits = named("commit");
-    assert_eq!(requests.len(), 3, "spans: {:?}", got.spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert_eq!(
+        requests.len(),
+        3,
+        "spans: {:?}",
+        got.spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
     assert_eq!(batches.len(), 3);
     assert!(!commits.is_empty());
 
@@ -195,19 +211,12 @@ async fn an_unreachable_collector_changes_nothing_for_clients() {
         .port();
     let dir = TempDir::new().unwrap();
     let server = ServerConfig::new(dir.path().join("data"))
-        .env("VX_TELEMETRY_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}/"))
-        .start();
-    let events = vec![Event::simple("untraced", "t", 1, None)];
-    let r = server
-        .api
-        .send(
-            reqwest::Method::POST,
-            "/v1/events",
-            &[("content-type", "application/x-ndjson")],
-            Some(ndjson(&events).into()),
+        .env(
+            "VX_TELEMETRY_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}/"),
         )
-        .await;
-    assert_eq!(r.status, 200, "{r}");
+        .start();
+    post_ndjson(&server, &[Event::simple("untraced", "t", 1, None)]).await;
     tokio::task::spawn_blocking(move || server.stop_clean())
         .await
         .unwrap();

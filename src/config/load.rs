@@ -390,4 +390,3 @@ fn validate_tokens(cfg: &Config) -> Result<(), ConfigError> {
     }
     Ok(())
 }
-

@@ -314,21 +314,24 @@ async fn backpressure_headers_and_body() {
     assert_eq!(retry_after_secs(1001), 2);
 }
 
-#[tokio::test]
-async fn auth_scopes() {
+/// A ready state (no engine) with one token per `(token, scope)`.
+fn ready_with_tokens(tokens: &[(&str, Scope)]) -> AppState {
     let mut cfg = Config::default();
-    cfg.auth.tokens = vec![
-        TokenDecl {
-            token: "reader".into(),
-            scopes: vec![Scope::Read],
-        },
-        TokenDecl {
-            token: "root".into(),
-            scopes: vec![Scope::Admin],
-        },
-    ];
+    cfg.auth.tokens = tokens
+        .iter()
+        .map(|(token, scope)| TokenDecl {
+            token: (*token).into(),
+            scopes: vec![*scope],
+        })
+        .collect();
     let state = AppState::new(&cfg);
     state.force_ready_without_engine();
+    state
+}
+
+#[tokio::test]
+async fn auth_scopes() {
+    let state = ready_with_tokens(&[("reader", Scope::Read), ("root", Scope::Admin)]);
     let with = |uri: &str, token: Option<&str>| {
         let mut b = Request::get(uri);
         if let Some(t) = token {
@@ -398,19 +401,7 @@ async fn status_answers_while_starting() {
 /// Basic credentials carry the token as the password and pass the same scope check.
 #[tokio::test]
 async fn status_page_auth_basic_and_bearer() {
-    let mut cfg = Config::default();
-    cfg.auth.tokens = vec![
-        TokenDecl {
-            token: "reader".into(),
-            scopes: vec![Scope::Read],
-        },
-        TokenDecl {
-            token: "writer".into(),
-            scopes: vec![Scope::Ingest],
-        },
-    ];
-    let state = AppState::new(&cfg);
-    state.force_ready_without_engine();
+    let state = ready_with_tokens(&[("reader", Scope::Read), ("writer", Scope::Ingest)]);
     let with = |uri: &str, auth: Option<&str>| {
         let mut b = Request::get(uri);
         if let Some(a) = auth {
