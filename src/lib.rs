@@ -14,6 +14,8 @@
 //! - [`http`]: the axum app: routes, error shape, middleware.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`live`]: live followers, their fan-out, and paced replay.
+//! - [`otlp`]: OTLP traces and logs → events, and OTLP's answers (the HTTP side is in
+//!   [`http::otlp`]).
 
 pub mod auth;
 pub mod cli;
@@ -26,6 +28,7 @@ pub mod listen;
 pub mod live;
 pub mod logging;
 pub mod metrics;
+pub mod otlp;
 pub mod server;
 pub mod signals;
 pub mod state;

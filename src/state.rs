@@ -36,6 +36,8 @@ struct Inner {
     limits: vx_ingest::Limits,
     budget: vx_ingest::InflightBudget,
     tokens: Vec<Token>,
+    /// `otlp.stream_attribute`.
+    otlp_stream_attribute: String,
     hub: Arc<crate::live::Hub>,
 }
 
@@ -70,6 +72,7 @@ impl AppState {
                     scopes: t.scopes.clone(),
                 })
                 .collect(),
+            otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
         }))
     }
@@ -140,6 +143,11 @@ impl AppState {
 
     pub fn budget(&self) -> &vx_ingest::InflightBudget {
         &self.0.budget
+    }
+
+    /// The resource attribute that names an OTLP item's stream (`otlp.stream_attribute`).
+    pub fn otlp_stream_attribute(&self) -> &str {
+        &self.0.otlp_stream_attribute
     }
 
     /// Configured tokens; empty means auth is off.

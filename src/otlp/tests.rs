@@ -1,0 +1,1 @@
+//! Unit and property tests of OTLP decoding and mapping.
