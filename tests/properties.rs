@@ -416,11 +416,6 @@ fn coding() -> impl Strategy<Value = Coding> {
     ]
 }
 
-fn gzip(body: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(body).unwrap();
-    e.finish().unwrap()
-}
 
 const ERROR_CODES: &[&str] = &[
     "malformed",
