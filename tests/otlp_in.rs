@@ -159,7 +159,11 @@ fn status_json(r: &Resp, status: u16, code: &str, grpc: i64) -> Value {
     assert!(r.header("content-type").unwrap_or("").starts_with(JSON));
     let v = r.json();
     assert_eq!(v["error"]["code"], code, "{r}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
     assert_eq!(v["code"], grpc, "{r}");
     assert!(
         v["message"]
@@ -198,7 +202,10 @@ fn check_spans(lines: &[Line], stream: &str, trace: u8, names: &[&str]) {
             assert!(d.get("parent_span_id").is_none());
         }
         assert_eq!(d["kind"], "server");
-        assert_eq!(d["start_time_unix_nano"], START_NS + u64::from(i) * 1_000_000);
+        assert_eq!(
+            d["start_time_unix_nano"],
+            START_NS + u64::from(i) * 1_000_000
+        );
         assert_eq!(d["end_time_unix_nano"], START_NS + 50_000_000);
         assert_eq!(
             d["attributes"],
@@ -303,7 +310,12 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
     assert_eq!(r.status, 200, "{r}");
     assert_eq!(r.header("content-type"), Some(JSON));
     assert_eq!(r.json(), json!({}), "a full success has no partialSuccess");
-    check_spans(&api.replay_all("shop-json").await, "shop-json", 0xc3, &names);
+    check_spans(
+        &api.replay_all("shop-json").await,
+        "shop-json",
+        0xc3,
+        &names,
+    );
 
     // Counted in the ingest metrics under their own format label.
     let m = api.get("/metrics").await.text();
@@ -332,7 +344,13 @@ async fn logs_in_protobuf_json_and_gzip_replay_as_events() {
             log_record("", "no trace", None),
         ],
     );
-    let r = post(api, "/v1/logs", &[("content-type", PB)], req.encode_to_vec()).await;
+    let r = post(
+        api,
+        "/v1/logs",
+        &[("content-type", PB)],
+        req.encode_to_vec(),
+    )
+    .await;
     assert_exported_pb(&r);
     assert_eq!(
         ExportLogsServiceResponse::decode(&r.body[..])
@@ -405,9 +423,17 @@ async fn items_that_cannot_be_events_are_a_partial_success() {
     let mut bad_id = span(0x11, 1, "bad");
     bad_id.trace_id = vec![1, 2, 3];
     let mut too_big = span(0x11, 2, "big");
-    too_big.attributes.push(kv("blob", Av::StringValue("x".repeat(8000))));
+    too_big
+        .attributes
+        .push(kv("blob", Av::StringValue("x".repeat(8000))));
     let req = traces("partial", vec![span(0x11, 0, "ok"), bad_id, too_big]);
-    let r = post(api, "/v1/traces", &[("content-type", PB)], req.encode_to_vec()).await;
+    let r = post(
+        api,
+        "/v1/traces",
+        &[("content-type", PB)],
+        req.encode_to_vec(),
+    )
+    .await;
     assert_exported_pb(&r);
     let partial = ExportTraceServiceResponse::decode(&r.body[..])
         .unwrap()
@@ -415,7 +441,9 @@ async fn items_that_cannot_be_events_are_a_partial_success() {
         .expect("partial_success");
     assert_eq!(partial.rejected_spans, 2);
     assert!(
-        partial.error_message.contains("span 1 rejected: trace_id is 3 bytes"),
+        partial
+            .error_message
+            .contains("span 1 rejected: trace_id is 3 bytes"),
         "{partial:?}"
     );
     let lines = api.replay_all("partial").await;
@@ -485,7 +513,13 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     )
     .await;
     status_json(&r, 400, "malformed", 3);
-    let r = post(api, "/v1/logs", &[("content-type", JSON)], b"{\"resourceLogs\": [".to_vec()).await;
+    let r = post(
+        api,
+        "/v1/logs",
+        &[("content-type", JSON)],
+        b"{\"resourceLogs\": [".to_vec(),
+    )
+    .await;
     status_json(&r, 400, "malformed", 3);
     // Bad gzip.
     let r = post(
@@ -497,7 +531,13 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     .await;
     status_pb(&r, 400, "malformed", 3);
     // Content types OTLP does not use: 415, listing the two it does.
-    let r = post(api, "/v1/traces", &[("content-type", "text/plain")], good.clone()).await;
+    let r = post(
+        api,
+        "/v1/traces",
+        &[("content-type", "text/plain")],
+        good.clone(),
+    )
+    .await;
     let v = status_json(&r, 415, "unsupported_media_type", 3);
     assert_eq!(v["error"]["supported"], json!([PB, JSON]));
     // Over the body limit (decompressed): 413.
@@ -523,7 +563,12 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     status_pb(&r, 400, "bad_request", 3);
     // Wrong method: 405 in OTLP shape too.
     let r = api
-        .send(reqwest::Method::GET, "/v1/traces", &[("content-type", PB)], None)
+        .send(
+            reqwest::Method::GET,
+            "/v1/traces",
+            &[("content-type", PB)],
+            None,
+        )
         .await;
     status_pb(&r, 405, "method_not_allowed", 12);
     // Nothing of any of these was stored.
@@ -557,7 +602,10 @@ async fn otlp_routes_need_the_ingest_scope() {
     let r = post(
         api,
         "/v1/traces",
-        &[("content-type", JSON), ("authorization", "Bearer read-secret")],
+        &[
+            ("content-type", JSON),
+            ("authorization", "Bearer read-secret"),
+        ],
         b"{}".to_vec(),
     )
     .await;
@@ -601,8 +649,8 @@ async fn a_flood_of_exports_gets_429_with_retry_after() {
                             .map(|k| {
                                 let mut s = span(1, k, "flood");
                                 // A distinct (trace, span) per span: no duplicates.
-                                s.trace_id = format!("{round:02}{task:06}{j:04}{k:04}")
-                                    .into_bytes();
+                                s.trace_id =
+                                    format!("{round:02}{task:06}{j:04}{k:04}").into_bytes();
                                 s
                             })
                             .collect();
@@ -634,6 +682,10 @@ async fn a_flood_of_exports_gets_429_with_retry_after() {
     }
     assert!(refused > 0, "no 429 even under the heaviest flood");
     let stored = server.api.replay_all("flood").await.len() as u64;
-    assert_eq!(stored, acked.load(Ordering::Relaxed), "exactly the acknowledged spans");
+    assert_eq!(
+        stored,
+        acked.load(Ordering::Relaxed),
+        "exactly the acknowledged spans"
+    );
     server.stop_clean();
 }

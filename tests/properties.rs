@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::*;
@@ -415,7 +414,6 @@ fn coding() -> impl Strategy<Value = Coding> {
         1 => Just(Coding::ZstdClaimed),
     ]
 }
-
 
 const ERROR_CODES: &[&str] = &[
     "malformed",

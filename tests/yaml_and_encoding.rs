@@ -18,7 +18,6 @@ use vx_proto::canonical::write_event;
 
 const YAML: &str = "application/yaml";
 
-
 fn zstd(body: &[u8]) -> Vec<u8> {
     zstd::encode_all(body, 3).unwrap()
 }

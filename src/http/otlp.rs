@@ -69,10 +69,8 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         Ok(h) => match vx_ingest::encoding_for(h) {
             Ok(enc) => enc,
             Err(e) => {
-                let e = AppError::unsupported_media_type(
-                    e.to_string(),
-                    vx_ingest::SUPPORTED_ENCODINGS,
-                );
+                let e =
+                    AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS);
                 return closing(reject(e, None, 0.0));
             }
         },
@@ -218,11 +216,7 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
     let Some(shaped) = otlp::status::reshape(&bytes, protobuf) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
-    let ct = if protobuf {
-        Wire::Protobuf
-    } else {
-        Wire::Json
-    };
+    let ct = if protobuf { Wire::Protobuf } else { Wire::Json };
     parts
         .headers
         .insert(CONTENT_TYPE, HeaderValue::from_static(ct.content_type()));

@@ -167,9 +167,7 @@ impl ResourceCtx {
             Some(Av::StringValue(s)) if s.is_empty() => UNKNOWN_SERVICE.to_string(),
             Some(Av::StringValue(s)) => s.clone(),
             // A non-string attribute names the stream by its JSON text (`42`, `true`).
-            Some(other) => av_json(other, 1)
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
+            Some(other) => av_json(other, 1).map(|v| v.to_string()).unwrap_or_default(),
         };
         let stream = if valid_stream(&stream) {
             Ok(stream)
@@ -215,7 +213,10 @@ fn span(
         d.insert("parent_span_id".into(), Value::from(p));
     }
     d.insert("kind".into(), Value::from(span_kind(sp.kind)));
-    d.insert("start_time_unix_nano".into(), sp.start_time_unix_nano.into());
+    d.insert(
+        "start_time_unix_nano".into(),
+        sp.start_time_unix_nano.into(),
+    );
     d.insert("end_time_unix_nano".into(), sp.end_time_unix_nano.into());
     if sp.end_time_unix_nano >= sp.start_time_unix_nano && sp.start_time_unix_nano > 0 {
         d.insert(
@@ -250,10 +251,17 @@ fn span(
         let links = sp.links.iter().map(link).collect::<Result<Vec<_>, _>>()?;
         d.insert("links".into(), Value::Array(links));
     }
-    dropped(&mut d, "dropped_attributes_count", sp.dropped_attributes_count);
+    dropped(
+        &mut d,
+        "dropped_attributes_count",
+        sp.dropped_attributes_count,
+    );
     dropped(&mut d, "dropped_events_count", sp.dropped_events_count);
     dropped(&mut d, "dropped_links_count", sp.dropped_links_count);
-    d.insert("resource".into(), res.attributes.clone().map_err(ItemError)?);
+    d.insert(
+        "resource".into(),
+        res.attributes.clone().map_err(ItemError)?,
+    );
     d.insert("scope".into(), scope.clone().map_err(ItemError)?);
 
     let ty = sanitize_type(&sp.name).unwrap_or_else(|| "span".to_string());
@@ -294,7 +302,10 @@ fn log(
         d.insert("severity_number".into(), lr.severity_number.into());
     }
     if !lr.severity_text.is_empty() {
-        d.insert("severity_text".into(), Value::from(lr.severity_text.as_str()));
+        d.insert(
+            "severity_text".into(),
+            Value::from(lr.severity_text.as_str()),
+        );
     }
     if !lr.event_name.is_empty() {
         d.insert("event_name".into(), Value::from(lr.event_name.as_str()));
@@ -315,8 +326,15 @@ fn log(
         d.insert("flags".into(), lr.flags.into());
     }
     d.insert("attributes".into(), attributes_json(&lr.attributes, 2)?);
-    dropped(&mut d, "dropped_attributes_count", lr.dropped_attributes_count);
-    d.insert("resource".into(), res.attributes.clone().map_err(ItemError)?);
+    dropped(
+        &mut d,
+        "dropped_attributes_count",
+        lr.dropped_attributes_count,
+    );
+    d.insert(
+        "resource".into(),
+        res.attributes.clone().map_err(ItemError)?,
+    );
     d.insert("scope".into(), scope.clone().map_err(ItemError)?);
 
     let ty = sanitize_type(&lr.severity_text)
@@ -448,7 +466,11 @@ fn span_event(e: &span::Event) -> Result<Value, ItemError> {
     o.insert("time_unix_nano".into(), e.time_unix_nano.into());
     // data (1) → events (2) → event (3) → attributes (4).
     o.insert("attributes".into(), attributes_json(&e.attributes, 4)?);
-    dropped(&mut o, "dropped_attributes_count", e.dropped_attributes_count);
+    dropped(
+        &mut o,
+        "dropped_attributes_count",
+        e.dropped_attributes_count,
+    );
     Ok(Value::Object(o))
 }
 
@@ -467,7 +489,11 @@ fn link(l: &span::Link) -> Result<Value, ItemError> {
         o.insert("flags".into(), l.flags.into());
     }
     o.insert("attributes".into(), attributes_json(&l.attributes, 4)?);
-    dropped(&mut o, "dropped_attributes_count", l.dropped_attributes_count);
+    dropped(
+        &mut o,
+        "dropped_attributes_count",
+        l.dropped_attributes_count,
+    );
     Ok(Value::Object(o))
 }
 
@@ -528,7 +554,11 @@ fn av_json(v: &Av, depth: usize) -> Result<Value, ItemError> {
             Value::Array(
                 a.values
                     .iter()
-                    .map(|x| x.value.as_ref().map_or(Ok(Value::Null), |x| av_json(x, depth + 1)))
+                    .map(|x| {
+                        x.value
+                            .as_ref()
+                            .map_or(Ok(Value::Null), |x| av_json(x, depth + 1))
+                    })
                     .collect::<Result<_, _>>()?,
             )
         }

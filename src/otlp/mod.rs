@@ -151,14 +151,14 @@ pub fn success_body(signal: Signal, wire: Wire, mapped: &Mapped) -> Vec<u8> {
     match wire {
         Wire::Protobuf => match signal {
             Signal::Traces => ExportTraceServiceResponse {
-                partial_success: (rejected > 0).then(|| ExportTracePartialSuccess {
+                partial_success: (rejected > 0).then_some(ExportTracePartialSuccess {
                     rejected_spans: rejected,
                     error_message: message,
                 }),
             }
             .encode_to_vec(),
             Signal::Logs => ExportLogsServiceResponse {
-                partial_success: (rejected > 0).then(|| ExportLogsPartialSuccess {
+                partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
                     rejected_log_records: rejected,
                     error_message: message,
                 }),

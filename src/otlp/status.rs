@@ -63,7 +63,10 @@ pub fn reshape(body: &[u8], protobuf: bool) -> Option<Vec<u8>> {
     let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let err = v.get("error")?;
     let code = ErrorCode::parse(err.get("code")?.as_str()?)?;
-    let text = message(code, err.get("message").and_then(|m| m.as_str()).unwrap_or(""));
+    let text = message(
+        code,
+        err.get("message").and_then(|m| m.as_str()).unwrap_or(""),
+    );
     let grpc = grpc_code(code);
     if protobuf {
         return Some(prost::Message::encode_to_vec(&RpcStatus {

@@ -88,8 +88,11 @@ fn logs_req(service: Option<&str>, records: Vec<LogRecord>) -> ExportLogsService
     }
 }
 
-/// The batch's events as (stream, type, ts, entity, id, data).
-fn events(m: &Mapped) -> Vec<(String, String, i64, Option<String>, Option<String>, Value)> {
+/// One mapped event: (stream, type, ts, entity, id, data).
+type Ev = (String, String, i64, Option<String>, Option<String>, Value);
+
+/// The batch's events.
+fn events(m: &Mapped) -> Vec<Ev> {
     m.batch
         .iter()
         .map(|ev| {
@@ -118,7 +121,9 @@ fn a_span_maps_to_one_event() {
         kv(
             "list",
             Av::ArrayValue(ArrayValue {
-                values: vec![AnyValue { value: Some(s("x")) }],
+                values: vec![AnyValue {
+                    value: Some(s("x")),
+                }],
             }),
         ),
         kv(
@@ -215,7 +220,10 @@ fn bad_items_are_left_out_and_the_rest_is_kept() {
     let out = map::traces(&req, &m).unwrap();
     assert_eq!((out.items, out.rejected, out.batch.len()), (4, 2, 2));
     let msg = out.error_message();
-    assert!(msg.contains("span 1 rejected: trace_id is 5 bytes"), "{msg}");
+    assert!(
+        msg.contains("span 1 rejected: trace_id is 5 bytes"),
+        "{msg}"
+    );
     assert!(msg.contains("1 more"), "{msg}");
     let types: Vec<String> = events(&out).into_iter().map(|e| e.1).collect();
     assert_eq!(types, ["a", "d"]);
@@ -227,7 +235,9 @@ fn bad_items_are_left_out_and_the_rest_is_kept() {
     assert!(out.error_message().contains("not a valid stream name"));
 
     // Too deep: arrays nested past data's 64 levels.
-    let mut v = AnyValue { value: Some(s("x")) };
+    let mut v = AnyValue {
+        value: Some(s("x")),
+    };
     for _ in 0..80 {
         v = AnyValue {
             value: Some(Av::ArrayValue(ArrayValue { values: vec![v] })),

@@ -20,9 +20,9 @@ mod sse;
 pub use client::*;
 #[allow(unused_imports)]
 pub use events::*;
-pub use server::*;
 #[allow(unused_imports)]
 pub use python::*;
+pub use server::*;
 #[allow(unused_imports)]
 pub use sse::*;
 
