@@ -12,7 +12,9 @@
 //!   cost at most their wire length, which the body already counts. The walk also rejects what
 //!   prost would reject structurally (truncated fields, groups, nesting past prost's limit).
 //! - JSON: [`json`] has no schema to walk cheaply, so every `{` in the body (inside strings
-//!   too: an overestimate is safe) counts as one struct of the largest decoded type.
+//!   too: an overestimate is safe) counts as one struct of the largest decoded type plus a
+//!   `serde_json` map node (the body is parsed into a `Value` tree first, `super::json`), and
+//!   every `[`, `,` and `:` as one `Value` with its key.
 
 use std::mem::size_of;
 
@@ -161,7 +163,17 @@ pub fn protobuf(signal: Signal, body: &[u8]) -> Result<u64, WireError> {
 
 /// Bound on the memory that decoding the JSON `body` takes beyond the body.
 pub fn json(body: &[u8]) -> u64 {
-    (memchr::memchr_iter(b'{', body).count() as u64).saturating_mul(largest())
+    // A B-tree leaf of serde_json's map holds 11 entries, allocated whole for the first one.
+    const MAP_NODE: u64 = 11 * (size_of::<String>() + size_of::<serde_json::Value>()) as u64 + 64;
+    const VALUE: u64 = 2 * (size_of::<String>() + size_of::<serde_json::Value>()) as u64;
+    let objects = memchr::memchr_iter(b'{', body).count() as u64;
+    let others = body
+        .iter()
+        .filter(|&&b| matches!(b, b'[' | b',' | b':'))
+        .count() as u64;
+    objects
+        .saturating_mul(largest() + MAP_NODE)
+        .saturating_add(others.saturating_mul(VALUE))
 }
 
 /// A base-128 varint at `buf[*at..]`; `base` is `buf`'s offset in the body (for messages).

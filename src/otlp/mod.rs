@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //! - [`cost`]: a bound on the memory a body takes once decoded, found before decoding it.
+//! - [`json`]: OTLP/JSON as the protobuf JSON mapping allows it (nulls, omitted defaults,
+//!   numbers as strings), made acceptable to the generated messages' serde derive.
 //! - [`map`]: spans and log records → events (the mapping table is there).
 //! - [`status`]: `google.rpc.Status` and the gRPC code of each Veltrix error code.
 //! - this file: decoding a body of either encoding, and encoding the success answer.
@@ -15,10 +17,12 @@
 //! so the body is read whole (bounded by `ingest.max_body_bytes`), its decoded size bounded by
 //! [`cost`], and then decoded in one call by prost (with its recursion limit of 100). JSON uses
 //! opentelemetry-proto's serde mapping of OTLP/JSON: lowerCamelCase field names, trace and span
-//! ids as hex, 64-bit integers as strings or numbers, enums as integers, unknown fields ignored
-//! (tests/otlp_in.rs and this module's tests check each of these).
+//! ids as hex, 64-bit integers as strings or numbers, enums as integers, unknown fields ignored;
+//! [`json`] first mends where that mapping is stricter than protobuf's JSON mapping (tests/
+//! otlp_in.rs and this module's tests check each of these).
 
 pub mod cost;
+pub mod json;
 pub mod map;
 pub mod status;
 
@@ -130,7 +134,7 @@ where
         Wire::Json => {
             // serde_json reports the position in its message; OTLP's `{}` of an empty export
             // is fine, an empty body is not JSON at all.
-            serde_json::from_slice(body).map_err(|e| {
+            json::from_slice(body).map_err(|e| {
                 let mut err = InputError::malformed(format!("invalid OTLP JSON: {e}"));
                 if e.line() > 0 {
                     err = err.at_line(e.line() as u64, e.column() as u64);

@@ -584,3 +584,69 @@ proptest! {
         prop_assert_eq!(m.batch.len(), records.len());
     }
 }
+
+/// What the protobuf JSON mapping allows and the generated serde derive alone refuses
+/// (`json::normalize`): nulls as defaults, omitted defaults, 32-bit ints and doubles as strings.
+#[test]
+fn otlp_json_defaults_nulls_and_numbers_as_strings() {
+    let logs = |record: &str| {
+        format!(
+            r#"{{"resourceLogs":[{{"resource":{{"attributes":null}},"scopeLogs":[{{"scope":null,"logRecords":[{record}]}}]}}]}}"#
+        )
+    };
+    for (record, key, want) in [
+        (r#"{"body":{"arrayValue":{}}}"#, "body", json!([])),
+        (r#"{"body":{"kvlistValue":{}}}"#, "body", json!({})),
+        (r#"{"body":{"doubleValue":"1.5"}}"#, "body", json!(1.5)),
+        (r#"{"body":{"doubleValue":"NaN"}}"#, "body", json!("NaN")),
+        (
+            r#"{"body":{"doubleValue":"-Infinity"}}"#,
+            "body",
+            json!("-Infinity"),
+        ),
+        (
+            r#"{"body":{"kvlistValue":{"values":[{"value":{"intValue":"1"}}]}}}"#,
+            "body",
+            json!({"": 1}),
+        ),
+        (
+            r#"{"attributes":[{"value":{"boolValue":true}}]}"#,
+            "attributes",
+            json!({"": true}),
+        ),
+        (
+            r#"{"attributes":null,"severityNumber":"9"}"#,
+            "severity_number",
+            json!(9),
+        ),
+        (
+            r#"{"flags":"1","traceId":null,"timeUnixNano":null}"#,
+            "flags",
+            json!(1),
+        ),
+    ] {
+        let body = logs(record);
+        let m = decode_and_map(Signal::Logs, Wire::Json, body.as_bytes(), &mapping())
+            .unwrap_or_else(|e| panic!("{record}: {e}"));
+        let evs = events(&m);
+        assert_eq!(evs.len(), 1, "{record}");
+        assert_eq!(evs[0].5[key], want, "{record}");
+    }
+    // Spans: enum and counts as strings, null lists.
+    let body = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","kind":"2","droppedEventsCount":"3","events":null,"links":[],"status":{"code":"2","message":null}}]}]}]}"#;
+    let m = decode_and_map(Signal::Traces, Wire::Json, body.as_bytes(), &mapping()).unwrap();
+    let d = &events(&m)[0].5;
+    assert_eq!(d["kind"], "server");
+    assert_eq!(d["dropped_events_count"], 3);
+    assert_eq!(d["status"], json!({"code": "error"}));
+    // Still refused: what no JSON mapping allows.
+    for bad in [
+        r#"{"body":{"doubleValue":"lots"}}"#,
+        r#"{"severityNumber":"nine"}"#,
+        r#"{"traceId":"not hex"}"#,
+    ] {
+        let e =
+            decode_and_map(Signal::Logs, Wire::Json, logs(bad).as_bytes(), &mapping()).unwrap_err();
+        assert_eq!(e.class, vx_proto::ErrorClass::Malformed, "{bad}");
+    }
+}
