@@ -561,6 +561,14 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     )
     .await;
     status_pb(&r, 400, "bad_request", 3);
+    let r = post(
+        api,
+        "/v1/traces",
+        &[("content-type", PB), ("x-vx-expected-last-seq", "0")],
+        good.clone(),
+    )
+    .await;
+    status_pb(&r, 400, "bad_request", 3);
     // Wrong method: 405 in OTLP shape too.
     let r = api
         .send(

@@ -27,6 +27,9 @@ use vx_storage::now_ms;
 pub const TRACES: &str = "/v1/traces";
 pub const LOGS: &str = "/v1/logs";
 
+/// `/v1/events`' conditional write header.
+const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";
+
 /// Largest error body [`error_shape`] re-shapes (Veltrix's own error bodies are far smaller).
 const MAX_ERROR_BODY: usize = 64 << 10;
 
@@ -83,6 +86,12 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         Ok(d) => d,
         Err(e) => return closing(reject(e, None, 0.0)),
     };
+    if headers.contains_key(EXPECTED_LAST_SEQ) {
+        // An export spans streams (one per service), and its exporter would not know what to
+        // do with a 409: refuse rather than ignore a condition the client asked for.
+        let e = AppError::bad_request("X-Vx-Expected-Last-Seq is not supported on OTLP routes");
+        return closing(reject(e, None, 0.0));
+    }
     let Some(router) = state.engine() else {
         return closing(reject(AppError::starting(), None, 0.0));
     };

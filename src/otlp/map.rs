@@ -32,6 +32,7 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, SeverityNumber};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
 use serde_json::{Map, Value};
+use std::fmt::Write as _;
 use vx_proto::event::{MAX_DATA_DEPTH, MAX_TYPE_LEN, valid_entity, valid_stream};
 use vx_proto::{Batch, EventView, InputError, Kind};
 
@@ -185,7 +186,8 @@ impl ResourceCtx {
     }
 }
 
-/// Reused buffers: the canonical form of the current event, for its size.
+/// Buffers reused from item to item: the event's `data` text, and its canonical form (whose
+/// length is what `ingest.max_event_bytes` limits).
 #[derive(Default)]
 struct Scratch {
     canonical: Vec<u8>,
@@ -362,9 +364,11 @@ fn push(
     batch: &mut Batch,
 ) -> Result<(), ItemError> {
     scratch.data.clear();
-    // Writing a `Value` into a `String` cannot fail: every key is a string and every number
-    // finite (non-finite doubles became strings).
-    scratch.data = Value::Object(data).to_string();
+    // Compact JSON into the reused buffer. Writing into a `String` cannot fail (every key is a
+    // string, every number finite: non-finite doubles became strings); should it, the item is
+    // rejected rather than stored half-written.
+    write!(scratch.data, "{}", Value::Object(data))
+        .map_err(|_| ItemError("its data could not be written as JSON".into()))?;
     let entity = entity.filter(|e| !e.is_empty() && valid_entity(e));
     let ev = EventView {
         stream,

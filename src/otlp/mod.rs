@@ -57,14 +57,6 @@ impl Signal {
             Signal::Logs => "otlp_logs",
         }
     }
-
-    /// What one item is called in messages.
-    pub fn item(self) -> &'static str {
-        match self {
-            Signal::Traces => "span",
-            Signal::Logs => "log record",
-        }
-    }
 }
 
 /// The encoding of a request, and so of its answer.
