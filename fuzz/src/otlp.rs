@@ -13,18 +13,26 @@
 //! within its limit; and a protobuf message that decodes maps to the same events once encoded
 //! again (decoding is a function of the message, not of its wire form).
 
-use prost::Message as _;
-use vx_proto::canonical::write_event;
-use veltrix::otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message as _;
+use veltrix::otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
+use vx_proto::canonical::write_event;
 
 pub fn otlp_maps_consistently(data: &[u8]) {
     let [mode, limit, body @ ..] = data else {
         return;
     };
-    let signal = if mode & 1 == 0 { Signal::Traces } else { Signal::Logs };
-    let wire = if mode & 2 == 0 { Wire::Protobuf } else { Wire::Json };
+    let signal = if mode & 1 == 0 {
+        Signal::Traces
+    } else {
+        Signal::Logs
+    };
+    let wire = if mode & 2 == 0 {
+        Wire::Protobuf
+    } else {
+        Wire::Json
+    };
     let max_event_bytes = 64 * (usize::from(*limit) + 1);
     let mapping = Mapping {
         stream_attribute: "service.name",
@@ -54,10 +62,12 @@ pub fn otlp_maps_consistently(data: &[u8]) {
     }
     if wire == Wire::Protobuf {
         let again = match signal {
-            Signal::Traces => decode::<ExportTraceServiceRequest>(wire, body)
-                .map(|m| m.encode_to_vec()),
-            Signal::Logs => decode::<ExportLogsServiceRequest>(wire, body)
-                .map(|m| m.encode_to_vec()),
+            Signal::Traces => {
+                decode::<ExportTraceServiceRequest>(wire, body).map(|m| m.encode_to_vec())
+            }
+            Signal::Logs => {
+                decode::<ExportLogsServiceRequest>(wire, body).map(|m| m.encode_to_vec())
+            }
         };
         let Ok(again) = again else {
             panic!("decoded once, not twice");
@@ -77,5 +87,44 @@ pub fn otlp_maps_consistently(data: &[u8]) {
             .collect();
         assert_eq!(events, events_again);
         assert_eq!(mapped.rejected, remapped.rejected);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// Every seed decodes and passes the checks; with the 16 KiB limit nothing is rejected,
+    /// with the 64-byte one every item is.
+    #[test]
+    fn seeds_map() {
+        for seed in crate::seeds::otlp() {
+            otlp_maps_consistently(&seed);
+            let [mode, limit, body @ ..] = &seed[..] else {
+                panic!("short seed");
+            };
+            let signal = if mode & 1 == 0 {
+                Signal::Traces
+            } else {
+                Signal::Logs
+            };
+            let wire = if mode & 2 == 0 {
+                Wire::Protobuf
+            } else {
+                Wire::Json
+            };
+            let max_event_bytes = 64 * (usize::from(*limit) + 1);
+            let mapping = Mapping {
+                stream_attribute: "service.name",
+                max_event_bytes,
+                max_batch_bytes: 64 * max_event_bytes as u64,
+                now_ms: crate::NOW,
+            };
+            let m = decode_and_map(signal, wire, body, &mapping).unwrap();
+            assert!(m.items > 0);
+            let want = if *limit == 255 { 0 } else { m.items };
+            assert_eq!(m.rejected, want, "mode {mode} limit {limit}");
+        }
     }
 }
