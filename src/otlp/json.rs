@@ -88,12 +88,12 @@ pub fn normalize(v: &mut Value, key: Option<&str>) {
             let is_kvlist = key == Some("kvlistValue");
             for (k, member) in map.iter_mut() {
                 // Key-value lists: `attributes` anywhere, and a map attribute's `values`.
-                if k == "attributes" || (is_kvlist && k == "values") {
-                    if let Value::Array(kvs) = member {
-                        for kv in kvs.iter_mut() {
-                            if let Value::Object(kv) = kv {
-                                default(kv, "key", || Value::from(""));
-                            }
+                if (k == "attributes" || (is_kvlist && k == "values"))
+                    && let Value::Array(kvs) = member
+                {
+                    for kv in kvs.iter_mut() {
+                        if let Value::Object(kv) = kv {
+                            default(kv, "key", || Value::from(""));
                         }
                     }
                 }
