@@ -16,6 +16,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`status`]: the status snapshot (`GET /v1/status`) the status page at `/` polls.
 //! - [`live`]: live followers, their fan-out, and paced replay.
+//! - [`otlp`]: OTLP traces and logs → events, and OTLP's answers (the HTTP side is in
+//!   [`http::otlp`]).
 
 pub mod auth;
 pub mod check;
@@ -29,6 +31,7 @@ pub mod listen;
 pub mod live;
 pub mod logging;
 pub mod metrics;
+pub mod otlp;
 pub mod server;
 pub mod signals;
 pub mod state;

@@ -4,13 +4,16 @@
 //! [`Collector`] instead of being updated per request.
 //!
 //! Names, all prefixed `vx_`:
-//! - `vx_events_ingested_total{format}`: events newly stored by `POST /v1/events`.
+//! - `vx_events_ingested_total{format}`: events newly stored by `POST /v1/events` (and by
+//!   `/v1/traces`, `/v1/logs`: `format` `otlp_traces`, `otlp_logs`).
 //! - `vx_events_duplicate_total{format}`: events acknowledged as duplicates.
 //! - `vx_ingest_requests_rejected_total{reason,format}`: refused ingest requests; `reason` is
 //!   the error code of the answer.
 //! - `vx_events_rejected_total{reason,format}`: events of decoded requests refused after
 //!   decoding (backpressure, conflict, storage_full, not_ready). A request refused while
-//!   decoding is counted only in the request counter: its event count is unknown.
+//!   decoding is counted only in the request counter: its event count is unknown. Spans and
+//!   log records left out of a stored OTLP request (partial success) count here as
+//!   `invalid_event`.
 //! - `vx_http_request_duration_seconds{route}`: latency by route template.
 //! - `vx_queue_depth{shard}`, `vx_queue_capacity{shard}`, `vx_queue_high_water{shard}`:
 //!   admission reservations in events.
@@ -54,11 +57,22 @@ use vx_storage::Observer;
 use vx_storage::now_ms;
 
 /// The ingest formats, as metric labels. `unknown`: refused before the format was known.
-pub const FORMATS: [&str; 5] = ["json", "ndjson", "yaml", "frames", "unknown"];
+/// `otlp_traces`, `otlp_logs`: spans and log records of `POST /v1/traces` and `/v1/logs`.
+pub const FORMATS: [&str; 7] = [
+    "json",
+    "ndjson",
+    "yaml",
+    "frames",
+    "otlp_traces",
+    "otlp_logs",
+    "unknown",
+];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 12] = [
+pub const ROUTES: [&str; 14] = [
     "/v1/events",
+    "/v1/traces",
+    "/v1/logs",
     "/v1/streams",
     "/v1/streams/{stream}",
     "/v1/streams/{stream}/events",
@@ -424,6 +438,16 @@ impl Metrics {
         if let Some(n) = events {
             self.rejected_events.get_or_create(&labels).inc_by(n);
         }
+    }
+
+    /// Items of a stored request that were left out of it (OTLP's partial success): counted
+    /// under `vx_events_rejected_total` only, as the request itself was not refused.
+    pub fn rejected_items(&self, reason: vx_proto::ErrorCode, format: &'static str, n: u64) {
+        let labels = RejectLabels {
+            reason: reason.as_str(),
+            format,
+        };
+        self.rejected_events.get_or_create(&labels).inc_by(n);
     }
 
     /// The latency histogram of a route template, if it is one of [`ROUTES`].

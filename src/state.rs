@@ -36,6 +36,8 @@ struct Inner {
     limits: vx_ingest::Limits,
     budget: vx_ingest::InflightBudget,
     tokens: Vec<Token>,
+    /// `otlp.stream_attribute`.
+    otlp_stream_attribute: String,
     hub: Arc<crate::live::Hub>,
     /// The status page's top streams, computed at most once a second for all viewers.
     top: crate::status::TopCache,
@@ -72,6 +74,7 @@ impl AppState {
                     scopes: t.scopes.clone(),
                 })
                 .collect(),
+            otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
             top: crate::status::TopCache::default(),
         }))
@@ -147,6 +150,11 @@ impl AppState {
 
     pub fn top_cache(&self) -> &crate::status::TopCache {
         &self.0.top
+    }
+
+    /// The resource attribute that names an OTLP item's stream (`otlp.stream_attribute`).
+    pub fn otlp_stream_attribute(&self) -> &str {
+        &self.0.otlp_stream_attribute
     }
 
     /// Configured tokens; empty means auth is off.

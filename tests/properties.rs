@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::*;
@@ -414,12 +413,6 @@ fn coding() -> impl Strategy<Value = Coding> {
         1 => Just(Coding::GzipClaimed),
         1 => Just(Coding::ZstdClaimed),
     ]
-}
-
-fn gzip(body: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(body).unwrap();
-    e.finish().unwrap()
 }
 
 const ERROR_CODES: &[&str] = &[

@@ -13,60 +13,13 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::process::Command;
 
 const PINNED: [&str; 2] = ["httpx==0.28.1", "httpx-sse==0.4.3"];
 
-fn has_client(python: &str) -> bool {
-    Command::new(python)
-        .args(["-c", "import httpx, httpx_sse"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// An interpreter with the client installed, installing it if needed.
 fn python() -> String {
-    if let Ok(p) = std::env::var("VX_PYTHON") {
-        assert!(
-            has_client(&p),
-            "VX_PYTHON={p} cannot import httpx and httpx_sse"
-        );
-        return p;
-    }
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("py-sse");
-    let python = venv.join("bin/python").to_string_lossy().into_owned();
-    if has_client(&python) {
-        return python;
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .expect("python3 is needed for the third-party SSE client test");
-    assert!(
-        made.status.success(),
-        "python3 -m venv failed (on Debian: apt-get install python3-venv): {}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let pip = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(PINNED)
-        .output()
-        .expect("run pip");
-    assert!(
-        pip.status.success(),
-        "pip install {PINNED:?} failed: {}",
-        String::from_utf8_lossy(&pip.stderr)
-    );
-    assert!(has_client(&python));
-    python
+    python_with("VX_PYTHON", "py-sse", &PINNED, "httpx, httpx_sse")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,12 +18,6 @@ use vx_proto::canonical::write_event;
 
 const YAML: &str = "application/yaml";
 
-fn gzip(body: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(body).unwrap();
-    e.finish().unwrap()
-}
-
 fn zstd(body: &[u8]) -> Vec<u8> {
     zstd::encode_all(body, 3).unwrap()
 }

@@ -1,4 +1,4 @@
-//! Writes the seed inputs of the `yaml`, `frames` and `content` targets into
+//! Writes the seed inputs of the `yaml`, `frames`, `content` and `otlp` targets into
 //! `corpus/<target>/seed-<n>` (run from `fuzz/`: `cargo run --example seeds`), so that a first
 //! fuzzing session starts from valid bodies.
 
@@ -9,6 +9,7 @@ fn main() -> std::io::Result<()> {
         ("yaml", vx_fuzz::seeds::yaml()),
         ("frames", vx_fuzz::seeds::frames()),
         ("content", vx_fuzz::seeds::content()),
+        ("otlp", vx_fuzz::seeds::otlp()),
     ];
     for (target, seeds) in sets {
         let dir = Path::new("corpus").join(target);

@@ -15,16 +15,18 @@
 //! # Modules
 //! - here: the layout, the `ndjson`, `json` and `event` properties, and the canonical-form
 //!   checks all targets share.
-//! - `yaml`, `frames`, `content`: the properties of those targets.
+//! - `yaml`, `frames`, `content`, `otlp`: the properties of those targets.
 //! - [`seeds`]: valid inputs for those three, written into the corpus by `examples/seeds.rs`.
 
 mod content;
 mod frames;
+mod otlp;
 pub mod seeds;
 mod yaml;
 
 pub use content::content_is_bounded;
 pub use frames::frames_roundtrip;
+pub use otlp::otlp_maps_consistently;
 pub use yaml::yaml_roundtrips;
 
 use vx_proto::Batch;

@@ -85,6 +85,47 @@ where
     Ok((batch, permit))
 }
 
+/// Read a whole body (decompressed from `encoding`) into memory, for formats that cannot be
+/// decoded before their end (an OTLP protobuf message: a field may come last). The same
+/// `max_body_bytes` limit (413), `body_timeout` (408), bad-compression answer (400) and
+/// in-flight budget accounting as [`decode_encoded_body`]; the permit holds the body's bytes.
+pub async fn read_encoded_body<S, E>(
+    body: S,
+    encoding: Encoding,
+    limits: &Limits,
+    budget: &InflightBudget,
+) -> Result<(Bytes, InflightPermit), IngestError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut permit = budget.begin();
+    let mut body = BodyReader {
+        source: Decoded::new(body, encoding, limits.max_body_bytes),
+        read: 0,
+        max: limits.max_body_bytes,
+        timeout: limits.body_timeout,
+    };
+    let mut chunks: Vec<Bytes> = Vec::new();
+    while let Some(chunk) = body.next(&mut permit).await? {
+        chunks.push(chunk);
+    }
+    // One chunk (the usual small body) is passed on without a copy; more are joined once,
+    // into a buffer of exactly their size.
+    let whole = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => {
+            let mut buf = bytes::BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for c in &chunks {
+                buf.extend_from_slice(c);
+            }
+            buf.freeze()
+        }
+    };
+    Ok((whole, permit))
+}
+
 /// A body's (decompressed) chunks, counted against the body limit and the in-flight budget.
 pub(crate) struct BodyReader<S> {
     source: Decoded<S>,

@@ -165,6 +165,11 @@ pub const KEYS: &[Key] = &[
         "delete oldest segments past this size (unset: keep)",
     ),
     key(
+        "otlp.stream_attribute",
+        None,
+        "OTLP in: resource attribute naming the stream of spans and logs",
+    ),
+    key(
         "telemetry.otlp_endpoint",
         None,
         "OTLP/HTTP trace export: a collector base URL (http://host:4318)",
@@ -228,6 +233,7 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "ingest.body_timeout" => format_duration(i.body_timeout),
         "retention.max_age" => opt_str(cfg.retention.max_age.map(format_duration)),
         "retention.max_bytes" => opt_str(cfg.retention.max_bytes.map(format_size)),
+        "otlp.stream_attribute" => cfg.otlp.stream_attribute.clone(),
         "telemetry.otlp_endpoint" => opt_str(cfg.telemetry.otlp_endpoint.as_ref()),
         "log.format" => cfg.log.format.as_str().to_string(),
         _ => return None,
@@ -286,6 +292,7 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "ingest.body_timeout" => cfg.ingest.body_timeout = parse_duration(v)?,
         "retention.max_age" => cfg.retention.max_age = opt(v, parse_duration)?,
         "retention.max_bytes" => cfg.retention.max_bytes = opt(v, parse_size)?,
+        "otlp.stream_attribute" => cfg.otlp.stream_attribute = v.to_string(),
         "telemetry.otlp_endpoint" => cfg.telemetry.otlp_endpoint = opt(v, string)?,
         "log.format" => {
             cfg.log.format = LogFormat::parse(v.trim())

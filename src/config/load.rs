@@ -281,6 +281,9 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
             i.low_water, i.high_water
         ));
     }
+    if cfg.otlp.stream_attribute.is_empty() {
+        return bad("otlp.stream_attribute must not be empty".into());
+    }
     if i.queue_capacity == 0 {
         return bad("ingest.queue_capacity must be at least 1".into());
     }

@@ -33,6 +33,8 @@ pub struct Config {
     /// Declared sliding-window features (SPEC §6); file only.
     pub features: Vec<FeatureDecl>,
     pub auth: AuthConfig,
+    /// OTLP in (`POST /v1/traces`, `/v1/logs`).
+    pub otlp: OtlpConfig,
     pub telemetry: TelemetryConfig,
     pub log: LogConfig,
     /// `--repair`: a start-up mode, not a key; never read from the file or env.
@@ -266,6 +268,22 @@ impl std::fmt::Debug for TokenDecl {
             .field("token", &"<redacted>")
             .field("scopes", &self.scopes)
             .finish()
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The resource attribute whose value names an OTLP item's stream (`service.name`:
+    /// one stream per service). Resources without it go to `unknown_service`, as in OTel.
+    pub stream_attribute: String,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        OtlpConfig {
+            stream_attribute: "service.name".to_string(),
+        }
     }
 }
 

@@ -130,6 +130,28 @@ fn body_and_frames_idle_timeouts() {
 }
 
 #[test]
+fn otlp_stream_attribute() {
+    let (c, _) = load(None, &[], &Overrides::default()).unwrap();
+    assert_eq!(c.otlp.stream_attribute, "service.name");
+    let f = file("otlp:\n  stream_attribute: k8s.namespace.name\n");
+    let (c, _) = load(Some(f.path()), &[], &Overrides::default()).unwrap();
+    assert_eq!(c.otlp.stream_attribute, "k8s.namespace.name");
+    let e = env(&[("VX_OTLP_STREAM_ATTRIBUTE", "service.namespace")]);
+    let (c, warnings) = load(Some(f.path()), &e, &Overrides::default()).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.otlp.stream_attribute, "service.namespace");
+    let e = env(&[("VX_OTLP_STREAM_ATTRIBUTE", "")]);
+    let err = load(None, &e, &Overrides::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("otlp.stream_attribute must not be empty"),
+        "{err}"
+    );
+    let f = file("otlp:\n  stream_atribute: x\n");
+    assert!(load(Some(f.path()), &[], &Overrides::default()).is_err());
+}
+
+#[test]
 fn unknown_key_names_file_line_and_key() {
     let f =
         file("server:\n  listen: 127.0.0.1:1\ningest:\n  high_water: 0.8\n  queue_capacit: 3\n");

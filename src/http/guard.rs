@@ -61,7 +61,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 /// that never reached admission (SPEC §3: every ingest response carries it).
 pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let is_ingest = path == "/v1/events";
+    let is_ingest = matches!(path, "/v1/events" | super::otlp::TRACES | super::otlp::LOGS);
     let mut resp = if always_open(path) {
         next.run(req).await
     } else {
@@ -103,7 +103,7 @@ pub async fn latency(
 fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     match route {
         "/healthz" | "/readyz" => None,
-        "/v1/events" => Some(Scope::Ingest),
+        "/v1/events" | "/v1/traces" | "/v1/logs" => Some(Scope::Ingest),
         "/v1/streams/{stream}" if method == Method::DELETE => Some(Scope::Admin),
         // Feature writes are writes, like events; reads (GET, the batch query) need `read`.
         "/v1/features/{entity}" if method != Method::GET => Some(Scope::Ingest),

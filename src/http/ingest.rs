@@ -51,7 +51,7 @@ fn queue_fill(fill: f64) -> HeaderValue {
     HeaderValue::from_str(&format!("{fill:.2}")).unwrap_or(HeaderValue::from_static("0.00"))
 }
 
-fn with_fill(mut resp: Response, fill: f64) -> Response {
+pub(super) fn with_fill(mut resp: Response, fill: f64) -> Response {
     resp.headers_mut().insert(QUEUE_FILL, queue_fill(fill));
     resp
 }
@@ -141,7 +141,7 @@ fn stored(outcome: &WriteOutcome) -> Response {
 
 /// A refusal sent before the body was read to its end: the rest of the body is never read,
 /// so the connection cannot carry another request; say so rather than close it silently.
-fn closing(mut resp: Response) -> Response {
+pub(super) fn closing(mut resp: Response) -> Response {
     resp.headers_mut().insert(
         axum::http::header::CONNECTION,
         HeaderValue::from_static("close"),

@@ -3,6 +3,8 @@
 //!
 //! - [`error`]: `AppError`, the single error shape.
 //! - [`ingest`]: `POST /v1/events`.
+//! - [`otlp`]: `POST /v1/traces` and `POST /v1/logs` (OTLP/HTTP in), and the layer that gives
+//!   their errors OTLP's shape.
 //! - [`streams`]: `GET /v1/streams`, `GET`/`DELETE /v1/streams/{stream}`.
 //! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed; [`follow`]: its live and paced
 //!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`.
@@ -18,6 +20,7 @@ pub mod follow;
 pub mod guard;
 pub mod ingest;
 pub mod ops;
+pub mod otlp;
 pub mod params;
 pub mod replay;
 pub mod status;
@@ -36,6 +39,8 @@ pub use error::AppError;
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/events", post(ingest::ingest))
+        .route(otlp::TRACES, post(otlp::traces))
+        .route(otlp::LOGS, post(otlp::logs))
         .route("/v1/streams", get(streams::list))
         .route(
             "/v1/streams/{stream}",
@@ -68,6 +73,9 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), guard::readiness))
         .layer(from_fn(guard::trace))
+        // Outermost but for tracing: OTLP clients get every error, whoever made it, in
+        // OTLP's shape.
+        .layer(from_fn(otlp::error_shape))
         .with_state(state)
 }
 

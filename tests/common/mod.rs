@@ -8,18 +8,22 @@
 //! - `events`: events to send, generated bodies, and comparison with replayed events.
 //! - `sse`: live follows (SSE and NDJSON) read frame by frame.
 //! - `browser`: headless Chromium driven by playwright-core, for the status page.
+//! - `python`: third-party Python clients in a pinned virtualenv.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod browser;
 mod client;
 mod events;
+mod python;
 mod server;
 mod sse;
 
 pub use client::*;
 #[allow(unused_imports)]
 pub use events::*;
+#[allow(unused_imports)]
+pub use python::*;
 pub use server::*;
 #[allow(unused_imports)]
 pub use sse::*;
@@ -53,6 +57,14 @@ pub fn frames_addr(server: &Server) -> std::net::SocketAddr {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// `body` gzip-compressed (a `Content-Encoding: gzip` body).
+pub fn gzip(body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(body).expect("gzip into memory");
+    e.finish().expect("gzip into memory")
 }
 
 /// The value of an unlabelled sample (or the sum over its label sets) in a Prometheus text

@@ -1,0 +1,234 @@
+//! OTLP/HTTP in (SPEC §7): `POST /v1/traces` and `POST /v1/logs`. The way of `/v1/events`
+//! ([`super::ingest`]): headers first (content type, encoding, durability), the body read under
+//! the same limit, timeout and in-flight budget, then the router's one submit path (atomic
+//! admission, 429 with `Retry-After`, durability). Differences, all OTLP's:
+//! - the body is read whole and decoded in one piece (a protobuf message cannot be decoded
+//!   before its end), its decoded size bounded first and held in the in-flight budget
+//!   (`crate::otlp::cost`);
+//! - success is `Export…ServiceResponse` in the request's encoding, with `partial_success`
+//!   for items that could not be events (`crate::otlp::map`);
+//! - errors are re-shaped by [`error_shape`] (`crate::otlp::status`), which also sees the
+//!   answers of the middleware (auth, readiness) and of the fallbacks.
+
+use super::AppError;
+use super::ingest::{closing, durability, with_fill};
+use crate::otlp::{self, Signal, Wire};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use vx_router::{Submit, SubmitError};
+use vx_storage::now_ms;
+
+/// The OTLP routes.
+pub const TRACES: &str = "/v1/traces";
+pub const LOGS: &str = "/v1/logs";
+
+/// `/v1/events`' conditional write header.
+const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";
+
+/// Largest error body [`error_shape`] re-shapes (Veltrix's own error bodies are far smaller).
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// `POST /v1/traces`.
+pub async fn traces(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    export(&state, Signal::Traces, &headers, body).await
+}
+
+/// `POST /v1/logs`.
+pub async fn logs(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    export(&state, Signal::Logs, &headers, body).await
+}
+
+async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Body) -> Response {
+    let metrics = state.metrics();
+    let label = signal.label();
+    let reject = |e: AppError, events: Option<u64>, fill: f64| {
+        metrics.rejected(e.code, label, events);
+        with_fill(e.into_response(), fill)
+    };
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not ASCII)"));
+    let Some(wire) = Wire::for_content_type(content_type) else {
+        let shown: String = content_type.unwrap_or("").chars().take(100).collect();
+        let e = AppError::unsupported_media_type(
+            format!(
+                "unsupported Content-Type {shown:?} for OTLP; supported: {}",
+                otlp::SUPPORTED_TYPES.join(", ")
+            ),
+            otlp::SUPPORTED_TYPES,
+        );
+        return closing(reject(e, None, 0.0));
+    };
+    let encoding = match headers
+        .get(CONTENT_ENCODING)
+        .map(|v| v.to_str().map(str::trim))
+        .transpose()
+    {
+        Ok(h) => match vx_ingest::encoding_for(h) {
+            Ok(enc) => enc,
+            Err(e) => {
+                let e =
+                    AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS);
+                return closing(reject(e, None, 0.0));
+            }
+        },
+        Err(_) => {
+            let e = AppError::bad_request("header content-encoding is not ASCII");
+            return closing(reject(e, None, 0.0));
+        }
+    };
+    let durability = match durability(headers) {
+        Ok(d) => d,
+        Err(e) => return closing(reject(e, None, 0.0)),
+    };
+    if headers.contains_key(EXPECTED_LAST_SEQ) {
+        // An export spans streams (one per service), and its exporter would not know what to
+        // do with a 409: refuse rather than ignore a condition the client asked for.
+        let e = AppError::bad_request("X-Vx-Expected-Last-Seq is not supported on OTLP routes");
+        return closing(reject(e, None, 0.0));
+    }
+    let Some(router) = state.engine() else {
+        return closing(reject(AppError::starting(), None, 0.0));
+    };
+
+    let limits = state.limits();
+    let budget = state.budget();
+    let read =
+        vx_ingest::read_encoded_body(body.into_data_stream(), encoding, limits, budget).await;
+    let (bytes, mut permit) = match read {
+        Ok(ok) => ok,
+        Err(vx_ingest::IngestError::Input(e)) => {
+            return closing(reject(AppError::from(e), None, 0.0));
+        }
+        Err(vx_ingest::IngestError::Body(msg)) => {
+            let e = AppError::malformed(format!("reading the request body failed: {msg}"));
+            return closing(reject(e, None, 0.0));
+        }
+        Err(e @ vx_ingest::IngestError::Timeout(_)) => {
+            return closing(reject(AppError::timeout(e.to_string()), None, 0.0));
+        }
+        Err(vx_ingest::IngestError::Internal(msg)) => {
+            tracing::error!(error = %msg, "reading an OTLP body failed");
+            return closing(reject(AppError::internal(msg), None, 0.0));
+        }
+    };
+    // The body has been read to its end from here on: refusals keep the connection.
+    let cost = match otlp::decoded_cost(signal, wire, &bytes) {
+        Ok(c) => c,
+        Err(e) => return reject(AppError::from(e), None, 0.0),
+    };
+    let whole = cost.saturating_add(bytes.len() as u64);
+    if whole > budget.total() {
+        let e = vx_proto::InputError::too_large(
+            "ingest.max_inflight_bytes",
+            budget.total(),
+            format!(
+                "decoding this OTLP body would take about {whole} bytes, more than the whole \
+                 in-flight budget of {} bytes (ingest.max_inflight_bytes); send smaller batches",
+                budget.total()
+            ),
+        );
+        return reject(AppError::from(e), None, 0.0);
+    }
+    permit.grow(cost).await;
+    let mapping = otlp::Mapping {
+        stream_attribute: state.otlp_stream_attribute(),
+        max_event_bytes: limits.max_event_bytes,
+        max_batch_bytes: limits.max_body_bytes,
+        now_ms: now_ms(),
+    };
+    // CPU work on this worker, bounded by the body limit, as the other decoders' is.
+    let mapped = match otlp::decode_and_map(signal, wire, &bytes, &mapping) {
+        Ok(m) => m,
+        Err(e) => return reject(AppError::from(e), None, 0.0),
+    };
+    drop(bytes);
+    // The decoded message is gone; from admission on, the router's queued-byte budget holds
+    // the batch (admission runs at the first poll of `submit`).
+    drop(permit);
+
+    let mut mapped = mapped;
+    let batch = std::mem::take(&mut mapped.batch);
+    let events = batch.len() as u64;
+    let submitted = router
+        .submit(Submit {
+            batch,
+            durability,
+            expected_last_seq: None,
+        })
+        .await;
+    match submitted {
+        Ok(accepted) => {
+            let handles = metrics.format(label);
+            handles.ingested.inc_by(accepted.outcome.accepted);
+            handles.duplicates.inc_by(accepted.outcome.duplicates);
+            if mapped.rejected > 0 {
+                metrics.rejected_items(vx_proto::ErrorCode::InvalidEvent, label, mapped.rejected);
+            }
+            let body = otlp::success_body(signal, wire, &mapped);
+            let resp = (
+                StatusCode::OK,
+                [(CONTENT_TYPE, HeaderValue::from_static(wire.content_type()))],
+                body,
+            )
+                .into_response();
+            with_fill(resp, accepted.queue_fill)
+        }
+        Err(SubmitError::Backpressure {
+            retry_after_ms,
+            queue_fill,
+            message,
+        }) => reject(
+            AppError::backpressure(retry_after_ms, message),
+            Some(events),
+            queue_fill,
+        ),
+        Err(SubmitError::Write { error, queue_fill }) => {
+            tracing::warn!(error = %error, "write failed");
+            reject(AppError::from(error), Some(events), queue_fill)
+        }
+    }
+}
+
+/// Outermost layer: any error answer on an OTLP route, whoever made it (the handler, auth,
+/// readiness, a fallback), gets OTLP's `Status` shape in the request's encoding
+/// ([`crate::otlp::status`]). Status and headers stay as they are.
+pub async fn error_shape(req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path != TRACES && path != LOGS {
+        return next.run(req).await;
+    }
+    let protobuf = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ct| Wire::for_content_type(Some(ct)))
+        == Some(Wire::Protobuf);
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_ERROR_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading an error answer to re-shape it failed");
+            return Response::from_parts(parts, Body::empty());
+        }
+    };
+    let Some(shaped) = otlp::status::reshape(&bytes, protobuf) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let ct = if protobuf { Wire::Protobuf } else { Wire::Json };
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ct.content_type()));
+    parts.headers.remove(CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(shaped))
+}
