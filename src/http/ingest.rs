@@ -87,10 +87,7 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         .map(|v| v.to_str().unwrap_or("(not ASCII)"));
     let format = vx_ingest::format_for(content_type)
         .map_err(|e| AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_TYPES))?;
-    let encoding = vx_ingest::encoding_for(header_str(headers, CONTENT_ENCODING.as_str())?)
-        .map_err(|e| {
-            AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS)
-        })?;
+    let encoding = encoding(headers)?;
     let durability = durability(headers)?;
     let expected_last_seq = header_str(headers, EXPECTED_LAST_SEQ)?
         .map(|v| {
@@ -107,6 +104,62 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
         durability,
         expected_last_seq,
     })
+}
+
+/// `Content-Encoding` of an ingest body (gzip, zstd or none), 415 for any other.
+pub(super) fn encoding(headers: &HeaderMap) -> Result<vx_ingest::Encoding, AppError> {
+    vx_ingest::encoding_for(header_str(headers, CONTENT_ENCODING.as_str())?).map_err(|e| {
+        AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS)
+    })
+}
+
+/// A body that could not be read or decoded. Sent with [`closing`]: the rest of the body
+/// was not read, and the body's share of the in-flight budget went with the error.
+pub(super) fn body_error(e: vx_ingest::IngestError) -> AppError {
+    match e {
+        vx_ingest::IngestError::Input(e) => AppError::from(e),
+        vx_ingest::IngestError::Body(msg) => {
+            AppError::malformed(format!("reading the request body failed: {msg}"))
+        }
+        e @ vx_ingest::IngestError::Timeout(_) => AppError::timeout(e.to_string()),
+        vx_ingest::IngestError::Internal(msg) => {
+            tracing::error!(error = %msg, "reading a request body failed");
+            AppError::internal(msg)
+        }
+    }
+}
+
+/// The router's one admission path for every ingest route: the stored outcome, counted per
+/// format, or the refusal (429 with `Retry-After`, a write error) as a counted answer.
+pub(super) async fn submit(
+    state: &AppState,
+    router: &vx_router::Router,
+    label: &'static str,
+    req: Submit,
+) -> Result<vx_router::Accepted, Response> {
+    let metrics = state.metrics();
+    let events = req.batch.len() as u64;
+    let (error, fill) = match router.submit(req).await {
+        Ok(accepted) => {
+            let handles = metrics.format(label);
+            handles.ingested.inc_by(accepted.outcome.accepted);
+            handles.duplicates.inc_by(accepted.outcome.duplicates);
+            return Ok(accepted);
+        }
+        Err(SubmitError::Backpressure {
+            retry_after_ms,
+            queue_fill,
+            message,
+        }) => (AppError::backpressure(retry_after_ms, message), queue_fill),
+        Err(SubmitError::Write { error, queue_fill }) => {
+            if !matches!(error, vx_storage::WriteError::Conflict { .. }) {
+                tracing::warn!(error = %error, "write failed");
+            }
+            (AppError::from(error), queue_fill)
+        }
+    };
+    metrics.rejected(error.code, label, Some(events));
+    Err(with_fill(error.into_response(), fill))
 }
 
 /// `X-Vx-Durability`, on writes and deletes.
@@ -182,25 +235,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     // at the first poll of `submit`, with no await in between).
     let (batch, permit) = match decoded {
         Ok(ok) => ok,
-        Err(vx_ingest::IngestError::Input(e)) => {
-            return closing(reject(AppError::from(e), None, 0.0));
-        }
-        Err(vx_ingest::IngestError::Body(msg)) => {
-            return closing(reject(
-                AppError::malformed(format!("reading the request body failed: {msg}")),
-                None,
-                0.0,
-            ));
-        }
-        Err(e @ vx_ingest::IngestError::Timeout(_)) => {
-            // Sent if the client still reads; the connection closes either way, and the
-            // body's share of the in-flight budget was released with the error.
-            return closing(reject(AppError::timeout(e.to_string()), None, 0.0));
-        }
-        Err(vx_ingest::IngestError::Internal(msg)) => {
-            tracing::error!(error = %msg, "decoding a request body failed");
-            return closing(reject(AppError::internal(msg), None, 0.0));
-        }
+        Err(e) => return closing(reject(body_error(e), None, 0.0)),
     };
     let events = batch.len() as u64;
     if req.expected_last_seq.is_some() && batch.runs().len() > 1 {
@@ -214,34 +249,19 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
 
     drop(permit);
-    let submitted = router
-        .submit(Submit {
+    let submitted = submit(
+        &state,
+        router,
+        label,
+        Submit {
             batch,
             durability: req.durability,
             expected_last_seq: req.expected_last_seq,
-        })
-        .await;
+        },
+    )
+    .await;
     match submitted {
-        Ok(accepted) => {
-            let handles = metrics.format(label);
-            handles.ingested.inc_by(accepted.outcome.accepted);
-            handles.duplicates.inc_by(accepted.outcome.duplicates);
-            with_fill(stored(&accepted.outcome), accepted.queue_fill)
-        }
-        Err(SubmitError::Backpressure {
-            retry_after_ms,
-            queue_fill,
-            message,
-        }) => reject(
-            AppError::backpressure(retry_after_ms, message),
-            Some(events),
-            queue_fill,
-        ),
-        Err(SubmitError::Write { error, queue_fill }) => {
-            if !matches!(error, vx_storage::WriteError::Conflict { .. }) {
-                tracing::warn!(error = %error, "write failed");
-            }
-            reject(AppError::from(error), Some(events), queue_fill)
-        }
+        Ok(accepted) => with_fill(stored(&accepted.outcome), accepted.queue_fill),
+        Err(refused) => refused,
     }
 }

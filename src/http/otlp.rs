@@ -11,16 +11,16 @@
 //!   answers of the middleware (auth, readiness) and of the fallbacks.
 
 use super::AppError;
-use super::ingest::{closing, durability, with_fill};
+use super::ingest::{body_error, closing, durability, encoding, submit, with_fill};
 use crate::otlp::{self, Signal, Wire};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use vx_router::{Submit, SubmitError};
+use vx_router::Submit;
 use vx_storage::now_ms;
 
 /// The OTLP routes.
@@ -64,23 +64,9 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         );
         return closing(reject(e, None, 0.0));
     };
-    let encoding = match headers
-        .get(CONTENT_ENCODING)
-        .map(|v| v.to_str().map(str::trim))
-        .transpose()
-    {
-        Ok(h) => match vx_ingest::encoding_for(h) {
-            Ok(enc) => enc,
-            Err(e) => {
-                let e =
-                    AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_ENCODINGS);
-                return closing(reject(e, None, 0.0));
-            }
-        },
-        Err(_) => {
-            let e = AppError::bad_request("header content-encoding is not ASCII");
-            return closing(reject(e, None, 0.0));
-        }
+    let encoding = match encoding(headers) {
+        Ok(enc) => enc,
+        Err(e) => return closing(reject(e, None, 0.0)),
     };
     let durability = match durability(headers) {
         Ok(d) => d,
@@ -102,20 +88,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         vx_ingest::read_encoded_body(body.into_data_stream(), encoding, limits, budget).await;
     let (bytes, mut permit) = match read {
         Ok(ok) => ok,
-        Err(vx_ingest::IngestError::Input(e)) => {
-            return closing(reject(AppError::from(e), None, 0.0));
-        }
-        Err(vx_ingest::IngestError::Body(msg)) => {
-            let e = AppError::malformed(format!("reading the request body failed: {msg}"));
-            return closing(reject(e, None, 0.0));
-        }
-        Err(e @ vx_ingest::IngestError::Timeout(_)) => {
-            return closing(reject(AppError::timeout(e.to_string()), None, 0.0));
-        }
-        Err(vx_ingest::IngestError::Internal(msg)) => {
-            tracing::error!(error = %msg, "reading an OTLP body failed");
-            return closing(reject(AppError::internal(msg), None, 0.0));
-        }
+        Err(e) => return closing(reject(body_error(e), None, 0.0)),
     };
     // The body has been read to its end from here on: refusals keep the connection.
     let cost = match otlp::decoded_cost(signal, wire, &bytes) {
@@ -154,45 +127,32 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
 
     let mut mapped = mapped;
     let batch = std::mem::take(&mut mapped.batch);
-    let events = batch.len() as u64;
-    let submitted = router
-        .submit(Submit {
+    let submitted = submit(
+        state,
+        router,
+        label,
+        Submit {
             batch,
             durability,
             expected_last_seq: None,
-        })
-        .await;
-    match submitted {
-        Ok(accepted) => {
-            let handles = metrics.format(label);
-            handles.ingested.inc_by(accepted.outcome.accepted);
-            handles.duplicates.inc_by(accepted.outcome.duplicates);
-            if mapped.rejected > 0 {
-                metrics.rejected_items(vx_proto::ErrorCode::InvalidEvent, label, mapped.rejected);
-            }
-            let body = otlp::success_body(signal, wire, &mapped);
-            let resp = (
-                StatusCode::OK,
-                [(CONTENT_TYPE, HeaderValue::from_static(wire.content_type()))],
-                body,
-            )
-                .into_response();
-            with_fill(resp, accepted.queue_fill)
-        }
-        Err(SubmitError::Backpressure {
-            retry_after_ms,
-            queue_fill,
-            message,
-        }) => reject(
-            AppError::backpressure(retry_after_ms, message),
-            Some(events),
-            queue_fill,
-        ),
-        Err(SubmitError::Write { error, queue_fill }) => {
-            tracing::warn!(error = %error, "write failed");
-            reject(AppError::from(error), Some(events), queue_fill)
-        }
+        },
+    )
+    .await;
+    let accepted = match submitted {
+        Ok(accepted) => accepted,
+        Err(refused) => return refused,
+    };
+    if mapped.rejected > 0 {
+        metrics.rejected_items(vx_proto::ErrorCode::InvalidEvent, label, mapped.rejected);
     }
+    let body = otlp::success_body(signal, wire, &mapped);
+    let resp = (
+        StatusCode::OK,
+        [(CONTENT_TYPE, HeaderValue::from_static(wire.content_type()))],
+        body,
+    )
+        .into_response();
+    with_fill(resp, accepted.queue_fill)
 }
 
 /// Outermost layer: any error answer on an OTLP route, whoever made it (the handler, auth,
