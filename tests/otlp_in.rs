@@ -9,26 +9,22 @@
 mod common;
 
 use common::*;
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, span};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use prost::Message as _;
 use serde_json::{Value, json};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use veltrix::otlp::testing::{
+    self, END_NS, HOST_NAME, SCOPE_NAME, SCOPE_VERSION, START_NS, json_resource, kv, log_record,
+    logs, string, traces,
+};
 
 const PB: &str = "application/x-protobuf";
-const JSON: &str = "application/json";
-/// 2024-11-19T07:06:40.123456789Z
-const START_NS: u64 = 1_732_000_000_123_456_789;
 
 /// `google.rpc.Status`, as an OTLP client reads an error body.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -39,98 +35,57 @@ struct RpcStatus {
     message: String,
 }
 
-fn kv(key: &str, v: Av) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
-
-fn resource(service: &str) -> Option<Resource> {
-    Some(Resource {
-        attributes: vec![
-            kv("service.name", Av::StringValue(service.into())),
-            kv("deployment.environment", Av::StringValue("test".into())),
-        ],
-        ..Default::default()
-    })
-}
-
-/// Span `i` of trace `trace`: child of span 0 when `i > 0`.
+/// Span `i` of trace `trace` (span id `i + 1`), starting `i` ms after [`START_NS`]: child of
+/// span 0 when `i > 0`, with the attributes and the event [`check_spans`] expects.
 fn span(trace: u8, i: u8, name: &str) -> Span {
     Span {
-        trace_id: vec![trace; 16],
-        span_id: vec![i + 1; 8],
         parent_span_id: if i > 0 { vec![1; 8] } else { Vec::new() },
-        name: name.into(),
-        kind: span::SpanKind::Server as i32,
         start_time_unix_nano: START_NS + u64::from(i) * 1_000_000,
-        end_time_unix_nano: START_NS + 50_000_000,
         attributes: vec![
-            kv("http.route", Av::StringValue("/users/{id}".into())),
+            kv("http.route", string("/users/{id}")),
             kv("http.status_code", Av::IntValue(200)),
         ],
         events: vec![span::Event {
             time_unix_nano: START_NS + 10,
             name: "cache-miss".into(),
-            attributes: vec![kv("key", Av::StringValue("u7".into()))],
+            attributes: vec![kv("key", string("u7"))],
             ..Default::default()
         }],
-        ..Default::default()
+        ..testing::span(trace, i + 1, name)
     }
 }
 
-fn traces(service: &str, spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: resource(service),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "shop.http".into(),
-                    version: "2.1.0".into(),
-                    ..Default::default()
-                }),
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-}
-
-fn log_record(text: &str, body: &str, trace: Option<u8>) -> LogRecord {
-    LogRecord {
-        time_unix_nano: START_NS,
-        observed_time_unix_nano: START_NS + 5,
-        severity_number: 17,
-        severity_text: text.into(),
-        body: Some(AnyValue {
-            value: Some(Av::StringValue(body.into())),
-        }),
-        attributes: vec![kv("user.id", Av::IntValue(7))],
-        trace_id: trace.map(|t| vec![t; 16]).unwrap_or_default(),
-        span_id: trace.map(|_| vec![1; 8]).unwrap_or_default(),
-        ..Default::default()
-    }
-}
-
-fn logs(service: &str, records: Vec<LogRecord>) -> ExportLogsServiceRequest {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource: resource(service),
-            scope_logs: vec![ScopeLogs {
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+/// The server of most tests here: four shards, data under `dir`.
+fn server_in(dir: &Path) -> ServerConfig {
+    ServerConfig::new(dir.join("data")).args(["--shards", "4"])
 }
 
 async fn post(api: &Api, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Resp {
     api.send(reqwest::Method::POST, path, headers, Some(body.into()))
         .await
+}
+
+/// An OTLP/HTTP export in protobuf.
+async fn post_pb(api: &Api, path: &str, body: Vec<u8>) -> Resp {
+    post(api, path, &[("content-type", PB)], body).await
+}
+
+/// An OTLP/HTTP export in JSON.
+async fn post_json(api: &Api, path: &str, body: impl Into<Vec<u8>>) -> Resp {
+    post(api, path, &[("content-type", JSON)], body.into()).await
+}
+
+/// `GET /metrics` has this sample (the OTLP lines shown if not).
+async fn assert_metric(api: &Api, sample: &str) {
+    let m = api.get("/metrics").await.text();
+    assert!(
+        m.contains(sample),
+        "no {sample} in:\n{}",
+        m.lines()
+            .filter(|l| l.contains("otlp"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 /// A 200 of an OTLP export in protobuf: no partial success.
@@ -206,7 +161,7 @@ fn check_spans(lines: &[Line], stream: &str, trace: u8, names: &[&str]) {
             d["start_time_unix_nano"],
             START_NS + u64::from(i) * 1_000_000
         );
-        assert_eq!(d["end_time_unix_nano"], START_NS + 50_000_000);
+        assert_eq!(d["end_time_unix_nano"], END_NS);
         assert_eq!(
             d["attributes"],
             json!({"http.route": "/users/{id}", "http.status_code": 200})
@@ -214,17 +169,19 @@ fn check_spans(lines: &[Line], stream: &str, trace: u8, names: &[&str]) {
         assert_eq!(d["events"][0]["name"], "cache-miss");
         assert_eq!(d["events"][0]["attributes"]["key"], "u7");
         assert_eq!(d["resource"]["service.name"], stream);
-        assert_eq!(d["resource"]["deployment.environment"], "test");
-        assert_eq!(d["scope"], json!({"name": "shop.http", "version": "2.1.0"}));
+        assert_eq!(d["resource"]["host.name"], HOST_NAME);
+        assert_eq!(
+            d["scope"],
+            json!({"name": SCOPE_NAME, "version": SCOPE_VERSION})
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = ServerConfig::new(tmp.path().join("data"))
+    let server = server_in(tmp.path())
         .uds(tmp.path().join("vx.sock"))
-        .args(["--shards", "4"])
         .start();
     let api = &server.api;
     let names = ["GET /users/{id}", "SELECT users", "render"];
@@ -237,8 +194,8 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
     };
 
     // Protobuf.
-    let body = traces("shop", spans(0xa1)).encode_to_vec();
-    let r = post(api, "/v1/traces", &[("content-type", PB)], body.clone()).await;
+    let body = traces(Some("shop"), spans(0xa1)).encode_to_vec();
+    let r = post_pb(api, "/v1/traces", body.clone()).await;
     assert_exported_pb(&r);
     let resp = ExportTraceServiceResponse::decode(&r.body[..]).unwrap();
     assert_eq!(resp.partial_success, None, "{resp:?}");
@@ -249,12 +206,12 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
     assert_eq!(lines[1].value["type"], "SELECT_users");
 
     // An exporter's retry of the same export is acknowledged and stored once.
-    let r = post(api, "/v1/traces", &[("content-type", PB)], body).await;
+    let r = post_pb(api, "/v1/traces", body).await;
     assert_exported_pb(&r);
     assert_eq!(api.replay_all("shop").await.len(), 3);
 
     // Gzip, and over the Unix socket.
-    let body = gzip(&traces("shop-gz", spans(0xb2)).encode_to_vec());
+    let body = gzip(&traces(Some("shop-gz"), spans(0xb2)).encode_to_vec());
     let r = post(
         server.uds(),
         "/v1/traces",
@@ -278,7 +235,7 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
                 "name": n,
                 "kind": 2,
                 "startTimeUnixNano": start.to_string(),
-                "endTimeUnixNano": START_NS + 50_000_000,
+                "endTimeUnixNano": END_NS,
                 "attributes": [
                     {"key": "http.route", "value": {"stringValue": "/users/{id}"}},
                     {"key": "http.status_code", "value": {"intValue": "200"}}
@@ -294,11 +251,8 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
         })
         .collect();
     let body = json!({"resourceSpans": [{
-        "resource": {"attributes": [
-            {"key": "service.name", "value": {"stringValue": "shop-json"}},
-            {"key": "deployment.environment", "value": {"stringValue": "test"}}
-        ]},
-        "scopeSpans": [{"scope": {"name": "shop.http", "version": "2.1.0"}, "spans": json_spans}]
+        "resource": json_resource("shop-json"),
+        "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION}, "spans": json_spans}]
     }]});
     let r = post(
         api,
@@ -318,39 +272,24 @@ async fn traces_in_protobuf_json_and_gzip_replay_as_events() {
     );
 
     // Counted in the ingest metrics under their own format label.
-    let m = api.get("/metrics").await.text();
-    assert!(
-        m.contains("vx_events_ingested_total{format=\"otlp_traces\"} 9"),
-        "{}",
-        m.lines()
-            .filter(|l| l.contains("otlp"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_metric(api, "vx_events_ingested_total{format=\"otlp_traces\"} 9").await;
     server.stop_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_in_protobuf_json_and_gzip_replay_as_events() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--shards", "4"])
-        .start();
+    let server = server_in(tmp.path()).start();
     let api = &server.api;
+    let with_attributes = LogRecord {
+        attributes: vec![kv("user.id", Av::IntValue(7))],
+        ..log_record("ERROR", "db down", Some(0x5e))
+    };
     let req = logs(
-        "api",
-        vec![
-            log_record("ERROR", "db down", Some(0x5e)),
-            log_record("", "no trace", None),
-        ],
+        Some("api"),
+        vec![with_attributes, log_record("", "no trace", None)],
     );
-    let r = post(
-        api,
-        "/v1/logs",
-        &[("content-type", PB)],
-        req.encode_to_vec(),
-    )
-    .await;
+    let r = post_pb(api, "/v1/logs", req.encode_to_vec()).await;
     assert_exported_pb(&r);
     assert_eq!(
         ExportLogsServiceResponse::decode(&r.body[..])
@@ -362,12 +301,12 @@ async fn logs_in_protobuf_json_and_gzip_replay_as_events() {
         api,
         "/v1/logs",
         &[("content-type", PB), ("content-encoding", "gzip")],
-        gzip(&logs("api", vec![log_record("WARN", "gz", None)]).encode_to_vec()),
+        gzip(&logs(Some("api"), vec![log_record("WARN", "gz", None)]).encode_to_vec()),
     )
     .await;
     assert_exported_pb(&r);
     let body = json!({"resourceLogs": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "api"}}]},
+        "resource": json_resource("api"),
         "scopeLogs": [{"logRecords": [{
             "observedTimeUnixNano": START_NS.to_string(),
             "severityNumber": 9,
@@ -375,13 +314,7 @@ async fn logs_in_protobuf_json_and_gzip_replay_as_events() {
             "traceId": "", "spanId": ""
         }]}]
     }]});
-    let r = post(
-        api,
-        "/v1/logs",
-        &[("content-type", JSON)],
-        body.to_string().into_bytes(),
-    )
-    .await;
+    let r = post_json(api, "/v1/logs", body.to_string()).await;
     assert_eq!((r.status, r.json()), (200, json!({})), "{r}");
 
     let lines = api.replay_all("api").await;
@@ -415,8 +348,7 @@ async fn logs_in_protobuf_json_and_gzip_replay_as_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn items_that_cannot_be_events_are_a_partial_success() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--shards", "4"])
+    let server = server_in(tmp.path())
         .env("VX_INGEST_MAX_EVENT_BYTES", "4KiB")
         .start();
     let api = &server.api;
@@ -425,15 +357,9 @@ async fn items_that_cannot_be_events_are_a_partial_success() {
     let mut too_big = span(0x11, 2, "big");
     too_big
         .attributes
-        .push(kv("blob", Av::StringValue("x".repeat(8000))));
-    let req = traces("partial", vec![span(0x11, 0, "ok"), bad_id, too_big]);
-    let r = post(
-        api,
-        "/v1/traces",
-        &[("content-type", PB)],
-        req.encode_to_vec(),
-    )
-    .await;
+        .push(kv("blob", string(&"x".repeat(8000))));
+    let req = traces(Some("partial"), vec![span(0x11, 0, "ok"), bad_id, too_big]);
+    let r = post_pb(api, "/v1/traces", req.encode_to_vec()).await;
     assert_exported_pb(&r);
     let partial = ExportTraceServiceResponse::decode(&r.body[..])
         .unwrap()
@@ -453,17 +379,11 @@ async fn items_that_cannot_be_events_are_a_partial_success() {
     // JSON: the same answer in JSON. A stream name with a control character rejects the
     // resource's records.
     let body = json!({"resourceLogs": [
-        {"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "a\u{7}b"}}]},
+        {"resource": json_resource("a\u{7}b"),
          "scopeLogs": [{"logRecords": [{"severityText": "INFO"}, {"severityText": "INFO"}]}]},
         {"scopeLogs": [{"logRecords": [{"severityText": "INFO", "body": {"stringValue": "kept"}}]}]}
     ]});
-    let r = post(
-        api,
-        "/v1/logs",
-        &[("content-type", JSON)],
-        body.to_string().into_bytes(),
-    )
-    .await;
+    let r = post_json(api, "/v1/logs", body.to_string()).await;
     assert_eq!(r.status, 200, "{r}");
     let v = r.json();
     assert_eq!(v["partialSuccess"]["rejectedLogRecords"], 2, "{r}");
@@ -477,59 +397,36 @@ async fn items_that_cannot_be_events_are_a_partial_success() {
     let lines = api.replay_all("unknown_service").await;
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0].value["data"]["body"], "kept");
-    let m = api.get("/metrics").await.text();
-    assert!(
-        m.contains("vx_events_rejected_total{reason=\"invalid_event\",format=\"otlp_logs\"} 2"),
-        "{}",
-        m.lines()
-            .filter(|l| l.contains("otlp"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_metric(
+        api,
+        "vx_events_rejected_total{reason=\"invalid_event\",format=\"otlp_logs\"} 2",
+    )
+    .await;
     server.stop_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_refused_whole_in_otlp_shape() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--shards", "4"])
+    let server = server_in(tmp.path())
         .env("VX_INGEST_MAX_BODY_BYTES", "64KiB")
         .env("VX_INGEST_MAX_EVENT_BYTES", "16KiB")
         .start();
     let api = &server.api;
     // A valid message cut short, and garbage.
-    let good = traces("never", vec![span(1, 0, "a"), span(1, 1, "b")]).encode_to_vec();
+    let good = traces(Some("never"), vec![span(1, 0, "a"), span(1, 1, "b")]).encode_to_vec();
     for body in [good[..good.len() - 3].to_vec(), vec![0xff; 40]] {
-        let r = post(api, "/v1/traces", &[("content-type", PB)], body).await;
+        let r = post_pb(api, "/v1/traces", body).await;
         status_pb(&r, 400, "malformed", 3);
         assert_eq!(r.header("x-vx-queue-fill"), Some("0.00"));
     }
-    let r = post(
-        api,
-        "/v1/logs",
-        &[("content-type", JSON)],
-        br#"{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "xyz"}]}]}]}"#.to_vec(),
-    )
-    .await;
-    status_json(&r, 400, "malformed", 3);
-    let r = post(
-        api,
-        "/v1/logs",
-        &[("content-type", JSON)],
-        b"{\"resourceLogs\": [".to_vec(),
-    )
-    .await;
-    status_json(&r, 400, "malformed", 3);
-    // Bad gzip.
-    let r = post(
-        api,
-        "/v1/traces",
-        &[("content-type", PB), ("content-encoding", "gzip")],
-        good.clone(),
-    )
-    .await;
-    status_pb(&r, 400, "malformed", 3);
+    for body in [
+        &br#"{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "xyz"}]}]}]}"#[..],
+        b"{\"resourceLogs\": [",
+    ] {
+        let r = post_json(api, "/v1/logs", body).await;
+        status_json(&r, 400, "malformed", 3);
+    }
     // Content types OTLP does not use: 415, listing the two it does.
     let r = post(
         api,
@@ -540,35 +437,31 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     .await;
     let v = status_json(&r, 415, "unsupported_media_type", 3);
     assert_eq!(v["error"]["supported"], json!([PB, JSON]));
-    // Over the body limit (decompressed): 413.
     let many: Vec<Span> = (0..600).map(|i| span(2, (i % 200) as u8, "x")).collect();
-    let big = traces("never", many).encode_to_vec();
+    let big = traces(Some("never"), many).encode_to_vec();
     assert!(big.len() > 64 << 10);
-    let r = post(
-        api,
-        "/v1/traces",
-        &[("content-type", PB), ("content-encoding", "gzip")],
-        gzip(&big),
-    )
-    .await;
-    status_pb(&r, 413, "too_large", 3);
-    // A bad X-Vx-Durability: 400 bad_request; a good one is honoured.
-    let r = post(
-        api,
-        "/v1/traces",
-        &[("content-type", PB), ("x-vx-durability", "eventually")],
-        good.clone(),
-    )
-    .await;
-    status_pb(&r, 400, "bad_request", 3);
-    let r = post(
-        api,
-        "/v1/traces",
-        &[("content-type", PB), ("x-vx-expected-last-seq", "0")],
-        good.clone(),
-    )
-    .await;
-    status_pb(&r, 400, "bad_request", 3);
+    for (header, body, status, code) in [
+        // Bad gzip.
+        (("content-encoding", "gzip"), good.clone(), 400, "malformed"),
+        // Over the body limit (decompressed): 413.
+        (("content-encoding", "gzip"), gzip(&big), 413, "too_large"),
+        // A bad X-Vx-Durability, and X-Vx-Expected-Last-Seq (not on OTLP routes): 400.
+        (
+            ("x-vx-durability", "eventually"),
+            good.clone(),
+            400,
+            "bad_request",
+        ),
+        (
+            ("x-vx-expected-last-seq", "0"),
+            good.clone(),
+            400,
+            "bad_request",
+        ),
+    ] {
+        let r = post(api, "/v1/traces", &[("content-type", PB), header], body).await;
+        status_pb(&r, status, code, 3);
+    }
     // Wrong method: 405 in OTLP shape too.
     let r = api
         .send(
@@ -582,7 +475,7 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
     // Nothing of any of these was stored.
     let r = api.get("/v1/streams").await;
     assert_eq!(r.json()["streams"], json!([]), "{r}");
-    // And the same body, intact, is stored.
+    // And the same body, intact, is stored; a good X-Vx-Durability is honoured.
     let r = post(
         api,
         "/v1/traces",
@@ -598,13 +491,10 @@ async fn bad_requests_are_refused_whole_in_otlp_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_routes_need_the_ingest_scope() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--shards", "4"])
-        .with_scoped_tokens(tmp.path())
-        .start();
+    let server = server_in(tmp.path()).with_scoped_tokens(tmp.path()).start();
     let api = &server.api;
-    let body = logs("authz", vec![log_record("INFO", "x", None)]).encode_to_vec();
-    let r = post(api, "/v1/logs", &[("content-type", PB)], body.clone()).await;
+    let body = logs(Some("authz"), vec![log_record("INFO", "x", None)]).encode_to_vec();
+    let r = post_pb(api, "/v1/logs", body.clone()).await;
     status_pb(&r, 401, "unauthorized", 16);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     let r = post(
@@ -662,8 +552,8 @@ async fn a_flood_of_exports_gets_429_with_retry_after() {
                                 s
                             })
                             .collect();
-                        let body = traces("flood", spans).encode_to_vec();
-                        let r = post(&api, "/v1/traces", &[("content-type", PB)], body).await;
+                        let body = traces(Some("flood"), spans).encode_to_vec();
+                        let r = post_pb(&api, "/v1/traces", body).await;
                         match r.status {
                             200 => {
                                 acked.fetch_add(10, Ordering::Relaxed);

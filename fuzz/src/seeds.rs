@@ -104,60 +104,21 @@ pub fn content() -> Vec<Vec<u8>> {
 
 /// Seeds of the `otlp` target: a trace export (two spans, attributes of every kind, an event
 /// and a link) and a logs export, each in protobuf and in OTLP/JSON, with an event limit that
-/// fits them (255: 16 KiB) and one that rejects items (0: 64 bytes).
+/// fits them (255: 16 KiB) and one that rejects items (0: 64 bytes). The exports are built by
+/// the library's shared OTLP test support (`veltrix::otlp::testing`).
 pub fn otlp() -> Vec<Vec<u8>> {
-    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
-    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-    use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, span};
+    use opentelemetry_proto::tonic::logs::v1::LogRecord;
+    use opentelemetry_proto::tonic::trace::v1::{Span, span};
     use prost::Message as _;
+    use veltrix::otlp::testing::{every_value_kind, json, log_record, logs, traces};
 
-    let kv = |key: &str, v: Av| KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    };
-    let attrs = vec![
-        kv("s", Av::StringValue("x".into())),
-        kv("i", Av::IntValue(-7)),
-        kv("d", Av::DoubleValue(0.5)),
-        kv("b", Av::BoolValue(true)),
-        kv("y", Av::BytesValue(vec![1, 2])),
-        kv(
-            "a",
-            Av::ArrayValue(ArrayValue {
-                values: vec![AnyValue {
-                    value: Some(Av::IntValue(1)),
-                }],
-            }),
-        ),
-        kv(
-            "m",
-            Av::KvlistValue(KeyValueList {
-                values: vec![kv("k", Av::StringValue("v".into()))],
-            }),
-        ),
-    ];
-    let resource = Some(Resource {
-        attributes: vec![kv("service.name", Av::StringValue("svc".into()))],
-        ..Default::default()
-    });
     let a_span = |id: u8| Span {
-        trace_id: vec![1; 16],
-        span_id: vec![id; 8],
         parent_span_id: if id > 1 { vec![1; 8] } else { Vec::new() },
-        name: "GET /x".into(),
-        kind: 2,
-        start_time_unix_nano: 1_700_000_000_000_000_000,
-        end_time_unix_nano: 1_700_000_000_100_000_000,
-        attributes: attrs.clone(),
+        attributes: every_value_kind(),
         events: vec![span::Event {
             time_unix_nano: 1,
             name: "e".into(),
-            attributes: attrs.clone(),
+            attributes: every_value_kind(),
             ..Default::default()
         }],
         links: vec![span::Link {
@@ -165,44 +126,19 @@ pub fn otlp() -> Vec<Vec<u8>> {
             span_id: vec![2; 8],
             ..Default::default()
         }],
-        ..Default::default()
+        ..veltrix::otlp::testing::span(1, id, "GET /x")
     };
-    let traces = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: resource.clone(),
-            scope_spans: vec![ScopeSpans {
-                spans: vec![a_span(1), a_span(2)],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+    let traces = traces(Some("svc"), vec![a_span(1), a_span(2)]);
+    let record = LogRecord {
+        attributes: every_value_kind(),
+        ..log_record("ERROR", "hello", Some(3))
     };
-    let logs = ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource,
-            scope_logs: vec![ScopeLogs {
-                log_records: vec![LogRecord {
-                    time_unix_nano: 1_700_000_000_000_000_000,
-                    severity_number: 9,
-                    severity_text: "INFO".into(),
-                    body: Some(AnyValue {
-                        value: Some(Av::StringValue("hello".into())),
-                    }),
-                    attributes: attrs,
-                    trace_id: vec![3; 16],
-                    span_id: vec![3; 8],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
+    let logs = logs(Some("svc"), vec![record]);
     let bodies = [
         (0u8, traces.encode_to_vec()),
         (1, logs.encode_to_vec()),
-        (2, serde_json::to_vec(&traces).unwrap_or_default()),
-        (3, serde_json::to_vec(&logs).unwrap_or_default()),
+        (2, json(&traces)),
+        (3, json(&logs)),
     ];
     let mut out = Vec::new();
     for limit in [255u8, 0] {

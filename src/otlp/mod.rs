@@ -10,6 +10,7 @@
 //!   numbers as strings), made acceptable to the generated messages' serde derive.
 //! - [`map`]: spans and log records → events (the mapping table is there).
 //! - [`status`]: `google.rpc.Status` and the gRPC code of each Veltrix error code.
+//! - `testing` (the `testing` feature): the OTLP requests the tests and fuzz seeds build.
 //! - this file: decoding a body of either encoding, and encoding the success answer.
 //!
 //! # Decoding
@@ -25,6 +26,8 @@ pub mod cost;
 pub mod json;
 pub mod map;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(test)]
 mod tests;

@@ -2,14 +2,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::testing::{
+    END_NS, HOST_NAME, SCOPE_NAME, SCOPE_VERSION, START_NS, every_value_kind,
+    every_value_kind_data, json as otlp_json, kv, logs, span, string, traces,
+};
 use super::*;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Av;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList,
-};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status, span};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -21,70 +22,6 @@ fn mapping() -> Mapping<'static> {
         max_event_bytes: 1 << 20,
         max_batch_bytes: 64 << 20,
         now_ms: NOW,
-    }
-}
-
-fn kv(key: &str, v: Av) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
-
-fn s(v: &str) -> Av {
-    Av::StringValue(v.into())
-}
-
-fn resource(service: Option<&str>) -> Option<Resource> {
-    Some(Resource {
-        attributes: service
-            .map(|n| vec![kv("service.name", s(n)), kv("host.name", s("h1"))])
-            .unwrap_or_default(),
-        ..Default::default()
-    })
-}
-
-fn a_span(name: &str, trace: u8, span_id: u8) -> Span {
-    Span {
-        trace_id: vec![trace; 16],
-        span_id: vec![span_id; 8],
-        name: name.into(),
-        kind: span::SpanKind::Server as i32,
-        start_time_unix_nano: 1_700_000_000_123_456_789,
-        end_time_unix_nano: 1_700_000_000_223_456_789,
-        ..Default::default()
-    }
-}
-
-fn traces_req(service: Option<&str>, spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: resource(service),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "lib".into(),
-                    version: "1.2".into(),
-                    ..Default::default()
-                }),
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-}
-
-fn logs_req(service: Option<&str>, records: Vec<LogRecord>) -> ExportLogsServiceRequest {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource: resource(service),
-            scope_logs: vec![ScopeLogs {
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
     }
 }
 
@@ -110,29 +47,11 @@ fn events(m: &Mapped) -> Vec<Ev> {
 
 #[test]
 fn a_span_maps_to_one_event() {
-    let mut sp = a_span("GET /users/{id}", 0xab, 0x01);
+    let mut sp = span(0xab, 0x01, "GET /users/{id}");
     sp.parent_span_id = vec![0x02; 8];
-    sp.attributes = vec![
-        kv("http.status_code", Av::IntValue(200)),
-        kv("ok", Av::BoolValue(true)),
-        kv("ratio", Av::DoubleValue(0.5)),
-        kv("nan", Av::DoubleValue(f64::NAN)),
-        kv("raw", Av::BytesValue(vec![1, 2, 3])),
-        kv(
-            "list",
-            Av::ArrayValue(ArrayValue {
-                values: vec![AnyValue {
-                    value: Some(s("x")),
-                }],
-            }),
-        ),
-        kv(
-            "map",
-            Av::KvlistValue(KeyValueList {
-                values: vec![kv("k", Av::IntValue(-1))],
-            }),
-        ),
-    ];
+    // Every kind of value, and a NaN: not a JSON number, so its name as a string.
+    sp.attributes = every_value_kind();
+    sp.attributes.push(kv("nan", Av::DoubleValue(f64::NAN)));
     sp.status = Some(Status {
         message: "boom".into(),
         code: 2,
@@ -148,13 +67,15 @@ fn a_span_maps_to_one_event() {
         span_id: vec![0x03; 8],
         ..Default::default()
     }];
-    let m = map::traces(&traces_req(Some("checkout"), vec![sp]), &mapping()).unwrap();
+    let m = map::traces(&traces(Some("checkout"), vec![sp]), &mapping()).unwrap();
     assert_eq!((m.items, m.rejected), (1, 0));
     let evs = events(&m);
     let (stream, ty, ts, entity, id, data) = &evs[0];
+    let mut attributes = every_value_kind_data();
+    attributes["nan"] = json!("NaN");
     assert_eq!(stream, "checkout");
     assert_eq!(ty, "GET__users__id_");
-    assert_eq!(*ts, 1_700_000_000_123);
+    assert_eq!(*ts, (START_NS / 1_000_000) as i64);
     let trace = "ab".repeat(16);
     assert_eq!(entity.as_deref(), Some(trace.as_str()));
     assert_eq!(id.clone(), Some(format!("{trace}{}", "01".repeat(8))));
@@ -165,53 +86,50 @@ fn a_span_maps_to_one_event() {
             "span_id": "0101010101010101",
             "parent_span_id": "0202020202020202",
             "kind": "server",
-            "start_time_unix_nano": 1_700_000_000_123_456_789u64,
-            "end_time_unix_nano": 1_700_000_000_223_456_789u64,
+            "start_time_unix_nano": START_NS,
+            "end_time_unix_nano": END_NS,
             "duration_ns": 100_000_000,
             "status": {"code": "error", "message": "boom"},
-            "attributes": {
-                "http.status_code": 200, "ok": true, "ratio": 0.5, "nan": "NaN",
-                "raw": "AQID", "list": ["x"], "map": {"k": -1}
-            },
+            "attributes": attributes,
             "events": [{"name": "retry", "time_unix_nano": 5, "attributes": {"n": 1}}],
             "links": [{"trace_id": "cd".repeat(16), "span_id": "0303030303030303", "attributes": {}}],
-            "resource": {"service.name": "checkout", "host.name": "h1"},
-            "scope": {"name": "lib", "version": "1.2"}
+            "resource": {"service.name": "checkout", "host.name": HOST_NAME},
+            "scope": {"name": SCOPE_NAME, "version": SCOPE_VERSION}
         })
     );
 }
 
 #[test]
 fn stream_attribute_is_configurable_and_defaults_to_unknown_service() {
-    let req = traces_req(Some("checkout"), vec![a_span("a", 1, 1)]);
+    let req = traces(Some("checkout"), vec![span(1, 1, "a")]);
     let m = Mapping {
         stream_attribute: "host.name",
         ..mapping()
     };
     assert_eq!(events(&map::traces(&req, &m).unwrap())[0].0, "h1");
-    let req = traces_req(None, vec![a_span("a", 1, 1)]);
+    let req = traces(None, vec![span(1, 1, "a")]);
     assert_eq!(
         events(&map::traces(&req, &mapping()).unwrap())[0].0,
         map::UNKNOWN_SERVICE
     );
     // A span without a name or a start time: type `span`, ts now, and no trace: no entity.
-    let mut sp = a_span("", 0, 1);
+    let mut sp = span(0, 1, "");
     sp.trace_id.clear();
     sp.start_time_unix_nano = 0;
-    let evs = events(&map::traces(&traces_req(Some("x"), vec![sp]), &mapping()).unwrap());
+    let evs = events(&map::traces(&traces(Some("x"), vec![sp]), &mapping()).unwrap());
     assert_eq!((evs[0].1.as_str(), evs[0].2), ("span", NOW));
     assert_eq!((evs[0].3.clone(), evs[0].4.clone()), (None, None));
 }
 
 #[test]
 fn bad_items_are_left_out_and_the_rest_is_kept() {
-    let mut short_id = a_span("b", 1, 2);
+    let mut short_id = span(1, 2, "b");
     short_id.trace_id = vec![1; 5];
-    let mut huge = a_span("c", 1, 3);
-    huge.attributes = vec![kv("big", s(&"x".repeat(5000)))];
-    let req = traces_req(
+    let mut huge = span(1, 3, "c");
+    huge.attributes = vec![kv("big", string(&"x".repeat(5000)))];
+    let req = traces(
         Some("svc"),
-        vec![a_span("a", 1, 1), short_id, huge, a_span("d", 1, 4)],
+        vec![span(1, 1, "a"), short_id, huge, span(1, 4, "d")],
     );
     let m = Mapping {
         max_event_bytes: 4096,
@@ -229,39 +147,39 @@ fn bad_items_are_left_out_and_the_rest_is_kept() {
     assert_eq!(types, ["a", "d"]);
 
     // An invalid stream name rejects every item of its resource.
-    let bad = traces_req(Some("a\u{1}b"), vec![a_span("a", 1, 1)]);
+    let bad = traces(Some("a\u{1}b"), vec![span(1, 1, "a")]);
     let out = map::traces(&bad, &mapping()).unwrap();
     assert_eq!((out.rejected, out.batch.len()), (1, 0));
     assert!(out.error_message().contains("not a valid stream name"));
 
     // Too deep: arrays nested past data's 64 levels.
     let mut v = AnyValue {
-        value: Some(s("x")),
+        value: Some(string("x")),
     };
     for _ in 0..80 {
         v = AnyValue {
             value: Some(Av::ArrayValue(ArrayValue { values: vec![v] })),
         };
     }
-    let mut deep = a_span("deep", 1, 1);
+    let mut deep = span(1, 1, "deep");
     deep.attributes = vec![KeyValue {
         key: "d".into(),
         value: Some(v),
         ..Default::default()
     }];
-    let out = map::traces(&traces_req(Some("s"), vec![deep]), &mapping()).unwrap();
+    let out = map::traces(&traces(Some("s"), vec![deep]), &mapping()).unwrap();
     assert_eq!(out.rejected, 1);
     assert!(out.error_message().contains("nested deeper"));
 }
 
 #[test]
 fn a_request_over_the_body_limit_in_events_is_refused_whole() {
-    let spans = (0..50).map(|i| a_span("a", 1, i)).collect();
+    let spans = (0..50).map(|i| span(1, i, "a")).collect();
     let m = Mapping {
         max_batch_bytes: 4000,
         ..mapping()
     };
-    let e = map::traces(&traces_req(Some("s"), spans), &m).unwrap_err();
+    let e = map::traces(&traces(Some("s"), spans), &m).unwrap_err();
     assert_eq!(e.class, vx_proto::ErrorClass::TooLarge);
     assert_eq!(e.limit.as_deref(), Some("ingest.max_body_bytes"));
 }
@@ -274,11 +192,11 @@ fn log_records_map_type_time_and_entity() {
         severity_number: 9,
         severity_text: "Info level".into(),
         body: Some(AnyValue {
-            value: Some(s("hello")),
+            value: Some(string("hello")),
         }),
         trace_id: vec![0x0f; 16],
         span_id: vec![0x01; 8],
-        attributes: vec![kv("k", s("v"))],
+        attributes: vec![kv("k", string("v"))],
         ..Default::default()
     };
     let by_number = LogRecord {
@@ -293,7 +211,7 @@ fn log_records_map_type_time_and_entity() {
     };
     let bare = LogRecord::default();
     let m = map::logs(
-        &logs_req(Some("api"), vec![with_text, by_number, bare]),
+        &logs(Some("api"), vec![with_text, by_number, bare]),
         &mapping(),
     )
     .unwrap();
@@ -374,7 +292,7 @@ fn otlp_json_is_decoded_as_the_spec_says() {
 
 #[test]
 fn protobuf_round_trip_and_malformed_bodies() {
-    let req = traces_req(Some("p"), vec![a_span("x", 7, 7), a_span("y", 7, 8)]);
+    let req = traces(Some("p"), vec![span(7, 7, "x"), span(7, 8, "y")]);
     let bytes = prost::Message::encode_to_vec(&req);
     let m = decode_and_map(Signal::Traces, Wire::Protobuf, &bytes, &mapping()).unwrap();
     assert_eq!((m.items, m.batch.len()), (2, 2));
@@ -392,7 +310,7 @@ fn protobuf_round_trip_and_malformed_bodies() {
 fn the_cost_bound_covers_empty_message_bombs() {
     // 100k empty spans: 200 kB on the wire, tens of MB once decoded.
     let spans = vec![Span::default(); 100_000];
-    let bytes = prost::Message::encode_to_vec(&traces_req(None, spans));
+    let bytes = prost::Message::encode_to_vec(&traces(None, spans));
     let cost = cost::protobuf(Signal::Traces, &bytes).unwrap();
     let span_size = std::mem::size_of::<Span>() as u64;
     assert!(cost >= 100_000 * span_size, "{cost}");
@@ -466,33 +384,29 @@ fn any_value() -> impl Strategy<Value = AnyValue> {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..4)
                 .prop_map(|values| Av::ArrayValue(ArrayValue { values })),
-            proptest::collection::vec(("[a-z.]{1,6}", inner), 0..4).prop_map(|kvs| {
-                Av::KvlistValue(KeyValueList {
-                    values: kvs
-                        .into_iter()
-                        .map(|(key, value)| KeyValue {
-                            key,
-                            value: Some(value),
-                            ..Default::default()
-                        })
-                        .collect(),
+            proptest::collection::vec(("[a-z.]{1,6}", inner), 0..4).prop_map(
+                |kvs| Av::KvlistValue(KeyValueList {
+                    values: key_values(kvs)
                 })
-            }),
+            ),
         ]
         .prop_map(|v| AnyValue { value: Some(v) })
     })
 }
 
 fn attrs() -> impl Strategy<Value = Vec<KeyValue>> {
-    proptest::collection::vec(("[a-z.]{1,8}", any_value()), 0..4).prop_map(|kvs| {
-        kvs.into_iter()
-            .map(|(key, value)| KeyValue {
-                key,
-                value: Some(value),
-                ..Default::default()
-            })
-            .collect()
-    })
+    proptest::collection::vec(("[a-z.]{1,8}", any_value()), 0..4).prop_map(key_values)
+}
+
+/// Drawn keys and values as attributes (a value may be empty, which `kv` cannot make).
+fn key_values(kvs: Vec<(String, AnyValue)>) -> Vec<KeyValue> {
+    kvs.into_iter()
+        .map(|(key, value)| KeyValue {
+            key,
+            value: Some(value),
+            ..Default::default()
+        })
+        .collect()
 }
 
 fn any_span() -> impl Strategy<Value = Span> {
@@ -557,14 +471,14 @@ proptest! {
         service in "[a-z]{1,10}",
         spans in proptest::collection::vec(any_span(), 0..12),
     ) {
-        let req = traces_req(Some(&service), spans.clone());
+        let req = traces(Some(&service), spans.clone());
         let pb = prost::Message::encode_to_vec(&req);
         prop_assert!(decoded_cost(Signal::Traces, Wire::Protobuf, &pb).is_ok());
         let m = decode_and_map(Signal::Traces, Wire::Protobuf, &pb, &mapping()).unwrap();
         prop_assert_eq!(m.items, spans.len() as u64);
         prop_assert_eq!(m.rejected, 0);
         prop_assert_eq!(m.batch.len(), spans.len());
-        let json = serde_json::to_vec(&req).unwrap();
+        let json = otlp_json(&req);
         let mj = decode_and_map(Signal::Traces, Wire::Json, &json, &mapping()).unwrap();
         prop_assert_eq!(events(&m), events(&mj));
         for (ev, sp) in events(&m).iter().zip(&spans) {
@@ -577,7 +491,7 @@ proptest! {
     /// Every log record becomes exactly one event.
     #[test]
     fn valid_logs_map_one_to_one(records in proptest::collection::vec(any_log(), 0..12)) {
-        let req = logs_req(Some("svc"), records.clone());
+        let req = logs(Some("svc"), records.clone());
         let pb = prost::Message::encode_to_vec(&req);
         let m = decode_and_map(Signal::Logs, Wire::Protobuf, &pb, &mapping()).unwrap();
         prop_assert_eq!((m.items, m.rejected), (records.len() as u64, 0));
