@@ -19,9 +19,17 @@ use prost::Message as _;
 use veltrix::otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
 use vx_proto::canonical::write_event;
 
-pub fn otlp_maps_consistently(data: &[u8]) {
+/// An input in the layout above: what to decode, how, and the body.
+struct Input<'a> {
+    signal: Signal,
+    wire: Wire,
+    mapping: Mapping<'static>,
+    body: &'a [u8],
+}
+
+fn input(data: &[u8]) -> Option<Input<'_>> {
     let [mode, limit, body @ ..] = data else {
-        return;
+        return None;
     };
     let signal = if mode & 1 == 0 {
         Signal::Traces
@@ -40,6 +48,25 @@ pub fn otlp_maps_consistently(data: &[u8]) {
         max_batch_bytes: 64 * max_event_bytes as u64,
         now_ms: crate::NOW,
     };
+    Some(Input {
+        signal,
+        wire,
+        mapping,
+        body,
+    })
+}
+
+pub fn otlp_maps_consistently(data: &[u8]) {
+    let Some(Input {
+        signal,
+        wire,
+        mapping,
+        body,
+    }) = input(data)
+    else {
+        return;
+    };
+    let max_event_bytes = mapping.max_event_bytes;
     if decoded_cost(signal, wire, body).is_err() {
         return;
     }
@@ -101,27 +128,10 @@ mod tests {
     fn seeds_map() {
         for seed in crate::seeds::otlp() {
             otlp_maps_consistently(&seed);
-            let [mode, limit, body @ ..] = &seed[..] else {
+            let (Some(i), [mode, limit, ..]) = (input(&seed), &seed[..]) else {
                 panic!("short seed");
             };
-            let signal = if mode & 1 == 0 {
-                Signal::Traces
-            } else {
-                Signal::Logs
-            };
-            let wire = if mode & 2 == 0 {
-                Wire::Protobuf
-            } else {
-                Wire::Json
-            };
-            let max_event_bytes = 64 * (usize::from(*limit) + 1);
-            let mapping = Mapping {
-                stream_attribute: "service.name",
-                max_event_bytes,
-                max_batch_bytes: 64 * max_event_bytes as u64,
-                now_ms: crate::NOW,
-            };
-            let m = decode_and_map(signal, wire, body, &mapping).unwrap();
+            let m = decode_and_map(i.signal, i.wire, i.body, &i.mapping).unwrap();
             assert!(m.items > 0);
             let want = if *limit == 255 { 0 } else { m.items };
             assert_eq!(m.rejected, want, "mode {mode} limit {limit}");
