@@ -90,43 +90,65 @@ struct ItemError(String);
 
 /// Map every span of `req`.
 pub fn traces(req: &ExportTraceServiceRequest, m: &Mapping<'_>) -> Result<Mapped, InputError> {
-    let mut out = Mapped::default();
-    let mut scratch = Scratch::default();
-    for rs in &req.resource_spans {
-        let res = ResourceCtx::new(rs.resource.as_ref(), m.stream_attribute);
-        for ss in &rs.scope_spans {
-            let scope = scope_json(ss.scope.as_ref());
-            for sp in &ss.spans {
-                let index = out.items;
-                out.items += 1;
-                if let Err(e) = span(sp, &res, &scope, m, &mut scratch, &mut out.batch) {
-                    out.reject("span", index, &e.0);
-                }
-                check_total(&out.batch, m)?;
-            }
-        }
-    }
-    Ok(out)
+    let resources = req.resource_spans.iter().map(|rs| {
+        let scopes = rs
+            .scope_spans
+            .iter()
+            .map(|ss| (ss.scope.as_ref(), &ss.spans));
+        (rs.resource.as_ref(), scopes)
+    });
+    map_items(resources, "span", span, m)
 }
 
 /// Map every log record of `req`.
 pub fn logs(req: &ExportLogsServiceRequest, m: &Mapping<'_>) -> Result<Mapped, InputError> {
+    let resources = req.resource_logs.iter().map(|rl| {
+        let scopes = rl
+            .scope_logs
+            .iter()
+            .map(|sl| (sl.scope.as_ref(), &sl.log_records));
+        (rl.resource.as_ref(), scopes)
+    });
+    map_items(resources, "log record", log, m)
+}
+
+/// How one item becomes an event (`span`, `log`).
+type MapItem<T> = fn(&T, &ItemCtx<'_>, &mut Sink) -> Result<(), ItemError>;
+
+/// The walk both signals share: OTLP nests items in scopes in resources; each item is mapped
+/// with what its resource and scope give it, counted, and left out (with the reason, as
+/// `what` and its index) if it cannot be an event, and the request's events are bounded as
+/// they grow.
+fn map_items<'r, T: 'r, S>(
+    resources: impl Iterator<Item = (Option<&'r Resource>, S)>,
+    what: &str,
+    item: MapItem<T>,
+    m: &Mapping<'_>,
+) -> Result<Mapped, InputError>
+where
+    S: Iterator<Item = (Option<&'r InstrumentationScope>, &'r Vec<T>)>,
+{
     let mut out = Mapped::default();
-    let mut scratch = Scratch::default();
-    for rl in &req.resource_logs {
-        let res = ResourceCtx::new(rl.resource.as_ref(), m.stream_attribute);
-        for sl in &rl.scope_logs {
-            let scope = scope_json(sl.scope.as_ref());
-            for lr in &sl.log_records {
+    let mut sink = Sink::default();
+    for (resource, scopes) in resources {
+        let res = ResourceCtx::new(resource, m.stream_attribute);
+        for (scope, items) in scopes {
+            let cx = ItemCtx {
+                res: &res,
+                scope: scope_json(scope),
+                m,
+            };
+            for it in items {
                 let index = out.items;
                 out.items += 1;
-                if let Err(e) = log(lr, &res, &scope, m, &mut scratch, &mut out.batch) {
-                    out.reject("log record", index, &e.0);
+                if let Err(e) = item(it, &cx, &mut sink) {
+                    out.reject(what, index, &e.0);
                 }
-                check_total(&out.batch, m)?;
+                check_total(&sink.batch, m)?;
             }
         }
     }
+    out.batch = sink.batch;
     Ok(out)
 }
 
@@ -186,23 +208,41 @@ impl ResourceCtx {
     }
 }
 
-/// Buffers reused from item to item: the event's `data` text, and its canonical form (whose
-/// length is what `ingest.max_event_bytes` limits).
+/// What the items of one scope share: their resource, their scope (`data.scope`), and how
+/// they become events.
+struct ItemCtx<'a> {
+    res: &'a ResourceCtx,
+    scope: Result<Value, String>,
+    m: &'a Mapping<'a>,
+}
+
+impl ItemCtx<'_> {
+    /// The items' stream, or why they are rejected.
+    fn stream(&self) -> Result<&str, ItemError> {
+        self.res.stream.as_deref().map_err(|e| ItemError(e.clone()))
+    }
+
+    /// The last fields of every item's `data`: the resource's attributes and the scope.
+    fn add_resource_and_scope(&self, d: &mut Map<String, Value>) -> Result<(), ItemError> {
+        let resource = self.res.attributes.clone().map_err(ItemError)?;
+        d.insert("resource".into(), resource);
+        d.insert("scope".into(), self.scope.clone().map_err(ItemError)?);
+        Ok(())
+    }
+}
+
+/// Where the request's events go: the batch, and buffers reused from item to item (the
+/// event's `data` text, and its canonical form, whose length is what
+/// `ingest.max_event_bytes` limits).
 #[derive(Default)]
-struct Scratch {
+struct Sink {
+    batch: Batch,
     canonical: Vec<u8>,
     data: String,
 }
 
-fn span(
-    sp: &Span,
-    res: &ResourceCtx,
-    scope: &Result<Value, String>,
-    m: &Mapping<'_>,
-    scratch: &mut Scratch,
-    batch: &mut Batch,
-) -> Result<(), ItemError> {
-    let stream = res.stream.as_deref().map_err(|e| ItemError(e.clone()))?;
+fn span(sp: &Span, cx: &ItemCtx<'_>, sink: &mut Sink) -> Result<(), ItemError> {
+    let stream = cx.stream()?;
     let trace_id = id_hex(&sp.trace_id, 16, "trace_id")?;
     let span_id = id_hex(&sp.span_id, 8, "span_id")?;
     let parent = id_hex(&sp.parent_span_id, 8, "parent_span_id")?;
@@ -260,40 +300,20 @@ fn span(
     );
     dropped(&mut d, "dropped_events_count", sp.dropped_events_count);
     dropped(&mut d, "dropped_links_count", sp.dropped_links_count);
-    d.insert(
-        "resource".into(),
-        res.attributes.clone().map_err(ItemError)?,
-    );
-    d.insert("scope".into(), scope.clone().map_err(ItemError)?);
+    cx.add_resource_and_scope(&mut d)?;
 
     let ty = sanitize_type(&sp.name).unwrap_or_else(|| "span".to_string());
     let id = match (&trace_id, &span_id) {
         (Some(t), Some(s)) => Some(format!("{t}{s}")),
         _ => None,
     };
-    let ts = nanos_ms(sp.start_time_unix_nano).unwrap_or(m.now_ms);
-    push(
-        stream,
-        trace_id.as_deref(),
-        &ty,
-        ts,
-        id.as_deref(),
-        d,
-        m,
-        scratch,
-        batch,
-    )
+    let ts = nanos_ms(sp.start_time_unix_nano).unwrap_or(cx.m.now_ms);
+    let entity = trace_id.as_deref();
+    sink.push(stream, entity, &ty, ts, id.as_deref(), d, cx.m)
 }
 
-fn log(
-    lr: &LogRecord,
-    res: &ResourceCtx,
-    scope: &Result<Value, String>,
-    m: &Mapping<'_>,
-    scratch: &mut Scratch,
-    batch: &mut Batch,
-) -> Result<(), ItemError> {
-    let stream = res.stream.as_deref().map_err(|e| ItemError(e.clone()))?;
+fn log(lr: &LogRecord, cx: &ItemCtx<'_>, sink: &mut Sink) -> Result<(), ItemError> {
+    let stream = cx.stream()?;
     let trace_id = id_hex(&lr.trace_id, 16, "trace_id")?;
     let span_id = id_hex(&lr.span_id, 8, "span_id")?;
     let mut d = Map::new();
@@ -333,63 +353,60 @@ fn log(
         "dropped_attributes_count",
         lr.dropped_attributes_count,
     );
-    d.insert(
-        "resource".into(),
-        res.attributes.clone().map_err(ItemError)?,
-    );
-    d.insert("scope".into(), scope.clone().map_err(ItemError)?);
+    cx.add_resource_and_scope(&mut d)?;
 
     let ty = sanitize_type(&lr.severity_text)
         .or_else(|| severity_name(lr.severity_number))
         .unwrap_or_else(|| "log".to_string());
     let ts = nanos_ms(lr.time_unix_nano)
         .or_else(|| nanos_ms(lr.observed_time_unix_nano))
-        .unwrap_or(m.now_ms);
+        .unwrap_or(cx.m.now_ms);
     // A log outside any trace is keyed by its service, so per-service features still count it.
     let entity = trace_id.as_deref().unwrap_or(stream);
-    push(stream, Some(entity), &ty, ts, None, d, m, scratch, batch)
+    sink.push(stream, Some(entity), &ty, ts, None, d, cx.m)
 }
 
-/// Build the event, check its size as `/v1/events` would, and add it to the batch.
-#[allow(clippy::too_many_arguments)]
-fn push(
-    stream: &str,
-    entity: Option<&str>,
-    ty: &str,
-    ts: i64,
-    id: Option<&str>,
-    data: Map<String, Value>,
-    m: &Mapping<'_>,
-    scratch: &mut Scratch,
-    batch: &mut Batch,
-) -> Result<(), ItemError> {
-    scratch.data.clear();
-    // Compact JSON into the reused buffer. Writing into a `String` cannot fail (every key is a
-    // string, every number finite: non-finite doubles became strings); should it, the item is
-    // rejected rather than stored half-written.
-    write!(scratch.data, "{}", Value::Object(data))
-        .map_err(|_| ItemError("its data could not be written as JSON".into()))?;
-    let entity = entity.filter(|e| !e.is_empty() && valid_entity(e));
-    let ev = EventView {
-        stream,
-        entity,
-        ty,
-        ts,
-        kind: Kind::Event,
-        value: None,
-        id,
-        data: Some(&scratch.data),
-    };
-    scratch.canonical.clear();
-    vx_proto::canonical::write_event(&mut scratch.canonical, &ev, 0);
-    if scratch.canonical.len() > m.max_event_bytes {
-        return Err(ItemError(format!(
-            "its event is {} bytes, more than {} (ingest.max_event_bytes)",
-            scratch.canonical.len(),
-            m.max_event_bytes
-        )));
+impl Sink {
+    /// Build the event, check its size as `/v1/events` would, and add it to the batch.
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        stream: &str,
+        entity: Option<&str>,
+        ty: &str,
+        ts: i64,
+        id: Option<&str>,
+        data: Map<String, Value>,
+        m: &Mapping<'_>,
+    ) -> Result<(), ItemError> {
+        self.data.clear();
+        // Compact JSON into the reused buffer. Writing into a `String` cannot fail (every key is a
+        // string, every number finite: non-finite doubles became strings); should it, the item is
+        // rejected rather than stored half-written.
+        write!(self.data, "{}", Value::Object(data))
+            .map_err(|_| ItemError("its data could not be written as JSON".into()))?;
+        let entity = entity.filter(|e| !e.is_empty() && valid_entity(e));
+        let ev = EventView {
+            stream,
+            entity,
+            ty,
+            ts,
+            kind: Kind::Event,
+            value: None,
+            id,
+            data: Some(&self.data),
+        };
+        self.canonical.clear();
+        vx_proto::canonical::write_event(&mut self.canonical, &ev, 0);
+        if self.canonical.len() > m.max_event_bytes {
+            return Err(ItemError(format!(
+                "its event is {} bytes, more than {} (ingest.max_event_bytes)",
+                self.canonical.len(),
+                m.max_event_bytes
+            )));
+        }
+        self.batch.push(&ev).map_err(|e| ItemError(e.to_string()))
     }
-    batch.push(&ev).map_err(|e| ItemError(e.to_string()))
 }
 
 /// An id as lowercase hex; `None` when absent (empty or all zero, OTLP's "invalid" id).
