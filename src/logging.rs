@@ -3,23 +3,26 @@
 //! `telemetry.otlp_endpoint` is set, the same spans exported over OTLP (src/telemetry.rs).
 //! The log filter is an `EnvFilter` directive string from `VX_LOG`, else `RUST_LOG`, else
 //! `info`; the export has its own filter (our crates at `info`), so a verbose log never
-//! floods the collector and the exporter's own HTTP client is never traced into itself.
+//! floods the collector and the exporter's own HTTP client is never traced into itself. The
+//! hot-path spans (`batch`, `commit`: target [`vx_storage::EXPORT_SPANS`]) go to the export
+//! only, so that without one they are disabled.
 
 use crate::config::LogFormat;
 use crate::telemetry::Telemetry;
 use std::io::IsTerminal;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-/// The crates whose spans and events are exported: ours.
-const EXPORTED: [&str; 5] = [
+/// The crates whose spans and events are exported: ours, and the hot-path spans.
+const EXPORTED: [&str; 6] = [
     "veltrix",
     "vx_router",
     "vx_storage",
     "vx_ingest",
     "vx_proto",
+    vx_storage::EXPORT_SPANS,
 ];
 
 /// Install the global subscriber. Fails on a bad filter directive or if one is installed.
@@ -31,6 +34,9 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
     };
     let filter =
         EnvFilter::try_new(&spec).map_err(|e| format!("bad log filter {var}={spec:?}: {e}"))?;
+    let filter = filter.and(filter_fn(|meta| {
+        !(meta.is_span() && meta.target() == vx_storage::EXPORT_SPANS)
+    }));
     let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Pretty => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -46,18 +52,21 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
             .with_filter(filter)
             .boxed(),
     };
-    let export = telemetry.map(|t| {
+    let mut layers = vec![log];
+    if let Some(t) = telemetry {
         let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
             t.with_target(*name, tracing::Level::INFO)
         });
-        tracing_opentelemetry::layer()
-            .with_tracer(t.tracer())
-            .with_threads(false)
-            .with_filter(targets)
-    });
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(t.tracer())
+                .with_threads(false)
+                .with_filter(targets)
+                .boxed(),
+        );
+    }
     tracing_subscriber::registry()
-        .with(log)
-        .with(export)
+        .with(layers)
         .try_init()
         .map_err(|e| format!("cannot install the logger: {e}"))
 }

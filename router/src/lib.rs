@@ -362,6 +362,7 @@ impl Router {
             .durability
             .unwrap_or_else(|| self.store().fsync_mode().durability());
         tracing::info_span!(
+            target: vx_storage::EXPORT_SPANS,
             "batch",
             streams = vx_storage::span_int(req.batch.runs().len()),
             events = vx_storage::span_int(req.batch.len()),

@@ -42,7 +42,17 @@ mod writer;
 pub use api::*;
 pub use reader::Cursor;
 pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
-pub use writer::{now_ms, span_int};
+pub use writer::{EXPORT_SPANS, now_ms, span_int};
+
+/// The caller's span (an ingest `batch`) for the writer's `commit` span to follow, when
+/// those spans are exported at all; otherwise none, without touching the span registry.
+fn caller_span() -> tracing::Span {
+    if tracing::span_enabled!(target: EXPORT_SPANS, tracing::Level::INFO) {
+        tracing::Span::current()
+    } else {
+        tracing::Span::none()
+    }
+}
 
 use engine::Shared;
 use index::SealedTs;
@@ -237,8 +247,7 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         self.inner
             .tx
-            // The caller's span (an ingest `batch`), for the writer's `commit` span to follow.
-            .send_async(Msg::Write(req, tx, tracing::Span::current()))
+            .send_async(Msg::Write(req, tx, caller_span()))
             .await
             .map_err(|_| WriteError::ShuttingDown)?;
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))

@@ -51,6 +51,12 @@ const RETENTION_TICK: Duration = Duration::from_secs(1);
 /// How long the writer waits before trying again to seal after a failure.
 const SEAL_BACKOFF: Duration = Duration::from_secs(1);
 
+/// Target of the per-request `batch` spans (router) and the per-group `commit` spans (here):
+/// they go to the OTLP trace export only, never to the log, so that without an export they
+/// are disabled and cost one cached interest check. Enabled for the log as well, creating
+/// and recording them cost 17 % of single-event requests/s (docs/BENCHMARKS.md, issue 10).
+pub const EXPORT_SPANS: &str = "vx_export";
+
 /// A count as a span field: `tracing` fields recorded as `u64` reach the OTLP export as
 /// strings (it maps only `i64` to integer attributes), so span counts are recorded as `i64`.
 pub fn span_int(n: impl TryInto<i64>) -> i64 {
@@ -324,6 +330,7 @@ impl Engine {
         // One span per group, not per request: a group commit serves many requests, so it
         // is linked to each request's span (follows-from) rather than a child of one.
         let span = tracing::info_span!(
+            target: EXPORT_SPANS,
             "commit",
             requests = span_int(group.len()),
             records = tracing::field::Empty,
