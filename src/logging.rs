@@ -5,12 +5,13 @@
 //! `info`; the export has its own filter (our crates at `info`), so a verbose log never
 //! floods the collector and the exporter's own HTTP client is never traced into itself. The
 //! hot-path spans (`batch`, `commit`: target [`vx_storage::EXPORT_SPANS`]) go to the export
-//! only, so that without one they are disabled.
+//! only, so that without one they are disabled (a `VX_LOG` naming `vx_export` puts them in
+//! the log too).
 
 use crate::config::LogFormat;
 use crate::telemetry::Telemetry;
 use std::io::IsTerminal;
-use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -32,11 +33,36 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
         (_, Ok(v)) => ("RUST_LOG", v),
         _ => ("default", "info".to_string()),
     };
-    let filter =
-        EnvFilter::try_new(&spec).map_err(|e| format!("bad log filter {var}={spec:?}: {e}"))?;
-    let filter = filter.and(filter_fn(|meta| {
-        !(meta.is_span() && meta.target() == vx_storage::EXPORT_SPANS)
-    }));
+    let bad = |e: &dyn std::fmt::Display| format!("bad log filter {var}={spec:?}: {e}");
+    // The hot-path spans are off for the log unless the filter names them.
+    let spans_off = format!("{}=off", vx_storage::EXPORT_SPANS);
+    let spec_with_default = if spec.contains(vx_storage::EXPORT_SPANS) {
+        spec.clone()
+    } else if spec.trim().is_empty() {
+        spans_off
+    } else {
+        format!("{spec},{spans_off}")
+    };
+    let filter = EnvFilter::try_new(&spec_with_default).map_err(|e| bad(&e))?;
+    let Some(telemetry) = telemetry else {
+        // No export: one global filter, as cheap as `tracing` gets (per-layer filters cost
+        // every span enter and exit a filter lookup: measurable on single-event requests).
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        let result = match format {
+            LogFormat::Pretty => builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .try_init(),
+            LogFormat::Json => builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .try_init(),
+        };
+        return result.map_err(|e| format!("cannot install the logger: {e}"));
+    };
     let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Pretty => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -52,21 +78,16 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
             .with_filter(filter)
             .boxed(),
     };
-    let mut layers = vec![log];
-    if let Some(t) = telemetry {
-        let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
-            t.with_target(*name, tracing::Level::INFO)
-        });
-        layers.push(
-            tracing_opentelemetry::layer()
-                .with_tracer(t.tracer())
-                .with_threads(false)
-                .with_filter(targets)
-                .boxed(),
-        );
-    }
+    let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
+        t.with_target(*name, tracing::Level::INFO)
+    });
+    let export = tracing_opentelemetry::layer()
+        .with_tracer(telemetry.tracer())
+        .with_threads(false)
+        .with_filter(targets)
+        .boxed();
     tracing_subscriber::registry()
-        .with(layers)
+        .with(vec![log, export])
         .try_init()
         .map_err(|e| format!("cannot install the logger: {e}"))
 }
