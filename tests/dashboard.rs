@@ -1,5 +1,6 @@
 //! `deploy/grafana/veltrix.json` is a valid dashboard over metrics the server really exports:
-//! every `vx_*` name in its queries is a sample name of the real binary's `/metrics`.
+//! every `vx_*` name in its queries is a sample name of the real binary's `/metrics`. And
+//! docs/OPERATIONS.md lists every metric family the binary exports.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,6 +10,7 @@ use common::*;
 use std::collections::BTreeSet;
 
 const DASHBOARD: &str = include_str!("../deploy/grafana/veltrix.json");
+const OPERATIONS: &str = include_str!("../docs/OPERATIONS.md");
 
 /// The `vx_*` names in `text`.
 fn names(text: &str) -> BTreeSet<String> {
@@ -30,7 +32,7 @@ fn names(text: &str) -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_queries_only_metrics_the_server_exports() {
+async fn the_dashboard_and_the_docs_match_what_metrics_exports() {
     let dash: serde_json::Value = serde_json::from_str(DASHBOARD).expect("valid JSON");
     assert_eq!(dash["uid"], "veltrix");
     let panels = dash["panels"].as_array().expect("panels");
@@ -72,5 +74,30 @@ async fn the_dashboard_queries_only_metrics_the_server_exports() {
         "the dashboard uses {missing:?}, which /metrics does not export"
     );
     assert!(used.len() >= 20, "{used:?}");
+
+    // Every family (`# TYPE` line; counters by their `_total` sample name) is documented.
+    let families: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (name, kind) = (it.next()?, it.next()?);
+            Some(if kind == "counter" && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            })
+        })
+        .collect();
+    assert!(families.len() >= 40, "{families:?}");
+    let documented = names(OPERATIONS);
+    let undocumented: Vec<&String> = families
+        .iter()
+        .filter(|n| !documented.contains(*n))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "docs/OPERATIONS.md does not list {undocumented:?}"
+    );
     s.stop_clean();
 }
