@@ -135,6 +135,20 @@ fn yaml(events: &[Event]) -> String {
         .collect()
 }
 
+/// `veltrix ingest` succeeded with `summary` in its last line, and `stream` now holds `evs`.
+async fn stored_as_summarised(
+    server: &Server,
+    out: &Out,
+    summary: &str,
+    stream: &str,
+    evs: &[Event],
+) {
+    let said = out.ok();
+    assert!(said.contains(summary), "{said}");
+    let lines = server.api.replay_all(stream).await;
+    check_stream(stream, &lines, &evs.iter().collect::<Vec<_>>());
+}
+
 fn server_url(s: &Server) -> String {
     format!("http://{}", s.addr)
 }
@@ -168,16 +182,9 @@ async fn ingest_every_format_from_files_and_stdin() {
             "7",
             path.to_str().unwrap(),
         ]);
-        let summary = out.ok();
         let requests = n.div_ceil(7);
-        assert!(
-            summary.contains(&format!(
-                "sent {n} events in {requests} requests: {n} accepted, 0 duplicates"
-            )),
-            "{summary}"
-        );
-        let lines = server.api.replay_all(&stream).await;
-        check_stream(&stream, &lines, &evs.iter().collect::<Vec<_>>());
+        let summary = format!("sent {n} events in {requests} requests: {n} accepted, 0 duplicates");
+        stored_as_summarised(&server, &out, &summary, &stream, &evs).await;
 
         // The same input from stdin (--format), again: every event is a duplicate (ids).
         let out = run_with(
@@ -221,16 +228,8 @@ async fn ingest_every_format_from_files_and_stdin() {
         "2",
         path.to_str().unwrap(),
     ]);
-    assert!(
-        out.ok().contains("sent 6 events in 2 requests: 6 accepted"),
-        "{}",
-        out.stdout
-    );
-    check_stream(
-        "frames",
-        &server.api.replay_all("frames").await,
-        &evs.iter().collect::<Vec<_>>(),
-    );
+    let summary = "sent 6 events in 2 requests: 6 accepted";
+    stored_as_summarised(&server, &out, summary, "frames", &evs).await;
 
     // NDJSON from stdin by default, under a byte cap that makes one event per request.
     let evs = events("stdin", 0, 5);
@@ -238,16 +237,7 @@ async fn ingest_every_format_from_files_and_stdin() {
         cli(&["ingest", "--server", &url, "--max-bytes", "100", "-"]),
         Some(&ndjson(&evs)),
     );
-    assert!(
-        out.ok().contains("sent 5 events in 5 requests"),
-        "{}",
-        out.stdout
-    );
-    check_stream(
-        "stdin",
-        &server.api.replay_all("stdin").await,
-        &evs.iter().collect::<Vec<_>>(),
-    );
+    stored_as_summarised(&server, &out, "sent 5 events in 5 requests", "stdin", &evs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,12 +58,7 @@ where
     E: std::fmt::Display,
 {
     let mut permit = budget.begin();
-    let mut body = BodyReader {
-        source: Decoded::new(body, encoding, limits.max_body_bytes),
-        read: 0,
-        max: limits.max_body_bytes,
-        timeout: limits.body_timeout,
-    };
+    let mut body = BodyReader::new(body, encoding, limits);
     let Some(mut decoder) = Decoder::new(format, limits.max_event_bytes, now_ms) else {
         let batch = crate::yaml::decode(
             &mut body,
@@ -100,12 +95,7 @@ where
     E: std::fmt::Display,
 {
     let mut permit = budget.begin();
-    let mut body = BodyReader {
-        source: Decoded::new(body, encoding, limits.max_body_bytes),
-        read: 0,
-        max: limits.max_body_bytes,
-        timeout: limits.body_timeout,
-    };
+    let mut body = BodyReader::new(body, encoding, limits);
     let mut chunks: Vec<Bytes> = Vec::new();
     while let Some(chunk) = body.next(&mut permit).await? {
         chunks.push(chunk);
@@ -139,6 +129,15 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    fn new(body: S, encoding: Encoding, limits: &Limits) -> Self {
+        BodyReader {
+            source: Decoded::new(body, encoding, limits.max_body_bytes),
+            read: 0,
+            max: limits.max_body_bytes,
+            timeout: limits.body_timeout,
+        }
+    }
+
     /// The next chunk, once it is within the body limit and accounted in `permit` (which may
     /// wait for budget: that wait is the server's, not the client's, and is not timed).
     /// Waiting for the client is limited to `ingest.body_timeout` per chunk.
