@@ -44,30 +44,10 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
         format!("{spec},{spans_off}")
     };
     let filter = EnvFilter::try_new(&spec_with_default).map_err(|e| bad(&e))?;
-    let Some(telemetry) = telemetry else {
-        // No export: one global filter, as cheap as `tracing` gets (per-layer filters cost
-        // every span enter and exit a filter lookup: measurable on single-event requests).
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr);
-        let result = match format {
-            LogFormat::Pretty => builder
-                .with_ansi(std::io::stderr().is_terminal())
-                .try_init(),
-            LogFormat::Json => builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(false)
-                .try_init(),
-        };
-        return result.map_err(|e| format!("cannot install the logger: {e}"));
-    };
     let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Pretty => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
-            .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -75,19 +55,28 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .with_filter(filter)
             .boxed(),
     };
-    let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
-        t.with_target(*name, tracing::Level::INFO)
-    });
-    let export = tracing_opentelemetry::layer()
-        .with_tracer(telemetry.tracer())
-        .with_threads(false)
-        .with_filter(targets)
-        .boxed();
-    tracing_subscriber::registry()
-        .with(vec![log, export])
-        .try_init()
-        .map_err(|e| format!("cannot install the logger: {e}"))
+    let installed = match telemetry {
+        // No export: the filter is global, as cheap as `tracing` gets (per-layer filters cost
+        // every span enter and exit a filter lookup: measurable on single-event requests).
+        None => tracing_subscriber::registry()
+            .with(log)
+            .with(filter)
+            .try_init(),
+        Some(telemetry) => {
+            let targets = EXPORTED.iter().fold(Targets::new(), |t, name| {
+                t.with_target(*name, tracing::Level::INFO)
+            });
+            let export = tracing_opentelemetry::layer()
+                .with_tracer(telemetry.tracer())
+                .with_threads(false)
+                .with_filter(targets)
+                .boxed();
+            tracing_subscriber::registry()
+                .with(vec![log.with_filter(filter).boxed(), export])
+                .try_init()
+        }
+    };
+    installed.map_err(|e| format!("cannot install the logger: {e}"))
 }

@@ -43,12 +43,14 @@
 //!   and refusals of frames connections are counted under `format="frames"` above.
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -110,17 +112,16 @@ pub struct FormatHandles {
     pub duplicates: Counter,
 }
 
-/// A latency histogram with its count, sum and bucket counts also kept here: prometheus-client
-/// exposes none of them outside its own tests, and the status page computes interval means and
-/// quantiles from two readings. A few more relaxed atomic adds per observation; the sum in whole
-/// nanoseconds (u64 lasts centuries of latency). Buckets as the exposition's, not cumulative:
-/// `buckets[i]` counts observations ≤ `bounds[i]` and above the bound before; the last, above
-/// every bound (`+Inf`).
+/// A latency histogram on atomics: the exposition encodes it (`EncodeMetric`), and the status
+/// page reads the same sum and bucket counts ([`Timed::sums`]) to compute interval means and
+/// quantiles from two readings (prometheus-client's `Histogram` exposes neither, and takes a
+/// lock per observation). The sum in whole nanoseconds (u64 lasts centuries of latency).
+/// Buckets as the exposition's, not cumulative: `buckets[i]` counts observations ≤
+/// `bounds[i]` and above the bound before; the last, above every bound (`+Inf`). The count is
+/// their sum, so a scrape never sees a count that disagrees with its buckets.
 #[derive(Clone, Debug)]
 pub struct Timed {
-    histogram: Histogram,
     bounds: Arc<[f64]>,
-    count: Arc<AtomicU64>,
     nanos: Arc<AtomicU64>,
     buckets: Arc<[AtomicU64]>,
 }
@@ -136,12 +137,10 @@ fn fsync_bounds() -> impl Iterator<Item = f64> {
 }
 
 impl Timed {
-    fn new(histogram: Histogram, bounds: Arc<[f64]>) -> Self {
+    fn new(bounds: Arc<[f64]>) -> Self {
         Timed {
-            histogram,
             buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             bounds,
-            count: Arc::default(),
             nanos: Arc::default(),
         }
     }
@@ -149,8 +148,6 @@ impl Timed {
     pub fn observe(&self, took: Duration) {
         use std::sync::atomic::Ordering::Relaxed;
         let secs = took.as_secs_f64();
-        self.histogram.observe(secs);
-        self.count.fetch_add(1, Relaxed);
         self.nanos
             .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
         // The first bound ≥ the value (Prometheus' `le`); past the last, the +Inf bucket.
@@ -160,21 +157,40 @@ impl Timed {
         }
     }
 
-    fn histogram(&self) -> Histogram {
-        self.histogram.clone()
-    }
-
     pub fn bounds(&self) -> &Arc<[f64]> {
         &self.bounds
     }
 
     pub fn sums(&self) -> Sums {
         use std::sync::atomic::Ordering::Relaxed;
+        let buckets: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
         Sums {
-            count: self.count.load(Relaxed),
+            count: buckets.iter().sum(),
             sum_seconds: self.nanos.load(Relaxed) as f64 / 1e9,
-            buckets: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            buckets,
         }
+    }
+}
+
+impl TypedMetric for Timed {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Timed {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.sums();
+        let buckets: Vec<(f64, u64)> = self
+            .bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(s.buckets)
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(s.sum_seconds, s.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
     }
 }
 
@@ -294,10 +310,13 @@ impl Metrics {
             let _ = rejected_events.get_or_create(&l);
         }
 
-        let route_family = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(route_bounds())
-        });
         let request_bounds: Arc<[f64]> = route_bounds().collect();
+        let route_family = {
+            let bounds = Arc::clone(&request_bounds);
+            Family::<RouteLabels, Timed, _>::new_with_constructor(move || {
+                Timed::new(Arc::clone(&bounds))
+            })
+        };
         registry.register(
             "vx_http_request_duration_seconds",
             "HTTP request latency by route template (until the response head)",
@@ -308,16 +327,13 @@ impl Metrics {
             .map(|&route| {
                 (
                     route,
-                    Timed::new(
-                        route_family.get_or_create_owned(&RouteLabels { route }),
-                        Arc::clone(&request_bounds),
-                    ),
+                    route_family.get_or_create_owned(&RouteLabels { route }),
                 )
             })
             .collect();
 
         let observer = Arc::new(StorageObserver {
-            fsync: Timed::new(Histogram::new(fsync_bounds()), fsync_bounds().collect()),
+            fsync: Timed::new(fsync_bounds().collect()),
             events: Counter::default(),
             bytes: Counter::default(),
             records: Counter::default(),
@@ -331,7 +347,7 @@ impl Metrics {
         registry.register(
             "vx_fsync_duration_seconds",
             "Latency of the log writer's fdatasync calls",
-            observer.fsync.histogram(),
+            observer.fsync.clone(),
         );
         registry.register(
             "vx_stored_events",
@@ -945,7 +961,7 @@ mod tests {
 
     #[test]
     fn timed_keeps_count_sum_and_buckets_like_the_exposition() {
-        let t = Timed::new(Histogram::new(route_bounds()), route_bounds().collect());
+        let t = Timed::new(route_bounds().collect());
         let ms = |m: f64| Duration::from_secs_f64(m / 1000.0);
         // ≤ 0.25 ms (the first bound itself included), ≤ 0.5 ms, above the last bound.
         for took in [ms(0.1), ms(0.25), ms(0.3), Duration::from_secs(60)] {

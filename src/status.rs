@@ -31,29 +31,8 @@ pub struct TopCache(tokio::sync::Mutex<Option<(Instant, Arc<TopLists>)>>);
 
 #[derive(Debug, Default, Serialize)]
 pub struct TopLists {
-    pub by_events: Vec<TopJson>,
-    pub by_bytes: Vec<TopJson>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct TopJson {
-    pub stream: String,
-    pub events: u64,
-    pub bytes: u64,
-    pub last_seq: u64,
-    pub shard: u32,
-}
-
-impl From<TopStream> for TopJson {
-    fn from(t: TopStream) -> Self {
-        TopJson {
-            stream: t.stream,
-            events: t.events,
-            bytes: t.bytes,
-            last_seq: t.last_seq,
-            shard: t.shard,
-        }
-    }
+    pub by_events: Vec<TopStream>,
+    pub by_bytes: Vec<TopStream>,
 }
 
 impl TopCache {
@@ -68,8 +47,8 @@ impl TopCache {
         let scanned = tokio::task::spawn_blocking(move || store.top_streams(TOP_STREAMS)).await;
         let lists = Arc::new(match scanned {
             Ok((by_events, by_bytes)) => TopLists {
-                by_events: by_events.into_iter().map(TopJson::from).collect(),
-                by_bytes: by_bytes.into_iter().map(TopJson::from).collect(),
+                by_events,
+                by_bytes,
             },
             // The scan only reads memory; should its task die anyway, show no streams rather
             // than fail the whole page.

@@ -356,18 +356,19 @@ impl Router {
     }
 
     /// The `batch` span of a request: what it carries, then (recorded by the writer) the
-    /// size of the group it was committed in and that group's fsync time.
+    /// size of the group it was committed in and that group's fsync time. Its fields are
+    /// evaluated only when the span is enabled (an OTLP export), not per request otherwise.
     fn batch_span(&self, req: &Submit) -> tracing::Span {
-        let durability = req
-            .durability
-            .unwrap_or_else(|| self.store().fsync_mode().durability());
         tracing::info_span!(
             target: vx_storage::EXPORT_SPANS,
             "batch",
             streams = vx_storage::span_int(req.batch.runs().len()),
             events = vx_storage::span_int(req.batch.len()),
             bytes = vx_storage::span_int(req.batch.mem_bytes()),
-            durability = durability.as_str(),
+            durability = req
+                .durability
+                .unwrap_or_else(|| self.store().fsync_mode().durability())
+                .as_str(),
             group = tracing::field::Empty,
             fsync_us = tracing::field::Empty,
         )

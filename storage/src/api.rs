@@ -302,16 +302,16 @@ pub struct StreamInfo {
     pub last_ts: Option<i64>,
 }
 
-/// A stream among the largest, as the status page lists them: counters only, no ts range
-/// (that may need index files).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A stream among the largest, as the status page lists them (and serializes them, in this
+/// field order): counters only, no ts range (that may need index files).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TopStream {
     pub stream: String,
-    pub shard: u32,
     /// Retained events and their bytes.
     pub events: u64,
     pub bytes: u64,
     pub last_seq: u64,
+    pub shard: u32,
 }
 
 /// What retention and the log look like now (for metrics).

@@ -280,31 +280,34 @@ impl Engine {
         self.shared.poisoned.store(true, Ordering::Release);
     }
 
-    fn sync(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> bool {
+    /// fdatasync the active segment; how long it took, or `None` when it failed (the store is
+    /// then poisoned).
+    fn sync(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Option<Duration> {
         let t = Instant::now();
         let res = self.active.sync_data();
+        let took = t.elapsed();
         if let Some(o) = &self.cfg.observer {
-            o.fsync(t.elapsed());
+            o.fsync(took);
         }
         *last_sync = Instant::now();
         match res {
             Ok(()) => {
                 *unsynced = false;
-                true
+                Some(took)
             }
             Err(e) => {
                 self.poison(format!(
                     "fdatasync of log segment {} failed: {e}",
                     self.active_first
                 ));
-                false
+                None
             }
         }
     }
 
     /// Seal the active segment and start the next one.
     fn roll(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Result<(), ()> {
-        if *unsynced && !self.sync(unsynced, last_sync) {
+        if *unsynced && self.sync(unsynced, last_sync).is_none() {
             return Err(());
         }
         self.seal(true).map_err(|e| {
@@ -507,8 +510,12 @@ impl Engine {
                 }
             }
         }
-        let sync_started = Instant::now();
-        if need_sync && !self.sync(unsynced, last_sync) {
+        let synced = if need_sync {
+            self.sync(unsynced, last_sync)
+        } else {
+            Some(Duration::ZERO)
+        };
+        let Some(fsync_took) = synced else {
             // Never pretend: the unsynced group is cut off and refused.
             if !buf.is_empty() {
                 let _ = self.active.set_len(at);
@@ -522,12 +529,8 @@ impl Engine {
                 p.answer(Err(err.clone()));
             }
             return;
-        }
-        let fsync_us = if need_sync {
-            u64::try_from(sync_started.elapsed().as_micros()).unwrap_or(u64::MAX)
-        } else {
-            0
         };
+        let fsync_us = u64::try_from(fsync_took.as_micros()).unwrap_or(u64::MAX);
         span.record("records", span_int(records))
             .record("events", span_int(events))
             .record("bytes", span_int(buf.len()))
