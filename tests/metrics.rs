@@ -1,6 +1,7 @@
 //! `GET /metrics` (SPEC §7): Prometheus text with `vx_` names for what was ingested and
 //! rejected, queue depth and capacity per shard, fsync and request latency; accepted by
-//! `promtool check metrics` when promtool is installed (CI installs it).
+//! `promtool check metrics` (`scripts/test` installs promtool where it is missing; without it
+//! this test fails saying so rather than skipping the check).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -246,30 +247,26 @@ async fn metrics_name_what_happened_and_pass_promtool() {
     has_type("vx_ready", "gauge");
     assert_eq!(sum(&samples, "vx_ready", None), 1.0);
 
-    // promtool, where installed.
-    match Command::new("promtool").arg("--version").output() {
-        Ok(o) if o.status.success() => {
-            let mut child = Command::new("promtool")
-                .args(["check", "metrics"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool check metrics failed:\n{}{}\n--- metrics ---\n{text}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        _ => eprintln!("note: promtool not on PATH, skipping `promtool check metrics`"),
-    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect(
+            "promtool is needed (scripts/test installs it; on Debian: apt-get install prometheus)",
+        );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- metrics ---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

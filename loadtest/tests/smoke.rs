@@ -441,17 +441,14 @@ fn replay_pages_and_scans_read_the_preloaded_streams() {
     assert_eq!(check_report(&r, "page"), r.operations["page"].ok * 2);
 }
 
-/// A RESP server for the kv scenario: the real `redis-server` where it is installed (CI
-/// installs it), else a minimal one in this process (GET, SET, DEL, MGET over a map), so that
-/// `cargo test --workspace` runs on a machine without Redis too.
-enum Resp {
-    Redis {
-        child: std::process::Child,
-        port: u16,
-        /// Its data dir, removed on drop.
-        _dir: tempfile::TempDir,
-    },
-    InProcess(u16),
+/// The real `redis-server` for the kv scenario, on a free port with its data in a temporary
+/// directory; killed on drop. (`mini_resp_server` below serves only the reconnect test, which
+/// needs a server that drops connections on purpose.)
+struct Resp {
+    child: std::process::Child,
+    port: u16,
+    /// Its data dir, removed on drop.
+    _dir: tempfile::TempDir,
 }
 
 impl Resp {
@@ -461,7 +458,9 @@ impl Resp {
             l.local_addr().unwrap().port()
         };
         let dir = tempfile::tempdir().unwrap();
-        let redis = Command::new("redis-server")
+        // A missing redis-server fails the test rather than quietly measuring something else:
+        // scripts/test installs it.
+        let child = Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -472,19 +471,14 @@ impl Resp {
             ])
             .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
             .stdout(std::process::Stdio::null())
-            .spawn();
-        let Ok(child) = redis else {
-            eprintln!(
-                "redis-server is not installed: the kv scenario runs against an in-test RESP server"
-            );
-            return Resp::InProcess(mini_resp_server(None));
-        };
+            .spawn()
+            .expect("redis-server is needed for the kv scenario (scripts/test installs it; on Debian: apt-get install redis-server)");
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Resp::Redis {
+        Resp {
             child,
             port,
             _dir: dir,
@@ -492,24 +486,20 @@ impl Resp {
     }
 
     fn port(&self) -> u16 {
-        match self {
-            Resp::Redis { port, .. } | Resp::InProcess(port) => *port,
-        }
+        self.port
     }
 }
 
 impl Drop for Resp {
     fn drop(&mut self) {
-        if let Resp::Redis { child, .. } = self {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// GET, SET, DEL and MGET of RESP2 over a shared map, a thread per connection; with `close_after`,
-/// each connection is dropped after that many commands.
-fn mini_resp_server(close_after: Option<usize>) -> u16 {
+/// GET, SET, DEL and MGET of RESP2 over a shared map, a thread per connection, each connection
+/// dropped after `close_after` commands: a server that misbehaves on purpose.
+fn mini_resp_server(close_after: usize) -> u16 {
     use std::collections::HashMap;
     use std::io::BufRead;
     use std::sync::{Arc, Mutex};
@@ -530,7 +520,7 @@ fn mini_resp_server(close_after: Option<usize>) -> u16 {
                 };
                 let mut served = 0usize;
                 while let Some(head) = read_line(&mut rd) {
-                    if close_after.is_some_and(|n| served >= n) {
+                    if served >= close_after {
                         return;
                     }
                     served += 1;
@@ -654,7 +644,7 @@ fn kv_runs_the_mix_over_resp() {
 fn lanes_reconnect_when_the_server_drops_them_and_the_run_still_ends() {
     // Every connection is dropped after 40 commands, with up to 8 in flight: pipelined lanes
     // lose answers, count them as errors, reconnect, and stay in step with the schedule.
-    let port = mini_resp_server(Some(40));
+    let port = mini_resp_server(40);
     let tmp = tempfile::tempdir().unwrap();
     let wl = write_workload(
         tmp.path(),
