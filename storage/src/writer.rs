@@ -601,9 +601,7 @@ impl Engine {
         }
         let features = &self.shared.features;
         features.end_group();
-        features
-            .applied
-            .store(self.next_lsn.saturating_sub(1), Ordering::Release);
+        features.applied_through(self.next_lsn.saturating_sub(1));
         self.publish_horizons();
     }
 
@@ -611,13 +609,8 @@ impl Engine {
     /// through), and fill in a direct write's outcome.
     fn apply_features(&self, rec: &[u8], answer: &mut Answer) {
         let applied = crate::record::parse_header(rec)
-            .map_err(|e| format!("{e:?}"))
-            .and_then(|h| {
-                self.shared
-                    .features
-                    .apply(rec, &h, None)
-                    .map_err(|e| format!("{e:?}"))
-            });
+            .map_err(crate::feed::FeedError::from)
+            .and_then(|h| crate::feed::apply_record(&self.shared.features, rec, &h, None));
         match applied {
             Ok(a) => {
                 if let Answer::Feature(_, o) = answer {
