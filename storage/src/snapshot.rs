@@ -8,7 +8,9 @@
 //! Start-up skips a corrupt, truncated or mismatched snapshot with a warning naming it; one
 //! that covers records past the end of the log (its tail was lost: `fsync: interval`/`never`
 //! after a power cut, or `--repair`) is removed, since its state includes writes that are
-//! gone. With no usable snapshot the tables are rebuilt from the whole retained log.
+//! gone. With no usable snapshot the tables are rebuilt from the whole retained log. A
+//! poisoned store takes no snapshot: its tables may miss a record the log has
+//! (docs/FEATURES.md), and a snapshot would make that permanent.
 
 use crate::api::OpenError;
 use crate::engine::{Engine, Shared};
@@ -301,7 +303,13 @@ pub(crate) fn run(
             }
         };
         last = Instant::now();
-        let res = write(&*vfs, &dir, &shared.features, crate::writer::now_ms());
+        let res = if shared.poisoned.load(Ordering::Acquire) {
+            Err(io::Error::other(
+                "the store is poisoned: its feature tables may miss a record of the log, and a snapshot would keep that past a restart",
+            ))
+        } else {
+            write(&*vfs, &dir, &shared.features, crate::writer::now_ms())
+        };
         match &res {
             Ok(info) => {
                 status.written.fetch_add(1, Ordering::Relaxed);
