@@ -56,7 +56,7 @@ pub struct DirectApplied {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
     #[error(
-        "the record at LSN {lsn} comes after LSN {applied} in shard {shard}: the feature tables would leave log order"
+        "the record at LSN {lsn} is older than LSN {applied}, which shard {shard} applied already: the feature tables would leave log order"
     )]
     OutOfOrder { lsn: u64, shard: u32, applied: u64 },
     /// Only the test fault hook ([`Features::fail_next_apply`], feature `testing`) makes it.
@@ -139,9 +139,10 @@ impl Features {
         })
     }
 
-    /// Records apply in log order: one before what the shard holds means the caller lost
-    /// its place (records of one LSN apply to a shard once per event, hence `<`).
-    fn in_order(&self, er: EntityRef<'_>, sh: &Shard, lsn: u64) -> Result<(), ApplyError> {
+    /// Move entity `er`'s shard to the record at `lsn`. Records apply in log order: one
+    /// before what the shard holds means the caller lost its place (records of one LSN apply
+    /// to a shard once per event, hence `<`).
+    fn advance(&self, er: EntityRef<'_>, sh: &mut Shard, lsn: u64) -> Result<(), ApplyError> {
         if lsn < sh.lsn {
             return Err(ApplyError::OutOfOrder {
                 lsn,
@@ -149,6 +150,7 @@ impl Features {
                 applied: sh.lsn,
             });
         }
+        sh.lsn = lsn;
         Ok(())
     }
 
@@ -191,16 +193,11 @@ impl Features {
         at: LogPos,
         redo: Option<&[bool]>,
     ) -> Result<(), ApplyError> {
-        let LogPos { lsn, append_ms } = at;
+        let append_ms = at.append_ms;
         if redo.is_none() {
-            self.in_order(er, sh, lsn)?;
+            self.advance(er, sh, at.lsn)?;
         }
-        let Shard {
-            entities,
-            names,
-            bytes,
-            lsn: shard_lsn,
-        } = sh;
+        let (entities, names, bytes) = sh.parts();
         let future = ev.ts > append_ms.saturating_add(MAX_FUTURE_MS);
         let ent = if redo.is_some() {
             // Recomputing a declaration over records the snapshot covers: only entities that
@@ -210,7 +207,6 @@ impl Features {
                 None => return Ok(()),
             }
         } else {
-            *shard_lsn = lsn;
             let (e, created) = entities.get_or_insert(er);
             if created {
                 *bytes += ENTITY_COST + 2 * er.name.len() as u64;
@@ -296,16 +292,10 @@ impl Features {
         set: &[(&str, Option<FeatureValue>)],
         at: LogPos,
     ) -> Result<DirectApplied, ApplyError> {
-        self.in_order(er, sh, at.lsn)?;
+        self.advance(er, sh, at.lsn)?;
         let append_ms = at.append_ms;
         let mut out = DirectApplied::default();
-        let Shard {
-            entities,
-            names,
-            bytes,
-            lsn: shard_lsn,
-        } = sh;
-        *shard_lsn = at.lsn;
+        let (entities, names, bytes) = sh.parts();
         out.found = entities.contains_key(er);
         if set.iter().all(|(_, v)| v.is_none()) && !out.found {
             // Only deletes of an unknown entity: nothing to create.
@@ -371,23 +361,15 @@ impl Features {
         redo_only: bool,
     ) -> Result<DirectApplied, ApplyError> {
         if !redo_only {
-            self.in_order(er, sh, lsn)?;
+            self.advance(er, sh, lsn)?;
         }
         let mut out = DirectApplied::default();
-        let Shard {
-            entities,
-            names,
-            bytes,
-            lsn: shard_lsn,
-        } = sh;
+        let (entities, names, bytes) = sh.parts();
         let redo = |id: u32| {
             self.decls
                 .decl_of(id)
                 .is_some_and(|d| replay.is_some_and(|r| r.redo.get(d) == Some(&true)))
         };
-        if !redo_only {
-            *shard_lsn = lsn;
-        }
         if name.is_none() && !redo_only {
             if let Some(e) = entities.remove(er) {
                 out.found = true;

@@ -231,6 +231,11 @@ impl Shard {
         }
     }
 
+    /// The entities, the names and the byte count, borrowed apart (a change touches all three).
+    pub(crate) fn parts(&mut self) -> (&mut EntityMap, &mut Names, &mut u64) {
+        (&mut self.entities, &mut self.names, &mut self.bytes)
+    }
+
     /// Intern `name` with one more reference (a feature loaded from a snapshot).
     pub(crate) fn names_acquire(&mut self, name: &str) -> u32 {
         let (id, added) = self.names.acquire(name);
