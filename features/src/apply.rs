@@ -59,7 +59,7 @@ pub enum ApplyError {
         "the record at LSN {lsn} is older than LSN {applied}, which shard {shard} applied already: the feature tables would leave log order"
     )]
     OutOfOrder { lsn: u64, shard: u32, applied: u64 },
-    /// Only the test fault hook ([`Features::fail_next_apply`], feature `testing`) makes it.
+    /// Only the test fault hook (`Features::fail_next_apply`, feature `testing`) makes it.
     #[error("the record at LSN {lsn}: apply failure injected by a test")]
     Injected { lsn: u64 },
 }

@@ -43,8 +43,9 @@ pub(crate) fn add_all_time(regs: &mut [u8], reg: usize, rho: u8) {
 /// which register `r` reached level `l` (0: none), the tag being `bucket mod 255 + 1`; entries
 /// are cleared once a window old, so a tag's age relative to `head` is unambiguous. Sparse
 /// (while it holds at most [`HLL_SPARSE_MAX`] entries, which small cardinalities do): the
-/// same entries as `(register, level - 1, tag)` triples sorted by register and level, so an entity with a few distinct
-/// values costs tens of bytes instead of 1 KiB; it turns dense when it would pass that.
+/// same entries as `(register, level - 1, tag)` triples sorted by register and level, so an
+/// entity with a few distinct values costs tens of bytes instead of 1 KiB; it turns dense
+/// when it would pass that.
 pub(crate) fn add_windowed(
     head: &mut i64,
     regs: &mut Vec<u8>,

@@ -3,13 +3,14 @@
 //! (PUT/DELETE), and declared aggregates over sliding windows or all time.
 //!
 //! # Layout
-//! - [`decl`]: feature values, the declarations and their start-up checks.
+//! - `decl`: feature values, the declarations and their start-up checks.
+//! - `store`: [`Features`], the sharded tables and their counters.
 //! - `names`, `table`: a shard's name ids and its entity map (the tables' data).
-//! - [`apply`]: the one way the tables change, record by record in log order.
+//! - `apply`: the one way the tables change, record by record in log order.
 //! - `value`, `window`, `hll`: what a record does to a plain value, a windowed or all-time
 //!   aggregate, a `distinct` sketch.
-//! - [`budget`]: `storage.max_feature_bytes`, reserved before a record is written.
-//! - [`read`]: the query API.
+//! - `budget`: `storage.max_feature_bytes`, reserved before a record is written.
+//! - `read`: the query API.
 //! - [`snapshot`]: the snapshot file format, its writer, loader and checker.
 //!
 //! # The apply interface
@@ -31,12 +32,12 @@
 //! A record the tables cannot take is an [`ApplyError`], never a log line: the caller must
 //! stop trusting the tables (the storage engine poisons itself; docs/FEATURES.md).
 
-pub mod apply;
-pub mod budget;
-pub mod decl;
+mod apply;
+mod budget;
+mod decl;
 mod hll;
 mod names;
-pub mod read;
+mod read;
 pub mod snapshot;
 mod store;
 mod table;

@@ -23,8 +23,8 @@ pub(crate) struct Bucket {
 pub(crate) enum State {
     /// A plain value (built-ins, counters, gauges, PUTs, `last`), with the `ts` that orders it.
     Plain { v: FeatureValue, ts: i64 },
-    /// Buckets of count/sum/min/max/avg, sorted by index, at most [`crate::decl::BUCKETS`]; the first two
-    /// inline (no allocation to reach for the common few).
+    /// Buckets of count/sum/min/max/avg, sorted by index, at most [`crate::decl::BUCKETS`];
+    /// the first two inline (no allocation to reach for the common few).
     Win(Buckets),
     /// `distinct`: the newest bucket index and the sketch (see [`crate::hll`]).
     Hll { head: i64, regs: Vec<u8> },

@@ -11,10 +11,10 @@
 //! LSN, the LSN every shard had applied when the copy was taken)`, which is exact because only
 //! the writer changes a shard, in log order, under its lock.
 //!
-//! Start-up (in the storage engine) loads the newest snapshot that validates (checksums, rkyv validation, schema hash,
-//! shard count, and covering only records the log still has), replays the log from the
-//! smallest covered LSN + 1 and applies to each shard only the records after its own covered
-//! LSN. A corrupt, truncated or mismatched snapshot is skipped with a warning naming it; one
+//! Start-up (in the storage engine) loads the newest snapshot that validates (checksums, rkyv
+//! validation, schema hash, shard count, and covering only records the log still has), replays
+//! the log from the smallest covered LSN + 1 and applies to each shard only the records after
+//! its own covered LSN. A corrupt, truncated or mismatched snapshot is skipped with a warning naming it; one
 //! that covers records past the end of the log (its tail was lost: `fsync: interval`/`never`
 //! after a power cut, or `--repair`) is removed, since its state includes writes that are
 //! gone. With no usable snapshot the tables are rebuilt from the whole retained log.
