@@ -53,6 +53,8 @@
 use std::io;
 
 mod load;
+#[cfg(test)]
+mod tests;
 mod write;
 
 pub use load::{Loaded, ReplayFrom, Unusable, Verified, VerifyError, load, verify};
@@ -147,56 +149,3 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
 
 /// The name a snapshot is written under before its rename.
 pub const TEMP_NAME: &str = "snap.vxs.tmp";
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use rkyv::rancor;
-
-    /// The archive of a small shard, byte for byte: any change to the archived types (or to
-    /// rkyv's format) changes it, and must come with a new SCHEMA.
-    #[test]
-    fn golden_archive() {
-        let shard = SnapShard {
-            covered: 42,
-            names: vec!["events".into(), "last_ts".into(), "hp".into()],
-            entities: vec![SnapEntity {
-                key: "p1".into(),
-                events: Some(3),
-                last_ts: None,
-                wm: 1000,
-                as_of: 1000,
-                feats: vec![
-                    SnapFeat {
-                        name: 0,
-                        updated_ms: 5,
-                        st: SnapState::Int(3, 1000),
-                    },
-                    SnapFeat {
-                        name: 2,
-                        updated_ms: 5,
-                        st: SnapState::Win(vec![SnapBucket {
-                            idx: 7,
-                            n: 2,
-                            a: 1.5,
-                        }]),
-                    },
-                ],
-            }],
-        };
-        let bytes = rkyv::to_bytes::<rancor::Error>(&shard).unwrap();
-        let a = rkyv::access::<ArchivedSnapShard, rancor::Error>(&bytes).unwrap();
-        assert_eq!(a.covered.to_native(), 42);
-        assert_eq!(a.entities[0].key.as_str(), "p1");
-        assert_eq!(
-            (bytes.len(), xxhash_rust::xxh3::xxh3_64(&bytes)),
-            (GOLDEN_LEN, GOLDEN_HASH),
-            "the snapshot archive layout changed: bump SCHEMA"
-        );
-        assert_eq!(schema_hash(), xxhash_rust::xxh3::xxh3_64(SCHEMA.as_bytes()));
-    }
-
-    const GOLDEN_LEN: usize = 216;
-    const GOLDEN_HASH: u64 = 4383645820110679822;
-}
