@@ -364,7 +364,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
 
 fn validate_features(cfg: &Config) -> Result<(), ConfigError> {
     let decls: Vec<_> = cfg.features.iter().map(|f| f.to_storage()).collect();
-    vx_storage::features::check_decls(&decls).map_err(ConfigError::Invalid)?;
+    vx_storage::features::check_decls(&decls).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if cfg.storage.snapshot_interval < Duration::from_secs(1) {
         return Err(ConfigError::Invalid(format!(
             "storage.snapshot_interval must be at least 1s, got {:?}",

@@ -643,3 +643,40 @@ async fn replay_streams_many_chunks() {
         .await
         .unwrap();
 }
+
+/// A record the feature tables do not take poisons the store (docs/FEATURES.md): that request
+/// and every later write answer 507 `storage_full`, `/readyz` 503; reads still answer.
+#[tokio::test]
+async fn a_failed_feature_apply_answers_507_and_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = ready_with_store(&dir, |_| {});
+    let put = |body: &'static str| {
+        Request::put("/v1/features/p1")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    assert_eq!(
+        call(&state, put(r#"{"hp":1}"#)).await.status,
+        StatusCode::OK
+    );
+    let store = state.engine().unwrap().store().clone();
+    store.features().fail_next_apply();
+    let a = call(&state, put(r#"{"hp":2}"#)).await;
+    assert_eq!(
+        (a.status, a.code()),
+        (StatusCode::INSUFFICIENT_STORAGE, "storage_full".into())
+    );
+    let a = call(
+        &state,
+        post(Some("application/json"), r#"{"stream":"s","type":"t"}"#),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::INSUFFICIENT_STORAGE);
+    assert_eq!(
+        call(&state, get("/readyz")).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let a = call(&state, get("/v1/features/p1")).await;
+    assert_eq!(a.json()["features"]["hp"], 1);
+}

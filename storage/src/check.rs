@@ -513,6 +513,12 @@ fn check_snapshot(vfs: &dyn Vfs, path: &Path, shards: u32) -> FileReport {
                 info.covered_min, info.covered_max, info.entities
             ),
         ),
-        Err((offset, reason)) => done(Status::Corrupt { offset, reason }, String::new()),
+        Err(e) => done(
+            Status::Corrupt {
+                offset: e.at,
+                reason: e.to_string(),
+            },
+            String::new(),
+        ),
     }
 }

@@ -16,8 +16,9 @@
 //! - `carry`: the carry file of deleted and retained-away streams.
 //! - `engine`: the writer's state; sealing, retention. `writer`: the thread (group commit).
 //! - `recovery`: start-up. `reader`: replay cursors. `dedup`: per-shard remembered ids.
-//! - [`features`]: the feature tables, changed only by [`features::Features::apply`] from
-//!   records; [`snapshot`]: their snapshots, and how start-up rebuilds them.
+//! - [`features`]: the feature tables (the vx-features crate, re-exported), changed only
+//!   through its apply interface, fed by `feed` with each applied record in log order;
+//!   [`snapshot`]: where their snapshots live, the snapshot thread, and start-up's rebuild.
 //! - [`check`]: offline verification of a data dir (`veltrix check`), with the readers above.
 
 pub mod api;
@@ -26,7 +27,8 @@ mod chain;
 pub mod check;
 mod dedup;
 mod engine;
-pub mod features;
+pub use vx_features as features;
+mod feed;
 pub mod idxfile;
 mod index;
 mod reader;

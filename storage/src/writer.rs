@@ -13,7 +13,7 @@
 //! A failed write truncates the partial bytes and undoes the group's `seq` assignments, so the
 //! requests are answered 507 and a retry is not mistaken for a duplicate; if the truncation
 //! fails too, the store is poisoned. A failed fsync poisons the store: every later write is
-//! refused until restart.
+//! refused until restart. So does a record the feature tables do not take (docs/FEATURES.md).
 
 use crate::api::*;
 use crate::engine::{Engine, WState};
@@ -569,8 +569,9 @@ impl Engine {
             }
             if let Some((start, end)) = p.rec
                 && let Some(rec) = buf.get(start..end)
+                && let Err(err) = self.apply_features(rec, &mut p.answer)
             {
-                self.apply_features(rec, &mut p.answer);
+                p.answer(Err(err));
             }
             self.active_ids += p.ids.len() as u64;
             for &(shard, key, seq) in &p.ids {
@@ -601,23 +602,18 @@ impl Engine {
         }
         let features = &self.shared.features;
         features.end_group();
-        features
-            .applied
-            .store(self.next_lsn.saturating_sub(1), Ordering::Release);
+        features.applied_through(self.next_lsn.saturating_sub(1));
         self.publish_horizons();
     }
 
-    /// Apply a written record to the feature tables (the same function recovery replays it
-    /// through), and fill in a direct write's outcome.
-    fn apply_features(&self, rec: &[u8], answer: &mut Answer) {
+    /// Apply a written record to the feature tables (the same path recovery replays it
+    /// through), and fill in a direct write's outcome. A record the tables do not take
+    /// poisons the store: the tables no longer follow the log, and only a restart, which
+    /// rebuilds them from the log, may write again (docs/FEATURES.md).
+    fn apply_features(&self, rec: &[u8], answer: &mut Answer) -> Result<(), WriteError> {
         let applied = crate::record::parse_header(rec)
-            .map_err(|e| format!("{e:?}"))
-            .and_then(|h| {
-                self.shared
-                    .features
-                    .apply(rec, &h, None)
-                    .map_err(|e| format!("{e:?}"))
-            });
+            .map_err(crate::feed::FeedError::from)
+            .and_then(|h| crate::feed::apply_record(&self.shared.features, rec, &h, None));
         match applied {
             Ok(a) => {
                 if let Answer::Feature(_, o) = answer {
@@ -625,9 +621,16 @@ impl Engine {
                     o.deleted = a.deleted;
                     o.found = a.found;
                 }
+                Ok(())
             }
-            // The writer built the record itself: this is a bug, not bad input.
-            Err(e) => tracing::error!(error = %e, "cannot apply a record to the feature tables"),
+            Err(e) => {
+                self.poison(format!(
+                    "the feature tables did not take a written record ({e}); restart to rebuild them from the log"
+                ));
+                Err(self
+                    .poisoned()
+                    .unwrap_or(WriteError::Poisoned(e.to_string())))
+            }
         }
     }
 

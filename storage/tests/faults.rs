@@ -105,6 +105,64 @@ fn a_failed_fsync_poisons_and_never_pretends() {
     assert_eq!(block(store.write(one("s", "2"))).unwrap().accepted, 1);
 }
 
+/// The `events` feature of the entity every test event names.
+fn events_of(store: &Store) -> Option<i64> {
+    let mut n = None;
+    let at = features::ReadAt { now_ms: 0 };
+    store
+        .features()
+        .read("p1", Some(&["events"]), at, &mut |_, v| {
+            if let features::Reading::Int(i) = v {
+                n = Some(i);
+            }
+        })?;
+    n
+}
+
+/// A record the feature tables do not take poisons the store (docs/FEATURES.md): its request
+/// and every later write are refused, no snapshot keeps tables that miss a record, and a
+/// restart rebuilds the tables from the log, that record included.
+#[test]
+fn a_failed_feature_apply_poisons_and_a_restart_rebuilds_the_tables() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    store.features().fail_next_apply();
+    assert!(matches!(
+        block(store.write(one("s", "2"))),
+        Err(WriteError::Poisoned(reason)) if reason.contains("feature tables")
+    ));
+    assert!(store.is_poisoned());
+    assert!(matches!(
+        block(store.write(one("s", "3"))),
+        Err(WriteError::Poisoned(_))
+    ));
+    let delete = FeatureWrite {
+        entity: "p1".into(),
+        op: FeatureOp::Delete(None),
+        durability: None,
+        guard: None,
+    };
+    assert!(matches!(
+        block(store.write_features(delete)),
+        Err(WriteError::Poisoned(_))
+    ));
+    assert!(
+        store.snapshot_now().is_err(),
+        "no snapshot of drifted tables"
+    );
+    assert_eq!(events_of(&store), Some(1), "the tables missed the record");
+    store.shutdown();
+    drop(store);
+    let (store, report) = Store::open(sim_cfg(&fs)).unwrap();
+    assert!(report.features.snapshot.is_none());
+    assert!(!store.is_poisoned());
+    // "2" reached the log before its apply failed: the restart applies it.
+    assert_eq!(read(&store, "s", all(10)).len(), 2);
+    assert_eq!(events_of(&store), Some(2));
+    assert_eq!(block(store.write(one("s", "2"))).unwrap().duplicates, 1);
+}
+
 #[test]
 fn failed_rolls_keep_appending_and_never_stop_a_start() {
     for fault in [Fault::SyncDir, Fault::Create, Fault::Write, Fault::Fsync] {

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use support::*;
 use vx_proto::{Batch, EventView, Kind, Num};
-use vx_storage::features::{Agg, DistinctOf, FeatureDecl, FeatureValue, ReadAt};
+use vx_storage::features::{Agg, DistinctOf, FeatureDecl, FeatureValue, ReadAt, Reading};
 use vx_storage::sim::SimFs;
 use vx_storage::*;
 
@@ -154,12 +154,7 @@ fn fold(history: &[Op], decls: &[FeatureDecl]) -> BTreeMap<String, Value> {
                             me.plain.remove(*name);
                         }
                         Some(v) => {
-                            let j = match v {
-                                FeatureValue::Int(i) => json!(i),
-                                FeatureValue::Float(f) => json!(f),
-                                FeatureValue::Bool(b) => json!(b),
-                                FeatureValue::Str(s) => json!(s.as_ref()),
-                            };
+                            let j = json_of(Reading::Value(v));
                             let ts = me.plain.get(*name).map_or(i64::MIN, |x| x.1);
                             me.plain.insert(name.to_string(), (j, ts));
                         }
@@ -225,15 +220,30 @@ fn fold(history: &[Op], decls: &[FeatureDecl]) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// A read value as the HTTP layer's JSON gives it: aggregates that are integral as integers.
+fn json_of(v: Reading<'_>) -> Value {
+    match v {
+        Reading::Int(i) | Reading::Value(&FeatureValue::Int(i)) => json!(i),
+        Reading::Num(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            json!(f as i64)
+        }
+        Reading::Num(f) | Reading::Value(&FeatureValue::Float(f)) => json!(f),
+        Reading::Value(FeatureValue::Bool(b)) => json!(b),
+        Reading::Value(FeatureValue::Str(s)) => json!(s.as_ref()),
+    }
+}
+
 /// The store's tables for every entity of the universe.
 fn dump(store: &Store) -> BTreeMap<String, Value> {
     let f = store.features();
     let mut out = BTreeMap::new();
     for e in ENTITIES {
-        let mut buf = Vec::new();
-        if f.write_json(e, None, ReadAt { now_ms: 0 }, false, &mut buf) {
-            let v: Value = serde_json::from_slice(&buf).unwrap();
-            out.insert(e.to_string(), v["features"].clone());
+        let mut feats = serde_json::Map::new();
+        let found = f.read(e, None, ReadAt { now_ms: 0 }, &mut |name, v| {
+            feats.insert(name.to_string(), json_of(v));
+        });
+        if found.is_some() {
+            out.insert(e.to_string(), Value::Object(feats));
         }
     }
     out

@@ -6,6 +6,8 @@
 //! 429 under backpressure, 507 past `storage.max_feature_bytes`), applied before they are
 //! answered, so a read after a 200 sees them. Every response carries `X-Vx-Shard`.
 
+mod render;
+
 use super::AppError;
 use super::params::Params;
 use super::streams::{engine, with_shard};
@@ -16,6 +18,7 @@ use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use render::write_entity;
 use serde::Deserialize;
 use vx_proto::ErrorCode;
 use vx_router::SubmitError;
@@ -130,7 +133,7 @@ pub async fn get(
     let mut out = Vec::with_capacity(256);
     let at = ReadAt { now_ms: now_ms() };
     state.metrics().feature_reads.inc();
-    if features.write_json(&entity, names.as_deref(), at, true, &mut out) {
+    if write_entity(features, &entity, names.as_deref(), at, true, &mut out) {
         Ok(with_shard(json(StatusCode::OK, out), shard))
     } else {
         Ok(with_shard(
@@ -204,7 +207,7 @@ pub async fn query(
         if i > 0 {
             out.push(b',');
         }
-        if !features.write_json(e, names.as_deref(), at, false, &mut out) {
+        if !write_entity(features, e, names.as_deref(), at, false, &mut out) {
             out.extend_from_slice(b"null");
         }
     }

@@ -1,0 +1,501 @@
+//! The apply interface: the only way the tables change. The writer hands over every record
+//! it made durable, in log order, as typed values (an event with its entity, a PUT's values, a
+//! delete) together with the record's place in the log ([`LogPos`]); recovery replays the same
+//! records through the same calls, with a [`Replay`] saying what the snapshot covers already.
+//!
+//! What a record does:
+//! - every event with an entity: `events` += 1, `last_ts` = max `ts`;
+//! - a `counter`: `<type>` += value; a `gauge`: `<type>` = value if its `ts` ≥ the current
+//!   value's (ties go to the later record, since records apply in log order);
+//! - declared aggregates whose `from` is the event's type update their state
+//!   ([`crate::window`], [`crate::hll`]);
+//! - a feature put sets values (a PUT wins over everything earlier in the log; the value keeps
+//!   the `ts` of the value it replaced, so a later gauge with an older `ts` does not undo it);
+//!   `null` deletes; a feature delete removes one feature or the whole entity.
+//!
+//! A record the tables cannot take is an [`ApplyError`]: the tables no longer follow the log,
+//! and the caller must act on it (the storage engine poisons itself, docs/FEATURES.md).
+
+use crate::Features;
+use crate::budget::{ENTITY_COST, FEAT_COST, state_bytes};
+use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
+use crate::hll;
+use crate::table::{Buckets, EntityRef, Feat, Shard, State};
+use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
+use std::sync::atomic::Ordering;
+use vx_proto::{EventView, Kind};
+
+/// A record's place in the log: what the tables order by and stamp changes with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPos {
+    /// The record's LSN: records apply in LSN order.
+    pub lsn: u64,
+    /// The server's clock when the record was appended (`ttl`, future events, a PUT's `as_of`).
+    pub append_ms: i64,
+}
+
+/// Which parts of a record to apply during recovery: records a shard's snapshot covers are
+/// skipped, except for declarations being recomputed (`redo`, by declaration index).
+pub struct Replay<'a> {
+    /// Per shard: the last LSN its snapshot covers.
+    pub covered: &'a [u64],
+    /// Per declaration: whether it is recomputed from the log.
+    pub redo: &'a [bool],
+}
+
+/// What applying a direct write found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectApplied {
+    pub set: u64,
+    pub deleted: u64,
+    /// The entity (or the named feature) existed before a delete.
+    pub found: bool,
+}
+
+/// A record the tables refused: they no longer follow the log.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error(
+        "the record at LSN {lsn} is older than LSN {applied}, which shard {shard} applied already: the feature tables would leave log order"
+    )]
+    OutOfOrder { lsn: u64, shard: u32, applied: u64 },
+    /// Only the test fault hook (`Features::fail_next_apply`, feature `testing`) makes it.
+    #[error("the record at LSN {lsn}: apply failure injected by a test")]
+    Injected { lsn: u64 },
+}
+
+/// The events of one record, applied one at a time in record order.
+pub struct RecordEvents<'a> {
+    features: &'a Features,
+    at: LogPos,
+    replay: Option<&'a Replay<'a>>,
+    prev_ty: &'a str,
+    decls: &'a [u32],
+}
+
+impl<'a> RecordEvents<'a> {
+    /// Apply one event of the record (events without an entity change nothing).
+    pub fn apply(&mut self, ev: &EventView<'a>) -> Result<(), ApplyError> {
+        let Some(entity) = ev.entity else {
+            return Ok(());
+        };
+        // Runs are mostly of one type: look the declarations up on a change.
+        if ev.ty != self.prev_ty {
+            self.prev_ty = ev.ty;
+            self.decls = self.features.decls.of_type(ev.ty);
+        }
+        self.features
+            .apply_event(entity, ev, self.decls, self.at, self.replay)
+    }
+}
+
+impl Features {
+    /// Start applying an events record at `at`; `replay` is set during recovery only.
+    pub fn events<'a>(
+        &'a self,
+        at: LogPos,
+        replay: Option<&'a Replay<'a>>,
+    ) -> Result<RecordEvents<'a>, ApplyError> {
+        self.injected_fault(at)?;
+        Ok(RecordEvents {
+            features: self,
+            at,
+            replay,
+            prev_ty: "",
+            decls: &[],
+        })
+    }
+
+    /// Apply a feature put (`None` values delete); `replay` is set during recovery only.
+    pub fn put(
+        &self,
+        at: LogPos,
+        entity: &str,
+        set: &[(&str, Option<FeatureValue>)],
+        replay: Option<&Replay<'_>>,
+    ) -> Result<DirectApplied, ApplyError> {
+        self.injected_fault(at)?;
+        let er = EntityRef::new(entity);
+        // PUTs never touch declared aggregates (refused before they are written).
+        if self.redo_only(er, at.lsn, replay) {
+            return Ok(DirectApplied::default());
+        }
+        self.change(er, |sh| self.put_to(sh, er, set, at))
+    }
+
+    /// Apply a feature delete: feature `name`, or the whole entity.
+    pub fn delete(
+        &self,
+        at: LogPos,
+        entity: &str,
+        name: Option<&str>,
+        replay: Option<&Replay<'_>>,
+    ) -> Result<DirectApplied, ApplyError> {
+        self.injected_fault(at)?;
+        let er = EntityRef::new(entity);
+        let redo_only = self.redo_only(er, at.lsn, replay);
+        self.change(er, |sh| {
+            self.delete_from(sh, er, name, at.lsn, replay, redo_only)
+        })
+    }
+
+    /// Move entity `er`'s shard to the record at `lsn`. Records apply in log order: one
+    /// before what the shard holds means the caller lost its place (records of one LSN apply
+    /// to a shard once per event, hence `<`).
+    fn advance(&self, er: EntityRef<'_>, sh: &mut Shard, lsn: u64) -> Result<(), ApplyError> {
+        if lsn < sh.lsn {
+            return Err(ApplyError::OutOfOrder {
+                lsn,
+                shard: er.shard(self.nshards),
+                applied: sh.lsn,
+            });
+        }
+        sh.lsn = lsn;
+        Ok(())
+    }
+
+    /// Whether only redone declarations apply to entity `e` for a record at `lsn`: during
+    /// recovery, when its shard's snapshot covers the record.
+    fn redo_only(&self, e: EntityRef<'_>, lsn: u64, replay: Option<&Replay<'_>>) -> bool {
+        let s = e.shard(self.nshards) as usize;
+        replay
+            .and_then(|r| r.covered.get(s))
+            .is_some_and(|&c| lsn <= c)
+    }
+
+    fn apply_event(
+        &self,
+        entity: &str,
+        ev: &EventView<'_>,
+        decls: &[u32],
+        at: LogPos,
+        replay: Option<&Replay<'_>>,
+    ) -> Result<(), ApplyError> {
+        let er = EntityRef::new(entity);
+        // `Some`: only these declarations are redone for this record (recovery).
+        let redo = replay
+            .filter(|_| self.redo_only(er, at.lsn, replay))
+            .map(|r| r.redo);
+        if let Some(redo) = redo
+            && !decls.iter().any(|&d| redo.get(d as usize) == Some(&true))
+        {
+            return Ok(());
+        }
+        self.change(er, |sh| self.apply_event_to(sh, er, ev, decls, at, redo))
+    }
+
+    fn apply_event_to(
+        &self,
+        sh: &mut Shard,
+        er: EntityRef<'_>,
+        ev: &EventView<'_>,
+        decls: &[u32],
+        at: LogPos,
+        redo: Option<&[bool]>,
+    ) -> Result<(), ApplyError> {
+        let append_ms = at.append_ms;
+        if redo.is_none() {
+            self.advance(er, sh, at.lsn)?;
+        }
+        let (entities, names, bytes) = sh.parts();
+        let future = ev.ts > append_ms.saturating_add(MAX_FUTURE_MS);
+        let ent = if redo.is_some() {
+            // Recomputing a declaration over records the snapshot covers: only entities that
+            // still exist are touched (a later delete removed the others).
+            match entities.get_mut(er) {
+                Some(e) => e,
+                None => return Ok(()),
+            }
+        } else {
+            let (e, created) = entities.get_or_insert(er);
+            if created {
+                *bytes += ENTITY_COST + 2 * er.name.len() as u64;
+                self.entities.fetch_add(1, Ordering::Relaxed);
+            }
+            e.as_of = e.as_of.max(ev.ts);
+            if !future {
+                e.wm = e.wm.max(ev.ts);
+            }
+            e.events = Some(e.events.unwrap_or(0).saturating_add(1));
+            e.last_ts = Some(e.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
+            // Counters and gauges, unless a declaration owns the name.
+            if let (Kind::Counter | Kind::Gauge, Some(value)) = (ev.kind, ev.value)
+                && !self.decls.is_declared(ev.ty)
+            {
+                let id = names.id(ev.ty).unwrap_or(u32::MAX);
+                let st = plain_mut(e, names, bytes, id, ev.ty, append_ms);
+                if ev.kind == Kind::Counter {
+                    add_counter(st, value, ev.ts);
+                } else {
+                    set_gauge(st, value, ev.ts);
+                }
+            }
+            e
+        };
+        for &d in decls {
+            if redo.is_some_and(|r| r.get(d as usize) != Some(&true)) {
+                continue;
+            }
+            let Some(decl) = self.decls.list.get(d as usize) else {
+                continue;
+            };
+            let width = self.decls.widths.get(d as usize).copied().flatten();
+            if width.is_some() && future {
+                self.future.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let id = Decls::id(d);
+            let pos = match ent.feats.iter().position(|f| f.name == id) {
+                Some(p) => p,
+                None => {
+                    let st = match decl.agg {
+                        Agg::Last => State::Plain {
+                            v: FeatureValue::Int(0),
+                            ts: i64::MIN,
+                        },
+                        Agg::Distinct => State::Hll {
+                            head: i64::MIN,
+                            regs: hll::empty(width.is_some()),
+                        },
+                        _ => State::Win(Buckets::new()),
+                    };
+                    *bytes += FEAT_COST + state_bytes(&st);
+                    ent.feats.push(Feat {
+                        name: id,
+                        updated_ms: append_ms,
+                        st,
+                    });
+                    ent.feats.len() - 1
+                }
+            };
+            let Some(f) = ent.feats.get_mut(pos) else {
+                continue;
+            };
+            let old = state_bytes(&f.st);
+            let applied = crate::window::aggregate(decl, width, &mut f.st, ev);
+            match applied {
+                Some(true) => f.updated_ms = append_ms,
+                Some(false) => {
+                    self.late.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {}
+            }
+            *bytes = (*bytes + state_bytes(&f.st)).saturating_sub(old);
+        }
+        Ok(())
+    }
+
+    fn put_to(
+        &self,
+        sh: &mut Shard,
+        er: EntityRef<'_>,
+        set: &[(&str, Option<FeatureValue>)],
+        at: LogPos,
+    ) -> Result<DirectApplied, ApplyError> {
+        self.advance(er, sh, at.lsn)?;
+        let append_ms = at.append_ms;
+        let mut out = DirectApplied::default();
+        let (entities, names, bytes) = sh.parts();
+        out.found = entities.contains_key(er);
+        if set.iter().all(|(_, v)| v.is_none()) && !out.found {
+            // Only deletes of an unknown entity: nothing to create.
+            return Ok(out);
+        }
+        if !out.found {
+            *bytes += ENTITY_COST + 2 * er.name.len() as u64;
+            self.entities.fetch_add(1, Ordering::Relaxed);
+        }
+        let (e, _) = entities.get_or_insert(er);
+        e.as_of = e.as_of.max(append_ms);
+        for (name, v) in set {
+            if self.decls.is_declared(name) {
+                continue;
+            }
+            if let Some(b) = e.builtin(name) {
+                // The built-ins are integers (the HTTP layer refuses anything else).
+                match v {
+                    None => {
+                        out.deleted += u64::from(b.is_some());
+                        *b = None;
+                    }
+                    Some(FeatureValue::Int(i)) => {
+                        *b = Some(*i);
+                        out.set += 1;
+                    }
+                    Some(_) => {}
+                }
+                continue;
+            }
+            match v {
+                None => {
+                    if let Some(id) = names.id(name)
+                        && remove_feat(e, names, bytes, id)
+                    {
+                        out.deleted += 1;
+                    }
+                }
+                Some(v) => {
+                    let id = names.id(name).unwrap_or(u32::MAX);
+                    let st = plain_mut(e, names, bytes, id, name, append_ms);
+                    let old = state_bytes(st);
+                    let ts = match st {
+                        State::Plain { ts, .. } => *ts,
+                        _ => i64::MIN,
+                    };
+                    *st = State::Plain { v: v.clone(), ts };
+                    *bytes = (*bytes + state_bytes(st)).saturating_sub(old);
+                    out.set += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn delete_from(
+        &self,
+        sh: &mut Shard,
+        er: EntityRef<'_>,
+        name: Option<&str>,
+        lsn: u64,
+        replay: Option<&Replay<'_>>,
+        redo_only: bool,
+    ) -> Result<DirectApplied, ApplyError> {
+        if !redo_only {
+            self.advance(er, sh, lsn)?;
+        }
+        let mut out = DirectApplied::default();
+        let (entities, names, bytes) = sh.parts();
+        let redo = |id: u32| {
+            self.decls
+                .decl_of(id)
+                .is_some_and(|d| replay.is_some_and(|r| r.redo.get(d) == Some(&true)))
+        };
+        if name.is_none() && !redo_only {
+            if let Some(e) = entities.remove(er) {
+                out.found = true;
+                out.deleted = e.feats.len() as u64;
+                *bytes = bytes.saturating_sub(ENTITY_COST + 2 * er.name.len() as u64);
+                for f in e.feats {
+                    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
+                    *bytes = bytes.saturating_sub(names.release(f.name));
+                }
+                self.entities.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Ok(out);
+        }
+        let Some(e) = entities.get_mut(er) else {
+            return Ok(out);
+        };
+        match name {
+            None => {
+                // Recomputing: the delete resets the redone declarations of the entity.
+                e.feats.retain(|f| !redo(f.name));
+            }
+            Some(n) => {
+                if !redo_only && let Some(b) = e.builtin(n) {
+                    out.found = b.is_some();
+                    out.deleted = u64::from(b.is_some());
+                    *b = None;
+                    return Ok(out);
+                }
+                let Some(id) = names.id(n) else {
+                    return Ok(out);
+                };
+                if redo_only && !redo(id) {
+                    return Ok(out);
+                }
+                if remove_feat(e, names, bytes, id) {
+                    out.found = true;
+                    out.deleted = 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::decl::decl;
+    use vx_proto::Num;
+
+    fn at(lsn: u64) -> LogPos {
+        LogPos {
+            lsn,
+            append_ms: 1_000,
+        }
+    }
+
+    fn hit<'a>(entity: &'a str, value: i64) -> EventView<'a> {
+        EventView {
+            stream: "s",
+            entity: Some(entity),
+            ty: "hit",
+            ts: 500,
+            kind: Kind::Counter,
+            value: Some(Num::Int(value)),
+            id: None,
+            data: None,
+        }
+    }
+
+    /// A record from before what a shard applied is refused, not applied twice: the caller
+    /// lost its place in the log. Events of one record touch an entity repeatedly.
+    #[test]
+    fn records_apply_in_log_order_only() {
+        let f = Features::new(1, vec![decl("total", Agg::Sum, None)], u64::MAX);
+        let mut events = f.events(at(5), None).unwrap();
+        events.apply(&hit("p", 1)).unwrap();
+        events.apply(&hit("p", 2)).unwrap();
+        let set = [("x", Some(FeatureValue::Int(1)))];
+        assert_eq!(
+            f.put(at(4), "p", &set, None),
+            Err(ApplyError::OutOfOrder {
+                lsn: 4,
+                shard: 0,
+                applied: 5
+            })
+        );
+        let mut events = f.events(at(3), None).unwrap();
+        assert!(matches!(
+            events.apply(&hit("q", 1)),
+            Err(ApplyError::OutOfOrder { lsn: 3, .. })
+        ));
+        assert!(matches!(
+            f.delete(at(2), "p", None, None),
+            Err(ApplyError::OutOfOrder { lsn: 2, .. })
+        ));
+        assert!(f.exists("p", Some("total")) && !f.exists("p", Some("x")));
+        let got = f.delete(at(6), "p", Some("hit"), None).unwrap();
+        assert_eq!((got.found, got.deleted), (true, 1));
+    }
+
+    /// During recovery, records the shard's snapshot covers only redo the recomputed
+    /// declarations, whatever their order relative to the shard's LSN.
+    #[test]
+    fn covered_records_only_redo_declarations() {
+        let f = Features::new(1, vec![decl("total", Agg::Sum, None)], u64::MAX);
+        f.events(at(9), None).unwrap().apply(&hit("p", 1)).unwrap();
+        let replay = Replay {
+            covered: &[9],
+            redo: &[true],
+        };
+        let mut events = f.events(at(3), Some(&replay)).unwrap();
+        events.apply(&hit("p", 10)).unwrap();
+        let mut total = None;
+        f.read(
+            "p",
+            Some(&["total", "events"]),
+            crate::ReadAt { now_ms: 0 },
+            &mut |n, v| {
+                if let (true, crate::Reading::Num(x)) = (n == "total", v) {
+                    total = Some(x);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(total, Some(11.0));
+    }
+}

@@ -1,0 +1,122 @@
+//! The query API: whether an entity (or one of its features) exists, and an entity's
+//! features as a read sees them now (`ttl` applied, windows evaluated at the entity's
+//! watermark). Rendering them (JSON over HTTP) is the caller's.
+
+use crate::Features;
+use crate::decl::{EVENTS, FeatureValue, LAST_TS};
+use crate::table::{Entity, EntityRef, Feat, State};
+
+/// When a read happens.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadAt {
+    /// The server's clock, for `ttl`.
+    pub now_ms: i64,
+}
+
+/// One feature's value as a read sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reading<'a> {
+    /// A value as stored: counters, gauges, PUTs, `last`.
+    Value(&'a FeatureValue),
+    /// An integer the tables computed: the built-ins, `count`, `distinct`'s estimate.
+    Int(i64),
+    /// An aggregate's number (`sum`, `avg`, `min`, `max`): integral values are integers.
+    Num(f64),
+}
+
+/// What a read found besides the features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntityRead {
+    /// The greatest event `ts` or direct-write append time applied to the entity (0 if none).
+    pub as_of: i64,
+}
+
+impl Features {
+    /// Whether the entity exists, and whether it has the feature `name` (if given).
+    pub fn exists(&self, entity: &str, name: Option<&str>) -> bool {
+        let er = EntityRef::new(entity);
+        let g = self.shard(er).read();
+        let Some(e) = g.entities.get(er) else {
+            return false;
+        };
+        match name {
+            None => true,
+            Some(EVENTS) => e.events.is_some(),
+            Some(LAST_TS) => e.last_ts.is_some(),
+            Some(n) => g
+                .names
+                .id(n)
+                .is_some_and(|id| e.feats.iter().any(|f| f.name == id)),
+        }
+    }
+
+    /// Hand the entity's features to `visit`, in table order (the built-ins first), or those
+    /// of `names` in that order (unknown or empty ones skipped); `None` if the entity is
+    /// unknown. `visit` runs under the shard's read lock: it must not call back into the tables.
+    pub fn read(
+        &self,
+        entity: &str,
+        names: Option<&[&str]>,
+        at: ReadAt,
+        visit: &mut dyn FnMut(&str, Reading<'_>),
+    ) -> Option<EntityRead> {
+        let er = EntityRef::new(entity);
+        let g = self.shard(er).read();
+        let e = g.entities.get(er)?;
+        let builtin = |name: &str, v: Option<i64>, visit: &mut dyn FnMut(&str, Reading<'_>)| {
+            if let Some(v) = v {
+                visit(name, Reading::Int(v));
+            }
+        };
+        let one = |f: &Feat, visit: &mut dyn FnMut(&str, Reading<'_>)| {
+            if let (Some(name), Some(v)) = (g.names.name(f.name), self.read_value(f, e, at)) {
+                visit(name, v);
+            }
+        };
+        match names {
+            None => {
+                builtin(EVENTS, e.events, visit);
+                builtin(LAST_TS, e.last_ts, visit);
+                for f in &e.feats {
+                    one(f, visit);
+                }
+            }
+            Some(list) => {
+                for n in list {
+                    match *n {
+                        EVENTS => builtin(EVENTS, e.events, visit),
+                        LAST_TS => builtin(LAST_TS, e.last_ts, visit),
+                        _ => {
+                            if let Some(id) = g.names.id(n)
+                                && let Some(f) = e.feats.iter().find(|f| f.name == id)
+                            {
+                                one(f, visit);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(EntityRead {
+            as_of: e.as_of.max(0),
+        })
+    }
+
+    /// One feature's value as a read sees it now; `None` when hidden (ttl) or empty.
+    fn read_value<'s>(&self, f: &'s Feat, e: &Entity, at: ReadAt) -> Option<Reading<'s>> {
+        let Some(d) = self.decls.decl_of(f.name) else {
+            return match &f.st {
+                State::Plain { v, .. } => Some(Reading::Value(v)),
+                _ => None,
+            };
+        };
+        if let Some(Some(ttl)) = self.decls.ttls.get(d)
+            && at.now_ms.saturating_sub(f.updated_ms) > *ttl
+        {
+            return None;
+        }
+        let decl = self.decls.list.get(d)?;
+        let width = self.decls.widths.get(d).copied().flatten();
+        crate::window::evaluate(decl, width, &f.st, e.wm)
+    }
+}

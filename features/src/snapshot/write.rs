@@ -1,0 +1,142 @@
+//! Writing a snapshot: shard by shard under each shard's read lock, while ingest goes on.
+
+use super::{
+    HEAD_LEN, MAGIC, SnapBucket, SnapEntity, SnapFeat, SnapFile, SnapMeta, SnapShard, SnapState,
+    TRAILER, schema_hash,
+};
+use crate::Features;
+use crate::decl::FeatureValue;
+use crate::table::{Shard, State};
+use rkyv::rancor;
+use std::io;
+
+/// What [`write_to`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub covered_min: u64,
+    pub covered_max: u64,
+    /// The file's length.
+    pub bytes: u64,
+}
+
+fn copy_shard(g: &Shard, covered: u64) -> io::Result<SnapShard> {
+    let names = g.names.iter().map(str::to_string).collect();
+    let mut entities = Vec::with_capacity(g.entities.len());
+    for (k, e) in g.entities.iter() {
+        // Keys are made from `&str`: a key that is not UTF-8 is a bug, and fails the snapshot.
+        let key = std::str::from_utf8(k)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+            .to_string();
+        entities.push(SnapEntity {
+            key,
+            events: e.events,
+            last_ts: e.last_ts,
+            wm: e.wm,
+            as_of: e.as_of,
+            feats: e
+                .feats
+                .iter()
+                .map(|f| SnapFeat {
+                    name: f.name,
+                    updated_ms: f.updated_ms,
+                    st: match &f.st {
+                        State::Plain { v, ts } => match v {
+                            FeatureValue::Int(i) => SnapState::Int(*i, *ts),
+                            FeatureValue::Float(x) => SnapState::Float(*x, *ts),
+                            FeatureValue::Bool(b) => SnapState::Bool(*b, *ts),
+                            FeatureValue::Str(s) => SnapState::Str(s.to_string(), *ts),
+                        },
+                        State::Win(b) => SnapState::Win(
+                            b.iter()
+                                .map(|b| SnapBucket {
+                                    idx: b.idx,
+                                    n: b.n,
+                                    a: b.a,
+                                })
+                                .collect(),
+                        ),
+                        State::Hll { head, regs } => SnapState::Hll(*head, regs.to_vec()),
+                    },
+                })
+                .collect(),
+        });
+    }
+    Ok(SnapShard {
+        covered,
+        names,
+        entities,
+    })
+}
+
+fn pad16(buf: &mut Vec<u8>) {
+    while !buf.len().is_multiple_of(16) {
+        buf.push(0);
+    }
+}
+
+/// Write a snapshot of `features` into `f` (a new, empty file), stamped `now_ms`. Syncing,
+/// naming ([`super::file_name`]) and the atomic rename are the caller's.
+pub fn write_to(features: &Features, f: &dyn SnapFile, now_ms: i64) -> io::Result<Written> {
+    let meta = SnapMeta {
+        decls: features
+            .decls()
+            .iter()
+            .map(|d| (d.name.clone(), d.fingerprint()))
+            .collect(),
+    };
+    let meta_bytes = rkyv::to_bytes::<rancor::Error>(&meta).map_err(io::Error::other)?;
+    let mut off = HEAD_LEN as u64;
+    let mut chunk: Vec<u8> = Vec::with_capacity(meta_bytes.len() + 16);
+    chunk.extend_from_slice(&meta_bytes);
+    pad16(&mut chunk);
+    f.write_all_at(&chunk, off)?;
+    off += chunk.len() as u64;
+    let (mut cmin, mut cmax) = (u64::MAX, 0u64);
+    for (i, lock) in features.shards.iter().enumerate() {
+        // A shard covers its own last LSN or what every shard had applied when it was
+        // copied, whichever is larger: only the writer changes it, in log order, under the lock.
+        let copy = {
+            let g = lock.read();
+            copy_shard(&g, g.lsn.max(features.applied()))?
+        };
+        cmin = cmin.min(copy.covered);
+        cmax = cmax.max(copy.covered);
+        let bytes = rkyv::to_bytes::<rancor::Error>(&copy).map_err(io::Error::other)?;
+        drop(copy);
+        chunk.clear();
+        chunk.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        chunk.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+        chunk.extend_from_slice(&(i as u32).to_le_bytes());
+        chunk.extend_from_slice(&bytes);
+        pad16(&mut chunk);
+        f.write_all_at(&chunk, off)?;
+        off += chunk.len() as u64;
+    }
+    if cmin == u64::MAX {
+        cmin = 0;
+    }
+    let mut trailer = Vec::with_capacity(16);
+    trailer.extend_from_slice(TRAILER);
+    trailer.extend_from_slice(&(off + 16).to_le_bytes());
+    f.write_all_at(&trailer, off)?;
+    off += 16;
+    let mut head = Vec::with_capacity(HEAD_LEN);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&schema_hash().to_le_bytes());
+    head.extend_from_slice(&features.shards().to_le_bytes());
+    head.extend_from_slice(&(meta.decls.len() as u32).to_le_bytes());
+    head.extend_from_slice(&cmin.to_le_bytes());
+    head.extend_from_slice(&cmax.to_le_bytes());
+    head.extend_from_slice(&now_ms.to_le_bytes());
+    head.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
+    head.extend_from_slice(&crc32c::crc32c(&meta_bytes).to_le_bytes());
+    head.extend_from_slice(&0u32.to_le_bytes());
+    let crc = crc32c::crc32c(&head);
+    head.extend_from_slice(&crc.to_le_bytes());
+    f.write_all_at(&head, 0)?;
+    Ok(Written {
+        covered_min: cmin,
+        covered_max: cmax,
+        bytes: off,
+    })
+}

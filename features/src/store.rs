@@ -1,0 +1,168 @@
+//! [`Features`]: the tables, sharded by entity (xxh3-64 of the entity mod shards, like
+//! streams), each shard behind its own lock, with the counters metrics read.
+//!
+//! Only the writer thread changes them, through the apply interface ([`crate::apply`]); the
+//! readers ([`crate::read`]) and the snapshot thread ([`crate::snapshot`]) take a shard's
+//! read lock at a time.
+
+use crate::decl::{Decls, FeatureDecl};
+use crate::names::Names;
+use crate::table::{EntityRef, Shard};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// The feature tables. Shared by the writer (the only one that changes them), the readers
+/// and the snapshot thread.
+pub struct Features {
+    pub(crate) shards: Box<[RwLock<Shard>]>,
+    pub(crate) decls: Decls,
+    pub(crate) nshards: u32,
+    pub(crate) max_bytes: u64,
+    used: AtomicI64,
+    /// Bytes of creations planned in the current group, not yet applied (writer only).
+    pub(crate) pending: AtomicU64,
+    /// Every record with an LSN ≤ this is applied to every shard.
+    applied: AtomicU64,
+    pub(crate) entities: AtomicI64,
+    pub(crate) late: AtomicU64,
+    pub(crate) future: AtomicU64,
+    /// The test fault hook: the next apply fails ([`Features::fail_next_apply`]).
+    #[cfg(feature = "testing")]
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+/// Counters of the tables, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureStats {
+    pub entities: u64,
+    pub bytes: u64,
+    pub max_bytes: u64,
+    /// Events ignored by windowed aggregates: older than the window, or from the future.
+    pub late_events: u64,
+    pub future_events: u64,
+}
+
+impl Features {
+    pub fn new(shards: u32, decls: Vec<FeatureDecl>, max_bytes: u64) -> Features {
+        let decls = Decls::new(decls);
+        Features {
+            shards: (0..shards.max(1))
+                .map(|_| RwLock::new(Shard::new(Names::new(&decls))))
+                .collect(),
+            decls,
+            nshards: shards.max(1),
+            max_bytes,
+            used: AtomicI64::new(0),
+            pending: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            entities: AtomicI64::new(0),
+            late: AtomicU64::new(0),
+            future: AtomicU64::new(0),
+            #[cfg(feature = "testing")]
+            fail_next: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn empty_shard(&self) -> Shard {
+        Shard::new(Names::new(&self.decls))
+    }
+
+    /// Replace every shard's contents (start-up, from a snapshot).
+    pub(crate) fn install_shards(&self, shards: Vec<Shard>, entities: u64) {
+        let mut used = 0u64;
+        for (lock, sh) in self.shards.iter().zip(shards) {
+            used += sh.bytes;
+            *lock.write() = sh;
+        }
+        self.used
+            .store(i64::try_from(used).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.entities.store(
+            i64::try_from(entities).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn shard_of(&self, entity: &str) -> u32 {
+        EntityRef::new(entity).shard(self.nshards)
+    }
+
+    /// The shard of an entity whose hash is computed already.
+    pub(crate) fn shard(&self, e: EntityRef<'_>) -> &RwLock<Shard> {
+        // In range: `shard_of_hash(_, n)` is below `n`, the number of shards.
+        &self.shards[e.shard(self.nshards) as usize]
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.nshards
+    }
+
+    pub fn decls(&self) -> &[FeatureDecl] {
+        &self.decls.list
+    }
+
+    pub fn is_declared(&self, name: &str) -> bool {
+        self.decls.is_declared(name)
+    }
+
+    pub fn stats(&self) -> FeatureStats {
+        FeatureStats {
+            entities: u64::try_from(self.entities.load(Ordering::Relaxed)).unwrap_or(0),
+            bytes: self.used_bytes(),
+            max_bytes: self.max_bytes,
+            late_events: self.late.load(Ordering::Relaxed),
+            future_events: self.future.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        u64::try_from(self.used.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// Every record up to `lsn` is applied (the writer, after a group; recovery, at its end):
+    /// what a snapshot copy taken now covers at least.
+    pub fn applied_through(&self, lsn: u64) {
+        self.applied.store(lsn, Ordering::Release);
+    }
+
+    pub(crate) fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// Change entity `e`'s shard under its write lock, and add what that changed of the
+    /// shard's bytes to the tables' count.
+    pub(crate) fn change<R>(
+        &self,
+        e: EntityRef<'_>,
+        f: impl FnOnce(&mut Shard) -> Result<R, crate::ApplyError>,
+    ) -> Result<R, crate::ApplyError> {
+        let mut g = self.shard(e).write();
+        let before = g.bytes;
+        let out = f(&mut g);
+        let after = g.bytes;
+        if after != before {
+            self.used.fetch_add(
+                i64::try_from(after).unwrap_or(i64::MAX)
+                    - i64::try_from(before).unwrap_or(i64::MAX),
+                Ordering::Relaxed,
+            );
+        }
+        out
+    }
+
+    /// Test support: make the next apply (of any record) fail with
+    /// [`crate::ApplyError::Injected`], as a bug or a refused record would.
+    #[cfg(feature = "testing")]
+    pub fn fail_next_apply(&self) {
+        self.fail_next.store(true, Ordering::Release);
+    }
+
+    /// The fault the test hook injected, if any (never without the `testing` feature).
+    pub(crate) fn injected_fault(&self, at: crate::LogPos) -> Result<(), crate::ApplyError> {
+        #[cfg(feature = "testing")]
+        if self.fail_next.swap(false, Ordering::AcqRel) {
+            return Err(crate::ApplyError::Injected { lsn: at.lsn });
+        }
+        let _ = at;
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! Plain values: counters, gauges and direct writes, and a feature's removal.
+
+use crate::budget::{FEAT_COST, state_bytes};
+use crate::decl::FeatureValue;
+use crate::names::Names;
+use crate::table::{Entity, Feat, State};
+use vx_proto::Num;
+
+/// Remove feature `id` of the entity, freeing its bytes and its name's reference; false if it
+/// has no such feature.
+pub(crate) fn remove_feat(e: &mut Entity, names: &mut Names, bytes: &mut u64, id: u32) -> bool {
+    let Some(p) = e.feats.iter().position(|f| f.name == id) else {
+        return false;
+    };
+    let f = e.feats.swap_remove(p);
+    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
+    *bytes = bytes.saturating_sub(names.release(id));
+    true
+}
+
+/// The plain state of feature `id` (`name`), created if missing. `id` is `u32::MAX` when the
+/// name has no id yet in this shard.
+pub(crate) fn plain_mut<'e>(
+    e: &'e mut Entity,
+    names: &mut Names,
+    bytes: &mut u64,
+    id: u32,
+    name: &str,
+    append_ms: i64,
+) -> &'e mut State {
+    let pos = if id == u32::MAX {
+        None
+    } else {
+        e.feats.iter().position(|f| f.name == id)
+    };
+    let pos = match pos {
+        Some(p) => {
+            if let Some(f) = e.feats.get_mut(p) {
+                f.updated_ms = append_ms;
+            }
+            p
+        }
+        None => {
+            let (id, added) = names.acquire(name);
+            *bytes += added + FEAT_COST;
+            e.feats.push(Feat {
+                name: id,
+                updated_ms: append_ms,
+                st: State::Plain {
+                    v: FeatureValue::Int(0),
+                    ts: i64::MIN,
+                },
+            });
+            e.feats.len() - 1
+        }
+    };
+    // `pos` is in range: found or just pushed.
+    &mut e.feats[pos].st
+}
+
+pub(crate) fn add_counter(st: &mut State, delta: Num, ts: i64) {
+    let d = match delta {
+        Num::Int(i) => i,
+        // Decoders accept counters only as integers (a float with zero fraction included).
+        Num::Float(f) => f as i64,
+    };
+    match st {
+        State::Plain {
+            v: FeatureValue::Int(c),
+            ts: t,
+        } => {
+            *c = c.saturating_add(d);
+            *t = (*t).max(ts);
+        }
+        State::Plain {
+            v: FeatureValue::Float(c),
+            ts: t,
+        } => {
+            *c += d as f64;
+            *t = (*t).max(ts);
+        }
+        State::Plain { v, ts: t } => {
+            // A PUT left a string or a bool: the counter starts over.
+            *v = FeatureValue::Int(d);
+            *t = (*t).max(ts);
+        }
+        other => {
+            *other = State::Plain {
+                v: FeatureValue::Int(d),
+                ts,
+            }
+        }
+    }
+}
+
+pub(crate) fn set_gauge(st: &mut State, value: Num, ts: i64) {
+    match st {
+        State::Plain { v, ts: t } => {
+            if ts >= *t {
+                *v = value.into();
+                *t = ts;
+            }
+        }
+        other => {
+            *other = State::Plain {
+                v: value.into(),
+                ts,
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The one path from the log to the feature tables: decode a checksum-verified record and
+//! hand its contents, as typed values and in log order, to vx-features' apply interface. The
+//! writer calls it for every record it made durable, recovery for every record it replays.
+
+use crate::features::{ApplyError, DirectApplied, Features, LogPos, Replay};
+use crate::record::{self, Decode, Header, RecordType};
+
+/// A record the feature tables did not take.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FeedError {
+    /// The record does not decode, although its checksum matched: a bug in the writer.
+    #[error("the record does not decode: {0:?}")]
+    Decode(Decode),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+}
+
+impl From<Decode> for FeedError {
+    fn from(e: Decode) -> Self {
+        FeedError::Decode(e)
+    }
+}
+
+/// Apply one checksum-verified record. `replay` is set during recovery only.
+pub(crate) fn apply_record(
+    features: &Features,
+    rec: &[u8],
+    h: &Header,
+    replay: Option<&Replay<'_>>,
+) -> Result<DirectApplied, FeedError> {
+    let at = LogPos {
+        lsn: h.lsn,
+        append_ms: h.append_ms,
+    };
+    match h.ty {
+        RecordType::Events => {
+            let mut events = features.events(at, replay)?;
+            for run in record::runs(rec, h.n) {
+                let run = run?;
+                for ev in vx_proto::packed::events(run.events, run.stream) {
+                    events.apply(&ev.map_err(Decode::from)?)?;
+                }
+            }
+            Ok(DirectApplied::default())
+        }
+        RecordType::FeaturePut => {
+            let (entity, set) = record::feature_put(rec, h.n)?;
+            Ok(features.put(at, entity, &set, replay)?)
+        }
+        RecordType::FeatureDelete => {
+            let (entity, name) = record::feature_delete(rec)?;
+            Ok(features.delete(at, entity, name, replay)?)
+        }
+        RecordType::Tombstone => Ok(DirectApplied::default()),
+    }
+}
