@@ -1,4 +1,4 @@
-//! The `otlp` target: OTLP/HTTP bodies (`crate::otlp` of the `veltrix` library) never panic
+//! The `otlp` target: OTLP/HTTP bodies (`vx_otlp`) never panic
 //! and map to events that keep every rule of `/v1/events`.
 //!
 //! Input layout: `[mode][limit][body…]`.
@@ -16,7 +16,7 @@
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
-use veltrix::otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
+use vx_otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
 use vx_proto::canonical::write_event;
 
 /// An input in the layout above: what to decode, how, and the body.

@@ -26,8 +26,9 @@ pub use media::{SUPPORTED_TYPES, UnsupportedMediaType, format_for};
 pub use vx_proto::Batch;
 pub use vx_proto::decode::Format;
 
-/// Name of the limit reported when a body is over `ingest.max_body_bytes`.
-pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+/// Name of the limit reported when a body is over `ingest.max_body_bytes` (one name for
+/// every decoder, so it is vx-proto's).
+pub use vx_proto::decode::LIMIT_BODY_BYTES;
 /// Name of the limit reported when a body (or a frame) stalls (408 `timeout`).
 pub const LIMIT_BODY_TIMEOUT: &str = "ingest.body_timeout";
 

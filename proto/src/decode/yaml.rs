@@ -45,16 +45,13 @@ use self::anchors::Anchors;
 use self::chars::{Chars, Guard};
 use self::event::EventBuilder;
 use self::scalar::{Scalar, collection_tag, resolve};
-use super::{LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
+use super::{LIMIT_BODY_BYTES, LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
 use crate::error::InputError;
 use crate::event::MAX_DATA_DEPTH;
 use crate::packed::Batch;
 
 /// Anchored nodes of one document may hold this many times `ingest.max_event_bytes`.
 pub const ANCHOR_BUDGET_EVENTS: usize = 4;
-
-/// Name of the limit a body whose decoded events outgrow it is refused with.
-pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
 
 /// Decode a whole YAML body from `reader` into `out`. `max_event_bytes` bounds one event
 /// (alias expansions included) and what the decoder buffers; `max_body_bytes` bounds the

@@ -156,7 +156,7 @@ where
 fn check_total(batch: &Batch, m: &Mapping<'_>) -> Result<(), InputError> {
     if batch.mem_bytes() as u64 > m.max_batch_bytes {
         return Err(InputError::too_large(
-            vx_ingest::LIMIT_BODY_BYTES,
+            vx_proto::decode::LIMIT_BODY_BYTES,
             m.max_batch_bytes,
             format!(
                 "the request's events add up to more than {} bytes (ingest.max_body_bytes); \
