@@ -77,8 +77,8 @@ pub fn otlp_maps_consistently(data: &[u8]) {
     assert!(mapped.batch.mem_bytes() as u64 <= mapping.max_batch_bytes);
     let mut events = Vec::new();
     for ev in mapped.batch.iter() {
-        assert!(vx_proto::event::valid_stream(ev.stream));
-        assert!(vx_proto::event::valid_type(ev.ty));
+        assert!(vx_proto::rules::valid_stream(ev.stream));
+        assert!(vx_proto::rules::valid_type(ev.ty));
         let data: serde_json::Value =
             serde_json::from_str(ev.data.unwrap_or("null")).unwrap_or_default();
         assert!(data.is_object(), "{:?}", ev.data);

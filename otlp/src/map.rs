@@ -33,7 +33,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
-use vx_proto::event::{MAX_DATA_DEPTH, MAX_TYPE_LEN, valid_entity, valid_stream};
+use vx_proto::rules::{MAX_DATA_DEPTH, MAX_TYPE_LEN, type_byte, valid_entity, valid_stream};
 use vx_proto::{Batch, EventView, InputError, Kind};
 
 /// OTel's `service.name` when a resource has none.
@@ -438,12 +438,9 @@ fn nanos_ms(ns: u64) -> Option<i64> {
 pub fn sanitize_type(s: &str) -> Option<String> {
     let t: String = s
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-') {
-                c
-            } else {
-                '_'
-            }
+        .map(|c| match u8::try_from(c) {
+            Ok(b) if type_byte(b) => c,
+            _ => '_',
         })
         .take(MAX_TYPE_LEN)
         .collect();

@@ -473,7 +473,7 @@ proptest! {
         prop_assert_eq!(events(&m), events(&mj));
         for (ev, sp) in events(&m).iter().zip(&spans) {
             prop_assert_eq!(&ev.0, &service);
-            prop_assert!(vx_proto::event::valid_type(&ev.1));
+            prop_assert!(vx_proto::rules::valid_type(&ev.1));
             prop_assert_eq!(&ev.5["name"], &Value::from(sp.name.as_str()));
         }
     }

@@ -218,7 +218,7 @@ fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
         return Ok(None);
     };
     let types: Vec<String> = list.split(',').map(|t| t.trim().to_string()).collect();
-    if let Some(bad) = types.iter().find(|t| !vx_proto::event::valid_type(t)) {
+    if let Some(bad) = types.iter().find(|t| !vx_proto::rules::valid_type(t)) {
         return Err(AppError::bad_request(format!(
             "types: {bad:?} is not a valid event type"
         )));

@@ -10,8 +10,8 @@
 use super::compact::string_stop;
 use super::{LIMIT_DATA_DEPTH, Sink};
 use crate::error::InputError;
-use crate::event::MAX_DATA_DEPTH;
 use crate::packed::Batch;
+use crate::rules::MAX_DATA_DEPTH;
 
 /// Deepest nesting inside one element: the event object plus the depth of `data`.
 const MAX_ELEMENT_DEPTH: u32 = 1 + MAX_DATA_DEPTH as u32;

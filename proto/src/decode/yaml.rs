@@ -47,8 +47,8 @@ use self::event::EventBuilder;
 use self::scalar::{Scalar, collection_tag, resolve};
 use super::{LIMIT_BODY_BYTES, LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
 use crate::error::InputError;
-use crate::event::MAX_DATA_DEPTH;
 use crate::packed::Batch;
+use crate::rules::{MAX_DATA_DEPTH, data_too_deep};
 
 /// Anchored nodes of one document may hold this many times `ingest.max_event_bytes`.
 pub const ANCHOR_BUDGET_EVENTS: usize = 4;
@@ -246,15 +246,7 @@ impl Documents {
             },
             Problem::Input(e) => e,
             Problem::Malformed(m) => InputError::malformed(format!("invalid YAML: {m}")),
-            Problem::TooDeep => {
-                let mut e = InputError::too_large(
-                    LIMIT_DATA_DEPTH,
-                    MAX_DATA_DEPTH as u64,
-                    format!("field \"data\" is nested deeper than {MAX_DATA_DEPTH} levels"),
-                );
-                e.field = Some("data".into());
-                e
-            }
+            Problem::TooDeep => data_too_deep(),
             Problem::TooLarge => {
                 let max = self.max_event_bytes;
                 InputError::too_large(

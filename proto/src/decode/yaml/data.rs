@@ -14,7 +14,7 @@ use hashbrown::HashTable;
 use super::scalar::{Int, Scalar, collection_tag, core_tag, int_value, is_json_number, resolve};
 use super::{Node, Problem};
 use crate::canonical::write_json_str;
-use crate::event::MAX_DATA_DEPTH;
+use crate::rules::MAX_DATA_DEPTH;
 
 /// An open collection of `data`.
 #[derive(Clone, Copy, Debug)]
