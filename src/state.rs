@@ -40,7 +40,7 @@ struct Inner {
     otlp_stream_attribute: String,
     hub: Arc<crate::live::Hub>,
     /// The status page's top streams, computed at most once a second for all viewers.
-    top: crate::status::TopCache,
+    top: crate::status::top::TopCache,
 }
 
 impl AppState {
@@ -76,7 +76,7 @@ impl AppState {
                 .collect(),
             otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
-            top: crate::status::TopCache::default(),
+            top: crate::status::top::TopCache::default(),
         }))
     }
 
@@ -148,7 +148,7 @@ impl AppState {
         &self.0.budget
     }
 
-    pub fn top_cache(&self) -> &crate::status::TopCache {
+    pub fn top_cache(&self) -> &crate::status::top::TopCache {
         &self.0.top
     }
 

@@ -13,7 +13,6 @@ use std::fmt;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::decode::LIMIT_DATA_DEPTH;
 use crate::error::InputError;
 use crate::event::{Kind, Num};
 
@@ -26,6 +25,8 @@ pub const MAX_ENTITY_LEN: usize = 256;
 pub const MAX_ID_LEN: usize = 128;
 /// Maximum nesting depth of `data`.
 pub const MAX_DATA_DEPTH: usize = 64;
+/// Name of the limit reported when `data` nests deeper than [`MAX_DATA_DEPTH`].
+pub const LIMIT_DATA_DEPTH: &str = "data depth";
 
 /// Why a field's value breaks its rule; the text is the message without the field's name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -16,8 +16,8 @@
 //!   `done` at the end of a range, 1001 at shutdown, 1011 on a read failure.
 
 use super::AppError;
+use super::output::{Output, position_headers, unknown_stream};
 use super::params::Params;
-use super::replay::{Output, position_headers, unknown_stream};
 use super::streams::engine;
 use crate::failure::Failure;
 use crate::live::{End, Follower, Membership, Next, Notice, Pace, Transport};

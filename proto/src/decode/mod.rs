@@ -44,8 +44,9 @@ pub const LIMIT_EVENT_BYTES: &str = "ingest.max_event_bytes";
 /// Name of the limit reported when a body, or the events decoded from it, are over
 /// `ingest.max_body_bytes`.
 pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
-/// Name of the limit reported when `data` nests deeper than [`crate::rules::MAX_DATA_DEPTH`].
-pub const LIMIT_DATA_DEPTH: &str = "data depth";
+/// Name of the limit reported when `data` nests deeper than [`crate::rules::MAX_DATA_DEPTH`]
+/// (a rule of the event, so declared with the rules).
+pub use crate::rules::LIMIT_DATA_DEPTH;
 
 /// A body format that can be decoded incrementally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

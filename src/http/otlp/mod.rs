@@ -16,7 +16,8 @@
 pub mod status;
 
 use super::AppError;
-use super::ingest::{body_error, closing, durability, encoding, submit, with_fill};
+use super::ingest::{body_error, closing, durability, encoding, submit};
+use super::queue_fill::with_fill;
 use crate::otlp::{self, Signal, Wire};
 use crate::state::AppState;
 use axum::body::Body;
