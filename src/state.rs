@@ -27,9 +27,10 @@ pub struct Token {
 
 /// Cheap to clone: everything is behind one `Arc`.
 #[derive(Clone)]
-pub struct AppState(Arc<Inner>);
+pub struct AppState(Arc<StateFields>);
 
-struct Inner {
+/// What every clone of an [`AppState`] shares.
+struct StateFields {
     phase: AtomicU8,
     engine: Arc<OnceLock<vx_router::Router>>,
     metrics: Arc<Metrics>,
@@ -59,7 +60,7 @@ impl AppState {
             max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
             body_timeout: config.ingest.body_timeout,
         };
-        AppState(Arc::new(Inner {
+        AppState(Arc::new(StateFields {
             phase: AtomicU8::new(Phase::Starting as u8),
             engine,
             metrics,
