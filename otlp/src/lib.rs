@@ -80,7 +80,9 @@ pub const SUPPORTED_TYPES: &[&str] = &["application/x-protobuf", "application/js
 impl Wire {
     /// The encoding a `Content-Type` names (parameters ignored, case-insensitive).
     pub fn for_content_type(content_type: Option<&str>) -> Option<Wire> {
-        let essence = content_type?.split(';').next().unwrap_or_default().trim();
+        let ct = content_type?;
+        // The media type without its parameters.
+        let essence = ct.split_once(';').map_or(ct, |(media, _)| media).trim();
         if essence.eq_ignore_ascii_case("application/x-protobuf") {
             Some(Wire::Protobuf)
         } else if essence.eq_ignore_ascii_case("application/json") {

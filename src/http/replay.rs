@@ -220,6 +220,7 @@ pub async fn events(
             .min(start.saturating_add(limit - 1));
         if end >= start { end + 1 } else { start }
     });
+    // `None`: the range holds no event, and the body is empty.
     let first = first.unwrap_or_default();
 
     let body = if replay.done {

@@ -78,6 +78,7 @@ impl EventParser {
             .map(|t| t.get(&un.entity))
             .filter(|e| !e.is_empty());
         let id = fields.id.map(|t| t.get(&un.id));
+        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
         let kind = fields.kind.unwrap_or_default();
         let value = check_value(kind, fields.value)?;
         check_reserved(kind, ty)?;

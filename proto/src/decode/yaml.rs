@@ -348,10 +348,10 @@ impl Documents {
                 let top = self.state == State::Root;
                 match *node {
                     Node::MapStart { tag } => {
-                        collection_tag(tag, true).map_err(|m| {
+                        collection_tag(tag, true).map_err(|e| {
                             let p = Problem::Invalid {
                                 field: None,
-                                message: m,
+                                message: e.to_string(),
                             };
                             self.problem(p, pos)
                         })?;
@@ -361,10 +361,10 @@ impl Documents {
                         Ok(())
                     }
                     Node::SeqStart { tag } if top => {
-                        collection_tag(tag, false).map_err(|m| {
+                        collection_tag(tag, false).map_err(|e| {
                             let p = Problem::Invalid {
                                 field: None,
-                                message: m,
+                                message: e.to_string(),
                             };
                             self.problem(p, pos)
                         })?;

@@ -6,7 +6,7 @@
 use granit_parser::{ScalarStyle, Tag};
 
 use super::data::DataWriter;
-use super::scalar::{CoreTag, plain};
+use super::scalar::{CoreTag, TagError, plain};
 use super::scalar::{Int, Scalar, core_tag, int_value, resolve};
 use super::{Node, Problem};
 use crate::decode::event::missing;
@@ -125,7 +125,7 @@ impl EventBuilder {
                 "merge keys (<<) are not supported: write the event's fields out".into(),
             ));
         }
-        core_tag(tag).map_err(|m| field_err(value, m))?;
+        core_tag(tag).map_err(|e| field_err(value, e.to_string()))?;
         let Some(field) = Field::from_name(value) else {
             let name = short(value);
             return Err(field_err(
@@ -164,7 +164,7 @@ impl EventBuilder {
             return Err(bad(format!("must be {expected}, got {what}")));
         };
         if let Some(rule) = field.text_rule() {
-            let text = string_field(value, style, tag).map_err(&bad)?;
+            let text = string_field(value, style, tag).map_err(|e| bad(e.to_string()))?;
             let Some(text) = text else {
                 if rule.nullable() {
                     return Ok(());
@@ -183,7 +183,7 @@ impl EventBuilder {
             self.set |= field.bit();
             return Ok(());
         }
-        let scalar = resolve(value, style, tag).map_err(&bad)?;
+        let scalar = resolve(value, style, tag).map_err(|e| bad(e.to_string()))?;
         match field {
             Field::Ts => self.ts = ts(scalar).map_err(broken)?,
             Field::Kind => {
@@ -209,6 +209,7 @@ impl EventBuilder {
         };
         required(Field::Stream)?;
         required(Field::Type)?;
+        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
         let kind = self.kind.unwrap_or_default();
         let value = check_value(kind, self.value).map_err(Problem::Input)?;
         check_reserved(kind, &self.ty).map_err(Problem::Input)?;
@@ -230,12 +231,22 @@ impl EventBuilder {
     }
 }
 
+/// Why a string field's value is not a string.
+#[derive(Debug, thiserror::Error)]
+enum NotAString {
+    #[error(transparent)]
+    Tag(#[from] TagError),
+    /// The value's type, described.
+    #[error("must be a string, got {0}")]
+    Other(&'static str),
+}
+
 /// A string field's text: a quoted scalar or a plain one as written, `None` for null.
 fn string_field<'a>(
     value: &'a str,
     style: ScalarStyle,
     tag: Option<&Tag>,
-) -> Result<Option<&'a str>, String> {
+) -> Result<Option<&'a str>, NotAString> {
     match core_tag(tag)? {
         None if style == ScalarStyle::Plain => match plain(value) {
             Scalar::Null => Ok(None),
@@ -244,11 +255,11 @@ fn string_field<'a>(
         None | Some(CoreTag::Str | CoreTag::NonSpecific) => Ok(Some(value)),
         Some(CoreTag::Null) => match resolve(value, style, tag)? {
             Scalar::Null => Ok(None),
-            s => Err(format!("must be a string, got {}", s.describe())),
+            s => Err(NotAString::Other(s.describe())),
         },
         Some(_) => {
             let s = resolve(value, style, tag)?;
-            Err(format!("must be a string, got {}", s.describe()))
+            Err(NotAString::Other(s.describe()))
         }
     }
 }
