@@ -57,19 +57,19 @@ pub enum DecodeError {
     Bad(&'static str),
 }
 
-/// Why an event could not be encoded: a length past what its field's width can say. Decoders
+/// Why an event could not be packed: a length past what its field's width can say. Decoders
 /// validate every rule of SPEC §2 first, so for their events this never happens; it guards
 /// callers that build events by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("event field {field} is {len} bytes, more than the event layout allows")]
-pub struct EncodeError {
+pub struct PackError {
     pub field: &'static str,
     pub len: usize,
 }
 
 /// Append one event in the log layout; returns its encoded size.
-pub fn encode_event(out: &mut Vec<u8>, ev: &EventView<'_>) -> Result<usize, EncodeError> {
-    let too_long = |field: &'static str, len: usize| EncodeError { field, len };
+pub fn encode_event(out: &mut Vec<u8>, ev: &EventView<'_>) -> Result<usize, PackError> {
+    let too_long = |field: &'static str, len: usize| PackError { field, len };
     let type_len = u8::try_from(ev.ty.len()).map_err(|_| too_long("type", ev.ty.len()))?;
     let entity = ev.entity.filter(|e| !e.is_empty());
     let entity_len = entity.map_or(Ok(0), |e| {
@@ -354,13 +354,13 @@ impl Batch {
 
     /// Append one validated event. The caller (a decoder) has checked every rule of SPEC §2,
     /// which keeps every length within the layout; an event that breaks them is refused.
-    pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), EncodeError> {
+    pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), PackError> {
         self.prepared_for = None;
         let i = self.run_index(ev.stream);
         let run = &mut self.runs[i];
         let at = run.events.len();
         let len = encode_event(&mut run.events, ev)?;
-        let too_long = |len: usize| EncodeError { field: "run", len };
+        let too_long = |len: usize| PackError { field: "run", len };
         if ev.id.is_some() {
             run.ids.push(IdRef {
                 idx: run.count,

@@ -104,7 +104,7 @@ impl EventParser {
 pub fn parse_event(bytes: &[u8], now_ms: i64, out: &mut Batch) -> Result<(), InputError> {
     let mut parser = EventParser::new();
     let ev = parser.parse(bytes, now_ms)?;
-    out.push(&ev).map_err(InputError::from_encode)
+    out.push(&ev).map_err(InputError::from_pack)
 }
 
 /// Invalid UTF-8 at `bytes[at]`; the position is 1-based line and column like serde_json's.

@@ -168,7 +168,7 @@ impl Sink {
         match self.parser.parse(bytes, self.now_ms) {
             Ok(ev) => {
                 if let Err(e) = out.push(&ev) {
-                    let e = InputError::from_encode(e).at_index(self.index);
+                    let e = InputError::from_pack(e).at_index(self.index);
                     return Err(self.fail(e));
                 }
                 self.index += 1;
