@@ -16,8 +16,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`status`]: the status snapshot (`GET /v1/status`) the status page at `/` polls.
 //! - [`live`]: live followers, their fan-out, and paced replay.
-//! - [`otlp`]: OTLP traces and logs → events, and OTLP's answers (the HTTP side is in
-//!   [`http::otlp`]).
+//! - [`otlp`]: OTLP traces and logs → events, re-exported from `vx_otlp`; the HTTP side and
+//!   OTLP's error answers are in [`http::otlp`].
 
 pub mod auth;
 pub mod check;
@@ -31,9 +31,13 @@ pub mod listen;
 pub mod live;
 pub mod logging;
 pub mod metrics;
-pub mod otlp;
 pub mod server;
 pub mod signals;
 pub mod state;
 pub mod status;
 pub mod telemetry;
+
+/// OTLP decoding and mapping live in `vx_otlp` (the fuzz crate uses them without linking the
+/// server); the server and its integration tests name them `veltrix::otlp`, with the request
+/// builders (`otlp::testing`) under this package's `testing` feature.
+pub use vx_otlp as otlp;

@@ -26,14 +26,28 @@ const EXPORTED: [&str; 6] = [
     vx_storage::EXPORT_SPANS,
 ];
 
+/// Why the logger could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    /// `var` is where the filter came from (`VX_LOG`, `RUST_LOG` or the default).
+    #[error("bad log filter {var}={spec:?}: {source}")]
+    Filter {
+        var: &'static str,
+        spec: String,
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+    #[error("cannot install the logger: {0}")]
+    Install(#[source] tracing_subscriber::util::TryInitError),
+}
+
 /// Install the global subscriber. Fails on a bad filter directive or if one is installed.
-pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), String> {
+pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), LoggingError> {
     let (var, spec) = match (std::env::var("VX_LOG"), std::env::var("RUST_LOG")) {
         (Ok(v), _) => ("VX_LOG", v),
         (_, Ok(v)) => ("RUST_LOG", v),
         _ => ("default", "info".to_string()),
     };
-    let bad = |e: &dyn std::fmt::Display| format!("bad log filter {var}={spec:?}: {e}");
     // The hot-path spans are off for the log unless the filter names them.
     let spans_off = format!("{}=off", vx_storage::EXPORT_SPANS);
     let spec_with_default = if spec.contains(vx_storage::EXPORT_SPANS) {
@@ -43,7 +57,11 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
     } else {
         format!("{spec},{spans_off}")
     };
-    let filter = EnvFilter::try_new(&spec_with_default).map_err(|e| bad(&e))?;
+    let filter = EnvFilter::try_new(&spec_with_default).map_err(|source| LoggingError::Filter {
+        var,
+        spec: spec.clone(),
+        source,
+    })?;
     let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Pretty => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -78,5 +96,5 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Stri
                 .try_init()
         }
     };
-    installed.map_err(|e| format!("cannot install the logger: {e}"))
+    installed.map_err(LoggingError::Install)
 }

@@ -27,9 +27,10 @@ pub struct Token {
 
 /// Cheap to clone: everything is behind one `Arc`.
 #[derive(Clone)]
-pub struct AppState(Arc<Inner>);
+pub struct AppState(Arc<StateFields>);
 
-struct Inner {
+/// What every clone of an [`AppState`] shares.
+struct StateFields {
     phase: AtomicU8,
     engine: Arc<OnceLock<vx_router::Router>>,
     metrics: Arc<Metrics>,
@@ -40,7 +41,7 @@ struct Inner {
     otlp_stream_attribute: String,
     hub: Arc<crate::live::Hub>,
     /// The status page's top streams, computed at most once a second for all viewers.
-    top: crate::status::TopCache,
+    top: crate::status::top::TopCache,
 }
 
 impl AppState {
@@ -59,7 +60,7 @@ impl AppState {
             max_event_bytes: usize::try_from(config.ingest.max_event_bytes).unwrap_or(usize::MAX),
             body_timeout: config.ingest.body_timeout,
         };
-        AppState(Arc::new(Inner {
+        AppState(Arc::new(StateFields {
             phase: AtomicU8::new(Phase::Starting as u8),
             engine,
             metrics,
@@ -76,7 +77,7 @@ impl AppState {
                 .collect(),
             otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
-            top: crate::status::TopCache::default(),
+            top: crate::status::top::TopCache::default(),
         }))
     }
 
@@ -148,7 +149,7 @@ impl AppState {
         &self.0.budget
     }
 
-    pub fn top_cache(&self) -> &crate::status::TopCache {
+    pub fn top_cache(&self) -> &crate::status::top::TopCache {
         &self.0.top
     }
 

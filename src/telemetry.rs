@@ -29,16 +29,31 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A collector's answer is a small protobuf; anything longer is not read.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
 
+/// Why trace export cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("telemetry.otlp_endpoint {endpoint:?} is not a URL: {reason}")]
+    NotAUrl { endpoint: String, reason: String },
+    #[error(
+        "telemetry.otlp_endpoint {0:?} must be an http:// or https:// URL with a host (OTLP/HTTP, e.g. http://collector:4318)"
+    )]
+    NotHttp(String),
+    #[error("cannot build the OTLP HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("cannot build the OTLP exporter: {0}")]
+    Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+}
+
 /// The traces URL for a configured endpoint: like `OTEL_EXPORTER_OTLP_ENDPOINT`, a base URL
 /// to which `/v1/traces` is appended, unless it already ends with it.
-pub fn traces_url(endpoint: &str) -> Result<String, String> {
+pub fn traces_url(endpoint: &str) -> Result<String, TelemetryError> {
     let endpoint = endpoint.trim();
-    let url = reqwest::Url::parse(endpoint)
-        .map_err(|e| format!("telemetry.otlp_endpoint {endpoint:?} is not a URL: {e}"))?;
+    let url = reqwest::Url::parse(endpoint).map_err(|e| TelemetryError::NotAUrl {
+        endpoint: endpoint.to_string(),
+        reason: e.to_string(),
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!(
-            "telemetry.otlp_endpoint {endpoint:?} must be an http:// or https:// URL with a host (OTLP/HTTP, e.g. http://collector:4318)"
-        ));
+        return Err(TelemetryError::NotHttp(endpoint.to_string()));
     }
     if url.path().trim_end_matches('/').ends_with("/v1/traces") {
         return Ok(endpoint.to_string());
@@ -104,11 +119,11 @@ pub struct Telemetry {
 impl Telemetry {
     /// Build the exporter for `endpoint`, sending on `runtime`. Nothing is sent until spans
     /// end; an unreachable collector costs dropped spans and a log line, never a request.
-    pub fn start(endpoint: &str, runtime: tokio::runtime::Handle) -> Result<Self, String> {
+    pub fn start(endpoint: &str, runtime: tokio::runtime::Handle) -> Result<Self, TelemetryError> {
         let url = traces_url(endpoint)?;
         let client = reqwest::Client::builder()
             .build()
-            .map_err(|e| format!("cannot build the OTLP HTTP client: {e}"))?;
+            .map_err(TelemetryError::Client)?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(RuntimeClient { client, runtime })
@@ -116,7 +131,7 @@ impl Telemetry {
             .with_endpoint(url)
             .with_timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
+            .map_err(TelemetryError::Exporter)?;
         let resource = Resource::builder()
             .with_service_name("veltrix")
             .with_attribute(opentelemetry::KeyValue::new(
@@ -145,30 +160,30 @@ impl Telemetry {
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
+#[allow(clippy::expect_used, clippy::unwrap_used)]
 mod tests {
     use super::traces_url;
 
     #[test]
     fn endpoint_is_a_base_url_like_otel_exporter_otlp_endpoint() {
         assert_eq!(
-            traces_url("http://collector:4318").as_deref(),
-            Ok("http://collector:4318/v1/traces")
+            traces_url("http://collector:4318").unwrap(),
+            "http://collector:4318/v1/traces"
         );
         assert_eq!(
-            traces_url("http://collector:4318/").as_deref(),
-            Ok("http://collector:4318/v1/traces")
+            traces_url("http://collector:4318/").unwrap(),
+            "http://collector:4318/v1/traces"
         );
         assert_eq!(
-            traces_url("https://c.example/otlp").as_deref(),
-            Ok("https://c.example/otlp/v1/traces")
+            traces_url("https://c.example/otlp").unwrap(),
+            "https://c.example/otlp/v1/traces"
         );
         assert_eq!(
-            traces_url("http://c:4318/v1/traces").as_deref(),
-            Ok("http://c:4318/v1/traces")
+            traces_url("http://c:4318/v1/traces").unwrap(),
+            "http://c:4318/v1/traces"
         );
         for bad in ["collector:4318", "grpc://c:4317", "not a url", "http://"] {
-            let err = traces_url(bad).expect_err(bad);
+            let err = traces_url(bad).expect_err(bad).to_string();
             assert!(err.contains("telemetry.otlp_endpoint"), "{err}");
         }
     }

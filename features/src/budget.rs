@@ -45,7 +45,7 @@ impl Features {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
         // Cheap bound first: every event creating its entity and every feature it can touch.
         let per_event = ENTITY_COST
-            + vx_proto::event::MAX_ENTITY_LEN as u64
+            + vx_proto::rules::MAX_ENTITY_LEN as u64
             + (3 + self.decls.max_per_type as u64) * (FEAT_COST + NAME_COST + 256)
             + (self.decls.max_per_type as u64) * (HLL_M * HLL_LEVELS) as u64;
         let bound = per_event.saturating_mul(batch.len() as u64);

@@ -129,7 +129,7 @@ impl FeatureDecl {
 
 /// Feature names follow the rule of event types (SPEC §2): 1–128 bytes of `[A-Za-z0-9_.:-]`.
 pub fn valid_name(name: &str) -> bool {
-    vx_proto::event::valid_type(name)
+    vx_proto::rules::valid_type(name)
 }
 
 /// A declaration start-up refuses (SPEC §6); the message names the feature.

@@ -1,4 +1,4 @@
-//! The `otlp` target: OTLP/HTTP bodies (`crate::otlp` of the `veltrix` library) never panic
+//! The `otlp` target: OTLP/HTTP bodies (`vx_otlp`) never panic
 //! and map to events that keep every rule of `/v1/events`.
 //!
 //! Input layout: `[mode][limit][body…]`.
@@ -16,7 +16,7 @@
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
-use veltrix::otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
+use vx_otlp::{Mapping, Signal, Wire, decode, decode_and_map, decoded_cost};
 use vx_proto::canonical::write_event;
 
 /// An input in the layout above: what to decode, how, and the body.
@@ -77,8 +77,8 @@ pub fn otlp_maps_consistently(data: &[u8]) {
     assert!(mapped.batch.mem_bytes() as u64 <= mapping.max_batch_bytes);
     let mut events = Vec::new();
     for ev in mapped.batch.iter() {
-        assert!(vx_proto::event::valid_stream(ev.stream));
-        assert!(vx_proto::event::valid_type(ev.ty));
+        assert!(vx_proto::rules::valid_stream(ev.stream));
+        assert!(vx_proto::rules::valid_type(ev.ty));
         let data: serde_json::Value =
             serde_json::from_str(ev.data.unwrap_or("null")).unwrap_or_default();
         assert!(data.is_object(), "{:?}", ev.data);

@@ -105,12 +105,12 @@ pub fn content() -> Vec<Vec<u8>> {
 /// Seeds of the `otlp` target: a trace export (two spans, attributes of every kind, an event
 /// and a link) and a logs export, each in protobuf and in OTLP/JSON, with an event limit that
 /// fits them (255: 16 KiB) and one that rejects items (0: 64 bytes). The exports are built by
-/// the library's shared OTLP test support (`veltrix::otlp::testing`).
+/// vx-otlp's shared OTLP test support (`vx_otlp::testing`).
 pub fn otlp() -> Vec<Vec<u8>> {
     use opentelemetry_proto::tonic::logs::v1::LogRecord;
     use opentelemetry_proto::tonic::trace::v1::{Span, span};
     use prost::Message as _;
-    use veltrix::otlp::testing::{every_value_kind, json, log_record, logs, traces};
+    use vx_otlp::testing::{every_value_kind, json, log_record, logs, traces};
 
     let a_span = |id: u8| Span {
         parent_span_id: if id > 1 { vec![1; 8] } else { Vec::new() },
@@ -126,7 +126,7 @@ pub fn otlp() -> Vec<Vec<u8>> {
             span_id: vec![2; 8],
             ..Default::default()
         }],
-        ..veltrix::otlp::testing::span(1, id, "GET /x")
+        ..vx_otlp::testing::span(1, id, "GET /x")
     };
     let traces = traces(Some("svc"), vec![a_span(1), a_span(2)]);
     let record = LogRecord {

@@ -6,20 +6,12 @@
 
 use bytes::Bytes;
 use futures_util::Stream;
+use vx_proto::Batch;
 use vx_proto::decode::Decoder;
-use vx_proto::{Batch, InputError};
 
-use crate::encoding::{Decoded, Encoding};
-use crate::{Format, InflightBudget, InflightPermit, IngestError, LIMIT_BODY_BYTES, Limits};
-
-/// The 413 of a body over `ingest.max_body_bytes`.
-pub(crate) fn body_too_large(max: u64) -> InputError {
-    InputError::too_large(
-        LIMIT_BODY_BYTES,
-        max,
-        format!("request body is larger than {max} bytes (ingest.max_body_bytes)"),
-    )
-}
+use crate::encoding::Encoding;
+use crate::reader::BodyReader;
+use crate::{Format, InflightBudget, InflightPermit, IngestError, Limits};
 
 /// Decode the body `body` in `format` into a batch. `now_ms` is the `ts` of events without one.
 ///
@@ -102,9 +94,10 @@ where
     }
     // One chunk (the usual small body) is passed on without a copy; more are joined once,
     // into a buffer of exactly their size.
-    let whole = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
+    let whole = match chunks.as_slice() {
+        [] => Bytes::new(),
+        // A reference count, not a copy.
+        [one] => one.clone(),
         _ => {
             let mut buf = bytes::BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
             for c in &chunks {
@@ -114,48 +107,4 @@ where
         }
     };
     Ok((whole, permit))
-}
-
-/// A body's (decompressed) chunks, counted against the body limit and the in-flight budget.
-pub(crate) struct BodyReader<S> {
-    source: Decoded<S>,
-    read: u64,
-    max: u64,
-    timeout: std::time::Duration,
-}
-
-impl<S, E> BodyReader<S>
-where
-    S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
-{
-    fn new(body: S, encoding: Encoding, limits: &Limits) -> Self {
-        BodyReader {
-            source: Decoded::new(body, encoding, limits.max_body_bytes),
-            read: 0,
-            max: limits.max_body_bytes,
-            timeout: limits.body_timeout,
-        }
-    }
-
-    /// The next chunk, once it is within the body limit and accounted in `permit` (which may
-    /// wait for budget: that wait is the server's, not the client's, and is not timed).
-    /// Waiting for the client is limited to `ingest.body_timeout` per chunk.
-    pub(crate) async fn next(
-        &mut self,
-        permit: &mut InflightPermit,
-    ) -> Result<Option<Bytes>, IngestError> {
-        let next = tokio::time::timeout(self.timeout, self.source.next())
-            .await
-            .map_err(|_| IngestError::Timeout(self.timeout))?;
-        let Some(chunk) = next? else {
-            return Ok(None);
-        };
-        self.read = self.read.saturating_add(chunk.len() as u64);
-        if self.read > self.max {
-            return Err(body_too_large(self.max).into());
-        }
-        permit.grow(chunk.len() as u64).await;
-        Ok(Some(chunk))
-    }
 }

@@ -30,11 +30,12 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// The global in-flight byte budget; cheap to clone (shared).
 #[derive(Clone, Debug)]
 pub struct InflightBudget {
-    shared: Arc<Shared>,
+    shared: Arc<BudgetState>,
 }
 
+/// What every clone of the budget and every permit share.
 #[derive(Debug)]
-struct Shared {
+struct BudgetState {
     sem: Arc<Semaphore>,
     /// Permits the semaphore was created with.
     total: u64,
@@ -50,7 +51,7 @@ struct Active {
     tickets: BTreeSet<u64>,
 }
 
-impl Shared {
+impl BudgetState {
     fn active(&self) -> std::sync::MutexGuard<'_, Active> {
         // The critical sections cannot panic half-way, so a poisoned lock is still consistent.
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
@@ -62,7 +63,7 @@ impl InflightBudget {
     pub fn new(max_bytes: u64) -> InflightBudget {
         let total = max_bytes.clamp(1, Semaphore::MAX_PERMITS as u64);
         InflightBudget {
-            shared: Arc::new(Shared {
+            shared: Arc::new(BudgetState {
                 sem: Arc::new(Semaphore::new(total as usize)),
                 total,
                 active: Mutex::new(Active::default()),
@@ -103,7 +104,7 @@ impl InflightBudget {
 /// batch is in memory, i.e. until the batch has been admitted (or refused).
 #[derive(Debug)]
 pub struct InflightPermit {
-    shared: Arc<Shared>,
+    shared: Arc<BudgetState>,
     /// Place in the age order, taken with the first byte of budget.
     ticket: Option<u64>,
     permit: Option<OwnedSemaphorePermit>,

@@ -23,8 +23,7 @@ use tokio::io::AsyncReadExt;
 use tokio_util::io::StreamReader;
 use vx_proto::InputError;
 
-use crate::IngestError;
-use crate::body::body_too_large;
+use crate::{IngestError, body_too_large};
 
 /// Largest decompressed chunk handed to a decoder at once.
 pub const CHUNK_BYTES: usize = 64 << 10;

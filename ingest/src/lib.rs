@@ -8,6 +8,7 @@
 //! - [`budget`]: [`InflightBudget`], the `ingest.max_inflight_bytes` semaphore, and the
 //!   [`InflightPermit`] a decoded batch carries until it is admitted or refused.
 //! - [`body`]: [`decode_body`], which reads a body chunk by chunk and decodes it incrementally.
+//! - `reader`: the chunk reader under every body decoder: body limit, budget, timeout.
 //! - [`encoding`]: `Content-Encoding` (gzip, zstd): bodies decompressed as they arrive.
 //! - [`yaml`]: YAML bodies, decoded on a bounded pool of blocking threads.
 
@@ -15,6 +16,7 @@ pub mod body;
 pub mod budget;
 pub mod encoding;
 pub mod media;
+mod reader;
 pub mod yaml;
 
 use vx_proto::InputError;
@@ -26,8 +28,18 @@ pub use media::{SUPPORTED_TYPES, UnsupportedMediaType, format_for};
 pub use vx_proto::Batch;
 pub use vx_proto::decode::Format;
 
-/// Name of the limit reported when a body is over `ingest.max_body_bytes`.
-pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+/// Name of the limit reported when a body is over `ingest.max_body_bytes` (one name for
+/// every decoder, so it is vx-proto's).
+pub use vx_proto::decode::LIMIT_BODY_BYTES;
+/// The 413 of a body over `ingest.max_body_bytes`.
+pub(crate) fn body_too_large(max: u64) -> InputError {
+    InputError::too_large(
+        LIMIT_BODY_BYTES,
+        max,
+        format!("request body is larger than {max} bytes (ingest.max_body_bytes)"),
+    )
+}
+
 /// Name of the limit reported when a body (or a frame) stalls (408 `timeout`).
 pub const LIMIT_BODY_TIMEOUT: &str = "ingest.body_timeout";
 

@@ -38,7 +38,8 @@ pub fn format_for(content_type: Option<&str>) -> Result<Format, UnsupportedMedia
         content_type: content_type.map(str::to_string),
     };
     let ct = content_type.ok_or_else(unsupported)?;
-    let essence = ct.split(';').next().unwrap_or_default().trim();
+    // The media type without its parameters.
+    let essence = ct.split_once(';').map_or(ct, |(media, _)| media).trim();
     let is = |t: &str| essence.eq_ignore_ascii_case(t);
     if is("application/json") {
         Ok(Format::Json)

@@ -27,7 +27,7 @@ use tokio::sync::{Semaphore, mpsc};
 use vx_proto::Batch;
 use vx_proto::decode::decode_yaml;
 
-use crate::body::BodyReader;
+use crate::reader::BodyReader;
 use crate::{InflightPermit, IngestError};
 
 /// Chunks buffered between the task reading the body and the decoder.

@@ -202,7 +202,7 @@ impl InputError {
 
     /// An event whose field does not fit the packed layout (only reachable when a caller skips
     /// the SPEC §2 rules, which keep every field within it).
-    pub fn from_encode(e: crate::packed::EncodeError) -> Self {
+    pub fn from_pack(e: crate::packed::PackError) -> Self {
         let mut out = Self::new(ErrorClass::TooLarge, e.to_string());
         out.field = Some(e.field.to_string());
         out

@@ -1,4 +1,5 @@
-//! The event model of SPEC §2: kinds, numeric values, and a borrowed view of one event.
+//! The event model of SPEC §2: kinds, numeric values, and a borrowed view of one event. The
+//! rules a valid event keeps are [`crate::rules`].
 
 /// The kind of an event. `#[repr(u8)]` so it packs into one byte of the header and on disk.
 #[repr(u8)]
@@ -55,16 +56,6 @@ impl Num {
     }
 }
 
-/// Upper bound (exclusive) of an integer `ts`: 2^53, so every ts is exact as a JSON number.
-pub const MAX_TS: i64 = 1 << 53;
-/// Length limits of SPEC §2, in bytes.
-pub const MAX_STREAM_LEN: usize = 256;
-pub const MAX_TYPE_LEN: usize = 128;
-pub const MAX_ENTITY_LEN: usize = 256;
-pub const MAX_ID_LEN: usize = 128;
-/// Maximum nesting depth of `data`.
-pub const MAX_DATA_DEPTH: usize = 64;
-
 /// One validated event, borrowed from wherever it lives (a packed batch, a log record).
 /// `ts` is always resolved (the server's receive time when the producer sent none).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -79,37 +70,4 @@ pub struct EventView<'a> {
     pub id: Option<&'a str>,
     /// Compact JSON text of `data`, exactly as it will be replayed.
     pub data: Option<&'a str>,
-}
-
-/// True if `s` contains no control characters (C0, DEL, C1).
-pub fn no_control_chars(s: &str) -> bool {
-    !s.chars().any(char::is_control)
-}
-
-/// `type` rule: 1–128 bytes of `[A-Za-z0-9_.:-]`.
-pub fn valid_type(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_TYPE_LEN
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
-}
-
-/// `stream` rule: 1–256 bytes of UTF-8 without control characters.
-pub fn valid_stream(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_STREAM_LEN && no_control_chars(s)
-}
-
-/// `entity` rule: 0–256 bytes without control characters.
-pub fn valid_entity(s: &str) -> bool {
-    s.len() <= MAX_ENTITY_LEN && no_control_chars(s)
-}
-
-/// `id` rule: a non-empty string ≤ 128 bytes without control characters.
-pub fn valid_id(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_ID_LEN && no_control_chars(s)
-}
-
-/// Names reserved for the built-in features of SPEC §6; counters and gauges may not use them.
-pub fn reserved_feature_name(s: &str) -> bool {
-    s == "events" || s == "last_ts"
 }

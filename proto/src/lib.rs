@@ -4,7 +4,8 @@
 //! It knows nothing of sockets, threads or files.
 //!
 //! # Layout
-//! - [`event`]: kinds, numbers, [`EventView`] and the per-field rules.
+//! - [`event`]: kinds, numbers, [`EventView`].
+//! - [`rules`]: the field rules of SPEC §2, which every decoder checks through.
 //! - [`packed`]: [`Batch`], one request's events grouped by stream in the log's event layout.
 //! - [`decode`]: incremental NDJSON, JSON and YAML decoders feeding a [`Batch`].
 //! - [`frames`]: the binary frames protocol (docs/PROTOCOL.md): framing, batch and event
@@ -21,6 +22,7 @@ pub mod error;
 pub mod event;
 pub mod frames;
 pub mod packed;
+pub mod rules;
 pub mod shard;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -57,19 +57,19 @@ pub enum DecodeError {
     Bad(&'static str),
 }
 
-/// Why an event could not be encoded: a length past what its field's width can say. Decoders
+/// Why an event could not be packed: a length past what its field's width can say. Decoders
 /// validate every rule of SPEC §2 first, so for their events this never happens; it guards
 /// callers that build events by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("event field {field} is {len} bytes, more than the event layout allows")]
-pub struct EncodeError {
+pub struct PackError {
     pub field: &'static str,
     pub len: usize,
 }
 
 /// Append one event in the log layout; returns its encoded size.
-pub fn encode_event(out: &mut Vec<u8>, ev: &EventView<'_>) -> Result<usize, EncodeError> {
-    let too_long = |field: &'static str, len: usize| EncodeError { field, len };
+pub fn encode_event(out: &mut Vec<u8>, ev: &EventView<'_>) -> Result<usize, PackError> {
+    let too_long = |field: &'static str, len: usize| PackError { field, len };
     let type_len = u8::try_from(ev.ty.len()).map_err(|_| too_long("type", ev.ty.len()))?;
     let entity = ev.entity.filter(|e| !e.is_empty());
     let entity_len = entity.map_or(Ok(0), |e| {
@@ -235,8 +235,9 @@ pub struct IdRef {
     pub key: u128,
 }
 
-/// One stream's events of a batch, encoded back to back in the log layout.
-#[derive(Clone, Debug, Default)]
+/// One stream's events of a batch, encoded back to back in the log layout. Only a [`Batch`]
+/// makes runs, so a run's name span is always within its batch's name buffer.
+#[derive(Clone, Debug)]
 pub struct Run {
     /// The stream name's span in the batch's name buffer.
     name: (u32, u32),
@@ -314,21 +315,17 @@ impl Batch {
         &self.runs
     }
 
-    /// A run's stream name.
+    /// A run's stream name. `run` must be one of this batch's [`Batch::runs`]: another
+    /// batch's run is a caller's bug, which panics here (when its span is past this batch's
+    /// names) rather than passing its events off as those of a stream named `""`.
     pub fn stream(&self, run: &Run) -> &str {
-        let (start, len) = run.name;
-        self.names
-            .get(start as usize..(start + len) as usize)
-            .unwrap_or("")
+        name_in(&self.names, run.name)
     }
 
     fn run_index(&mut self, stream: &str) -> usize {
         let hash = std::hash::BuildHasher::hash_one(&self.hasher, stream);
         let (names, runs) = (&self.names, &self.runs);
-        let name_of = |i: u32| {
-            let (start, len) = runs[i as usize].name;
-            &names[start as usize..(start + len) as usize]
-        };
+        let name_of = |i: u32| name_in(names, runs[i as usize].name);
         if let Some(&i) = self.lookup.find(hash, |&i| name_of(i) == stream) {
             return i as usize;
         }
@@ -340,31 +337,30 @@ impl Batch {
         self.names.push_str(stream);
         self.runs.push(Run {
             name: (start, len),
+            shard: 0,
+            count: 0,
+            events: Vec::new(),
+            ids: Vec::new(),
             min_ts: i64::MAX,
             max_ts: i64::MIN,
-            ..Run::default()
         });
         let (names, runs, hasher) = (&self.names, &self.runs, &self.hasher);
         self.lookup
             .insert_unique(hash, u32::try_from(i).unwrap_or(u32::MAX), |&j| {
-                let (start, len) = runs[j as usize].name;
-                std::hash::BuildHasher::hash_one(
-                    hasher,
-                    &names[start as usize..(start + len) as usize],
-                )
+                std::hash::BuildHasher::hash_one(hasher, name_in(names, runs[j as usize].name))
             });
         i
     }
 
     /// Append one validated event. The caller (a decoder) has checked every rule of SPEC §2,
     /// which keeps every length within the layout; an event that breaks them is refused.
-    pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), EncodeError> {
+    pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), PackError> {
         self.prepared_for = None;
         let i = self.run_index(ev.stream);
         let run = &mut self.runs[i];
         let at = run.events.len();
         let len = encode_event(&mut run.events, ev)?;
-        let too_long = |len: usize| EncodeError { field: "run", len };
+        let too_long = |len: usize| PackError { field: "run", len };
         if ev.id.is_some() {
             run.ids.push(IdRef {
                 idx: run.count,
@@ -387,10 +383,7 @@ impl Batch {
         self.prepared_for = Some(shards);
         let names = &self.names;
         for run in &mut self.runs {
-            let (start, len) = run.name;
-            let stream = names
-                .get(start as usize..(start + len) as usize)
-                .unwrap_or("");
+            let stream = name_in(names, run.name);
             run.shard = crate::shard::shard_of(stream, shards);
             for id in &mut run.ids {
                 let at = id.at as usize;
@@ -417,6 +410,13 @@ impl Batch {
             pos: vec![0; self.runs.len()],
         }
     }
+}
+
+/// The stream name at `span` (start, length) of a batch's name buffer. Every span a batch
+/// holds was cut from its own buffer, at `char` boundaries (whole names), so this cannot fail
+/// for them.
+fn name_in(names: &str, (start, len): (u32, u32)) -> &str {
+    &names[start as usize..(start + len) as usize]
 }
 
 /// Iterator over a batch's events in request order.

@@ -25,8 +25,8 @@ use time::{OffsetDateTime, UtcOffset};
 
 use crate::canonical::{write_json_str, write_num};
 use crate::canonical_yaml::{write_document, write_yaml_str};
-use crate::event::{MAX_TS, reserved_feature_name};
 use crate::frames::WireEvent;
+use crate::rules::{MAX_TS, reserved_feature_name};
 use crate::{EventView, Kind, Num};
 
 /// The receive time tests give decoders, for events without a `ts`.

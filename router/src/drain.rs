@@ -13,10 +13,11 @@ const ALPHA: f64 = 0.3;
 const IDLE_MS: f64 = 1000.0;
 
 pub(crate) struct DrainRate {
-    inner: Mutex<Inner>,
+    inner: Mutex<DrainSamples>,
 }
 
-struct Inner {
+/// The sample being accumulated and the rate so far.
+struct DrainSamples {
     since: Instant,
     pending: u64,
     rate: f64,
@@ -25,7 +26,7 @@ struct Inner {
 impl DrainRate {
     pub(crate) fn new() -> Self {
         DrainRate {
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(DrainSamples {
                 since: Instant::now(),
                 pending: 0,
                 rate: 0.0,

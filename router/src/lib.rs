@@ -78,7 +78,8 @@ pub enum SubmitError {
     Write { error: WriteError, queue_fill: f64 },
 }
 
-struct Shared {
+/// What every clone of a [`Router`] and every [`Reservation`] share.
+struct RouterState {
     cfg: AdmissionConfig,
     store: Store,
     /// Reserved events per shard.
@@ -98,12 +99,12 @@ struct Shared {
 /// Routes requests to the storage engine with atomic admission. Cheap to clone.
 #[derive(Clone)]
 pub struct Router {
-    shared: Arc<Shared>,
+    shared: Arc<RouterState>,
 }
 
 /// An admitted request's reservation; dropping it releases the events and bytes.
 pub struct Reservation {
-    shared: Arc<Shared>,
+    shared: Arc<RouterState>,
     shards: Vec<(u32, u64)>,
     bytes: u64,
 }
@@ -134,7 +135,7 @@ impl Router {
         let low_mark = ((cap as f64 * cfg.low_water).floor() as u64).min(mark.saturating_sub(1));
         let shards = cfg.shards.max(1);
         Router {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RouterState {
                 depth: (0..shards).map(|_| AtomicU64::new(0)).collect(),
                 total: AtomicU64::new(0),
                 queued_bytes: AtomicU64::new(0),

@@ -273,7 +273,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         return bad("server.listen must not be empty".into());
     }
     if let Some(endpoint) = &cfg.telemetry.otlp_endpoint {
-        crate::telemetry::traces_url(endpoint).map_err(ConfigError::Invalid)?;
+        crate::telemetry::traces_url(endpoint).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     }
     if !(i.low_water > 0.0 && i.low_water < i.high_water && i.high_water <= 1.0) {
         return bad(format!(

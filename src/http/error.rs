@@ -25,11 +25,12 @@ pub struct AppError {
 
 #[derive(Serialize)]
 struct Body<'a> {
-    error: Inner<'a>,
+    error: ErrorObject<'a>,
 }
 
+/// The object under `"error"`.
 #[derive(Serialize)]
-struct Inner<'a> {
+struct ErrorObject<'a> {
     code: &'a str,
     message: &'a str,
     #[serde(flatten)]
@@ -171,7 +172,7 @@ impl From<WriteError> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let body = Body {
-            error: Inner {
+            error: ErrorObject {
                 code: self.code.as_str(),
                 message: &self.message,
                 details: &self.details,

@@ -16,11 +16,11 @@
 //!   `done` at the end of a range, 1001 at shutdown, 1011 on a read failure.
 
 use super::AppError;
+use super::output::{Output, position_headers, unknown_stream};
 use super::params::Params;
-use super::replay::{Output, position_headers, unknown_stream};
 use super::streams::engine;
 use crate::failure::Failure;
-use crate::live::{End, Follower, Membership, Next, Notice, Pace, Transport};
+use crate::live::{FollowEnd, Follower, Membership, Next, Notice, Pace, Transport};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -266,7 +266,7 @@ pub fn respond(
                         return Some((Err(e), None));
                     }
                 }
-                Next::End(End::Deleted { last_seq }) => {
+                Next::End(FollowEnd::Deleted { last_seq }) => {
                     if !sse {
                         return None;
                     }
@@ -278,8 +278,8 @@ pub fn respond(
                     );
                     return Some((Ok(Bytes::from(frame)), None));
                 }
-                Next::End(End::Done | End::Shutdown) => return None,
-                Next::End(End::Failed(msg)) => {
+                Next::End(FollowEnd::Done | FollowEnd::Shutdown) => return None,
+                Next::End(FollowEnd::Failed(msg)) => {
                     tracing::error!(stream = %name, error = %msg, "live replay failed");
                     return Some((Err(std::io::Error::other(msg)), None));
                 }
@@ -384,10 +384,10 @@ async fn serve_ws(socket: WebSocket, mut f: Follower) {
             }
             Next::End(end) => {
                 let (code, reason) = match end {
-                    End::Deleted { .. } => (1000, "deleted"),
-                    End::Done => (1000, "done"),
-                    End::Shutdown => (1001, "shutting down"),
-                    End::Failed(_) => (1011, "reading the log failed"),
+                    FollowEnd::Deleted { .. } => (1000, "deleted"),
+                    FollowEnd::Done => (1000, "done"),
+                    FollowEnd::Shutdown => (1001, "shutting down"),
+                    FollowEnd::Failed(_) => (1011, "reading the log failed"),
                 };
                 let _ = tx
                     .send(Message::Close(Some(CloseFrame {

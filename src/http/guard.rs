@@ -3,6 +3,7 @@
 //! bearer-token auth (SPEC §8).
 
 use super::AppError;
+use super::queue_fill::QUEUE_FILL;
 use crate::config::Scope;
 use crate::state::{AppState, Phase};
 use axum::extract::{MatchedPath, Request, State};
@@ -22,8 +23,6 @@ fn always_open(path: &str) -> bool {
     // The page's assets: `/ui/{asset}`.
     ALWAYS_OPEN.contains(&path) || path.starts_with("/ui/")
 }
-
-pub const QUEUE_FILL: &str = "x-vx-queue-fill";
 
 /// One span per request; the handlers' events (and errors) are logged inside it, and an
 /// ingest request's `batch` span is its child. The `otel.*` fields are read by the OTLP

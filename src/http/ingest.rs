@@ -5,7 +5,7 @@
 //! `X-Vx-Queue-Fill`.
 
 use super::AppError;
-use super::guard::QUEUE_FILL;
+use super::queue_fill::with_fill;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -40,20 +40,6 @@ struct Stored<'a> {
     duplicates: u64,
     last_seq: LastSeq<'a>,
     durability: &'static str,
-}
-
-fn queue_fill(fill: f64) -> HeaderValue {
-    let fill = if fill.is_finite() {
-        fill.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    HeaderValue::from_str(&format!("{fill:.2}")).unwrap_or(HeaderValue::from_static("0.00"))
-}
-
-pub(super) fn with_fill(mut resp: Response, fill: f64) -> Response {
-    resp.headers_mut().insert(QUEUE_FILL, queue_fill(fill));
-    resp
 }
 
 /// The metrics label of a decoder format.

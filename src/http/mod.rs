@@ -7,12 +7,14 @@
 //!   their errors OTLP's shape.
 //! - [`streams`]: `GET /v1/streams`, `GET`/`DELETE /v1/streams/{stream}`.
 //! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed; [`follow`]: its live and paced
-//!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`.
+//!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`; [`output`]: what both answer in
+//!   (`Accept` negotiation, position headers).
 //! - [`features`]: the feature store's routes (SPEC §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`status`]: the status page (`/`, `/ui/{asset}`, embedded) and `GET /v1/status`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
 //! - [`params`]: query-string parsing with SPEC-shaped errors.
+//! - [`queue_fill`]: the `X-Vx-Queue-Fill` header of every ingest answer.
 
 pub mod error;
 pub mod features;
@@ -21,7 +23,9 @@ pub mod guard;
 pub mod ingest;
 pub mod ops;
 pub mod otlp;
+pub mod output;
 pub mod params;
+pub mod queue_fill;
 pub mod replay;
 pub mod status;
 pub mod streams;

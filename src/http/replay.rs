@@ -15,15 +15,16 @@
 
 use super::AppError;
 use super::follow::{self, LiveQuery};
+use super::output::{Output, negotiate, position_headers, unknown_stream};
 use super::params::Params;
-use super::streams::{SHARD, engine};
+use super::streams::engine;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, State};
-use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -38,90 +39,7 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Chunks buffered between the producer and the connection.
 const CHANNEL_CHUNKS: usize = 2;
 
-const NDJSON: &str = "application/x-ndjson";
-const JSON: &str = "application/json";
-const YAML: &str = "application/yaml";
-const FRAMES: &str = vx_proto::frames::CONTENT_TYPE;
-const SSE: &str = "text/event-stream";
-const SUPPORTED: [&str; 5] = [NDJSON, JSON, YAML, FRAMES, SSE];
-
-const LAST_SEQ: HeaderName = HeaderName::from_static("x-vx-last-seq");
-const FIRST_SEQ: HeaderName = HeaderName::from_static("x-vx-first-seq");
 const NEXT_SEQ: HeaderName = HeaderName::from_static("x-vx-next-seq");
-
-/// The body format chosen by `Accept`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    Ndjson,
-    JsonArray,
-    /// YAML documents, one event per document (`vx_proto::canonical_yaml`).
-    Yaml,
-    /// EVENT frames of docs/PROTOCOL.md, one per event.
-    Frames,
-    /// Server-Sent Events: served by [`super::follow`] (live or paced, or a bounded range).
-    Sse,
-}
-
-impl Output {
-    fn content_type(self) -> &'static str {
-        match self {
-            Output::Ndjson => NDJSON,
-            Output::JsonArray => JSON,
-            Output::Yaml => YAML,
-            Output::Frames => FRAMES,
-            Output::Sse => SSE,
-        }
-    }
-}
-
-/// Pick the output by `Accept` (media ranges by descending `q`, first match wins): NDJSON
-/// for none, `*/*`, `application/*` and `application/x-ndjson` (or `application/jsonl`), a
-/// JSON array for `application/json`, YAML documents for `application/yaml` (or
-/// `application/x-yaml`, `text/yaml`), EVENT frames for `application/vnd.veltrix.frames`;
-/// anything else is 406.
-pub fn negotiate(headers: &HeaderMap) -> Result<Output, AppError> {
-    let mut ranges: Vec<(f32, String)> = Vec::new();
-    for value in headers.get_all(ACCEPT) {
-        let value = value
-            .to_str()
-            .map_err(|_| AppError::bad_request("the Accept header is not ASCII"))?;
-        for range in value.split(',') {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-            if media.is_empty() {
-                continue;
-            }
-            let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q="))
-                .find_map(|q| q.trim().parse::<f32>().ok())
-                .unwrap_or(1.0);
-            if q > 0.0 {
-                ranges.push((q, media));
-            }
-        }
-    }
-    if ranges.is_empty() && headers.get(ACCEPT).is_none() {
-        return Ok(Output::Ndjson);
-    }
-    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
-    for (_, media) in &ranges {
-        match media.as_str() {
-            "application/x-ndjson" | "application/jsonl" | "application/*" | "*/*" => {
-                return Ok(Output::Ndjson);
-            }
-            "application/json" => return Ok(Output::JsonArray),
-            "application/yaml" | "application/x-yaml" | "text/yaml" => return Ok(Output::Yaml),
-            "application/vnd.veltrix.frames" => return Ok(Output::Frames),
-            "text/event-stream" => return Ok(Output::Sse),
-            _ => {}
-        }
-    }
-    Err(AppError::not_acceptable(
-        "replay answers in application/x-ndjson, application/json, application/yaml, \
-         application/vnd.veltrix.frames or (live) text/event-stream",
-        &SUPPORTED,
-    ))
-}
 
 /// A cursor with its output encoding: what each blocking step advances.
 struct Replay {
@@ -190,20 +108,6 @@ async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> 
     res.map(|chunk| (replay, chunk))
 }
 
-/// `X-Vx-First-Seq`, `X-Vx-Last-Seq` and `X-Vx-Shard`: what every replay response, paged or
-/// live, says of where it starts.
-pub(super) fn position_headers(h: &mut HeaderMap, first_seq: u64, last_seq: u64, shard: u32) {
-    h.insert(LAST_SEQ, HeaderValue::from(last_seq));
-    h.insert(FIRST_SEQ, HeaderValue::from(first_seq));
-    h.insert(SHARD, HeaderValue::from(shard));
-}
-
-/// 404 for a stream that does not exist (or was deleted), with the shard it would live on.
-pub(super) fn unknown_stream(router: &vx_router::Router, stream: &str) -> AppError {
-    AppError::not_found(format!("unknown stream {stream:?}"))
-        .with_header(SHARD, router.shard_of(stream))
-}
-
 /// Attempts at the first chunk when retention removes what a cursor was about to read.
 const FIRST_CHUNK_ATTEMPTS: u32 = 4;
 
@@ -218,7 +122,7 @@ fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
         return Ok(None);
     };
     let types: Vec<String> = list.split(',').map(|t| t.trim().to_string()).collect();
-    if let Some(bad) = types.iter().find(|t| !vx_proto::event::valid_type(t)) {
+    if let Some(bad) = types.iter().find(|t| !vx_proto::rules::valid_type(t)) {
         return Err(AppError::bad_request(format!(
             "types: {bad:?} is not a valid event type"
         )));
@@ -316,6 +220,7 @@ pub async fn events(
             .min(start.saturating_add(limit - 1));
         if end >= start { end + 1 } else { start }
     });
+    // `None`: the range holds no event, and the body is empty.
     let first = first.unwrap_or_default();
 
     let body = if replay.done {

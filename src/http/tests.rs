@@ -2,7 +2,7 @@
 
 use super::AppError;
 use super::error::retry_after_secs;
-use super::replay::{Output, negotiate};
+use super::output::{Output, negotiate};
 use crate::config::{Config, FsyncSetting, Scope, TokenDecl};
 use crate::state::AppState;
 use axum::body::Body;

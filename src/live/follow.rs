@@ -51,7 +51,7 @@ pub enum Next {
     /// Nothing was sent for [`HEARTBEAT`].
     Heartbeat,
     Notice(Notice),
-    End(End),
+    End(FollowEnd),
 }
 
 /// Something the client must be told that is not an event.
@@ -62,8 +62,9 @@ pub enum Notice {
     Retained { from: u64, first_seq: u64 },
 }
 
+/// Why a follower stops.
 #[derive(Debug, PartialEq, Eq)]
-pub enum End {
+pub enum FollowEnd {
     /// The range, the limit or (without `follow`) the stream's end at the start is reached.
     Done,
     /// The stream was deleted.
@@ -189,7 +190,7 @@ impl Follower {
                     Err(due) => {
                         tokio::select! {
                             biased;
-                            () = self.hub.closing.cancelled() => return Next::End(End::Shutdown),
+                            () = self.hub.closing.cancelled() => return Next::End(FollowEnd::Shutdown),
                             () = tokio::time::sleep_until(due.min(self.heartbeat_at)) => {
                                 if due > self.heartbeat_at {
                                     return Next::Heartbeat;
@@ -205,10 +206,10 @@ impl Follower {
                 return Next::Notice(n);
             }
             if self.finished() {
-                return Next::End(End::Done);
+                return Next::End(FollowEnd::Done);
             }
             if self.hub.is_closed() {
-                return Next::End(End::Shutdown);
+                return Next::End(FollowEnd::Shutdown);
             }
             if self.cursor.is_none()
                 && let Some(m) = self.member.as_mut()
@@ -216,10 +217,10 @@ impl Follower {
                 // Seen before looking at the ring: a publication after this wakes the wait.
                 let t = *m.tail.borrow_and_update();
                 if let Some(last_seq) = t.deleted {
-                    return Next::End(End::Deleted { last_seq });
+                    return Next::End(FollowEnd::Deleted { last_seq });
                 }
                 if t.closing {
-                    return Next::End(End::Shutdown);
+                    return Next::End(FollowEnd::Shutdown);
                 }
                 self.scratch.clear();
                 // Whole publications go as they are when nothing is taken out of them.
@@ -270,7 +271,7 @@ impl Follower {
                     if self.member.is_none() {
                         // A bounded replay read to the end of what was there.
                         if self.pending.is_empty() {
-                            return Next::End(End::Done);
+                            return Next::End(FollowEnd::Done);
                         }
                         continue;
                     }
@@ -278,7 +279,7 @@ impl Follower {
                     // soon (the ring's pump may be a step behind the index).
                     tokio::select! {
                         biased;
-                        () = self.hub.closing.cancelled() => return Next::End(End::Shutdown),
+                        () = self.hub.closing.cancelled() => return Next::End(FollowEnd::Shutdown),
                         () = tokio::time::sleep(IDLE_RETRY) => {}
                     }
                 }
@@ -327,7 +328,7 @@ impl Follower {
             biased;
             changed = tail.changed() => {
                 // The sender lives as long as the topic, which this follower holds.
-                changed.err().map(|_| Next::End(End::Done))
+                changed.err().map(|_| Next::End(FollowEnd::Done))
             }
             () = tokio::time::sleep_until(self.heartbeat_at) => Some(Next::Heartbeat),
         }
@@ -381,7 +382,7 @@ impl Follower {
 
     /// One bounded read of storage from the position. `Ok(true)`: progress (events may be
     /// pending, or all were filtered out); `Ok(false)`: nothing to read.
-    async fn storage_step(&mut self) -> Result<bool, End> {
+    async fn storage_step(&mut self) -> Result<bool, FollowEnd> {
         let cursor = match self.cursor.take() {
             Some(c) => c,
             None => {
@@ -419,7 +420,7 @@ impl Follower {
         .await;
         let (cursor, res) = match stepped {
             Ok(v) => v,
-            Err(e) => return Err(End::Failed(format!("replay task failed: {e}"))),
+            Err(e) => return Err(FollowEnd::Failed(format!("replay task failed: {e}"))),
         };
         let (events, res) = res;
         let n = events.len() as u64;
@@ -449,14 +450,14 @@ impl Follower {
                 self.next = first_seq;
                 Ok(true)
             }
-            Err(e) => Err(End::Failed(e.to_string())),
+            Err(e) => Err(FollowEnd::Failed(e.to_string())),
         }
     }
 
     /// The stream cannot be read: deleted (a live follower learns it from its topic).
-    fn gone(&mut self) -> Result<bool, End> {
+    fn gone(&mut self) -> Result<bool, FollowEnd> {
         if self.member.is_none() {
-            return Err(End::Deleted {
+            return Err(FollowEnd::Deleted {
                 last_seq: self.next.saturating_sub(1),
             });
         }
@@ -498,7 +499,7 @@ mod tests {
             assert_eq!(before.elapsed(), HEARTBEAT);
         }
         hub.close();
-        assert!(matches!(f.next().await, Next::End(End::Shutdown)));
+        assert!(matches!(f.next().await, Next::End(FollowEnd::Shutdown)));
         drop(f);
         store.shutdown();
     }

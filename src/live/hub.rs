@@ -82,12 +82,12 @@ struct Ring {
     /// Each publication's SSE frames in one buffer, for followers that take whole
     /// publications: one shared handle per publication instead of one per event (a refcount
     /// touched by every follower is what fan-out contends on).
-    batches: VecDeque<Batch>,
+    batches: VecDeque<SseRun>,
     bytes: usize,
 }
 
-/// One publication's SSE frames, concatenated.
-struct Batch {
+/// One publication's SSE frames, concatenated (a run of seqs `first..=last`).
+struct SseRun {
     first: u64,
     last: u64,
     sse: Bytes,
@@ -184,7 +184,7 @@ impl Topic {
         {
             let mut ring = self.ring.write();
             ring.bytes += sse.len();
-            ring.batches.push_back(Batch { first, last, sse });
+            ring.batches.push_back(SseRun { first, last, sse });
             for e in batch {
                 ring.bytes += e.mem_bytes();
                 ring.events.push_back(e);

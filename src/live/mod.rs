@@ -18,7 +18,7 @@ use bytes::Bytes;
 use vx_proto::EventView;
 use vx_storage::{Cursor, ReadError, ReadQuery};
 
-pub use follow::{End, Follower, Next, Notice, Pace};
+pub use follow::{FollowEnd, Follower, Next, Notice, Pace};
 pub use hub::{Hub, Membership, Transport};
 
 /// One event encoded once for every live format: the SSE frame

@@ -130,7 +130,7 @@ impl Walk {
 
     fn run_header(&mut self) -> Result<record::RunHead<'_>, ReadError> {
         // A run header is at most 2 + 256 + 16 bytes; read what the span has of that.
-        let max = (2 + vx_proto::event::MAX_STREAM_LEN + 16) as u64;
+        let max = (2 + vx_proto::rules::MAX_STREAM_LEN + 16) as u64;
         let need = usize::try_from(max.min(self.end - self.pos)).unwrap_or(0);
         let at = self.ensure(need)?;
         let pos = self.pos;

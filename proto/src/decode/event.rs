@@ -4,18 +4,19 @@
 //! [`super::fields`], so no `Value` tree is built: strings without escapes are borrowed from
 //! the input, strings with escapes are unescaped into buffers the parser reuses, and `data` is
 //! captured as its raw text and then compacted. The rules that span fields (required fields,
-//! `value` by `kind`, reserved types) are checked here once the object is complete.
+//! `value` by `kind`, reserved types; [`crate::rules`]) are checked here once the object is
+//! complete.
 
 use serde::Deserializer as _;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
-use super::LIMIT_DATA_DEPTH;
 use super::compact::{Compacted, compact};
 use super::fields::{Ctx, EventVisitor, Field, Unescaped};
 use crate::error::InputError;
-use crate::event::{EventView, Kind, MAX_DATA_DEPTH, Num, reserved_feature_name};
+use crate::event::EventView;
 use crate::packed::Batch;
+use crate::rules::{MAX_DATA_DEPTH, check_reserved, check_value, data_too_deep};
 
 /// Parses single events, reusing its buffers between events so that the steady state does
 /// not allocate. The returned view borrows from the input and from the parser.
@@ -61,15 +62,7 @@ impl EventParser {
             None => None,
             Some(raw) => match compact(raw.get(), &mut self.data, MAX_DATA_DEPTH) {
                 Ok(c) => Some(c),
-                Err(_) => {
-                    let mut e = InputError::too_large(
-                        LIMIT_DATA_DEPTH,
-                        MAX_DATA_DEPTH as u64,
-                        format!("field \"data\" is nested deeper than {MAX_DATA_DEPTH} levels"),
-                    );
-                    e.field = Some("data".into());
-                    return Err(e);
-                }
+                Err(_) => return Err(data_too_deep()),
             },
         };
 
@@ -85,6 +78,7 @@ impl EventParser {
             .map(|t| t.get(&un.entity))
             .filter(|e| !e.is_empty());
         let id = fields.id.map(|t| t.get(&un.id));
+        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
         let kind = fields.kind.unwrap_or_default();
         let value = check_value(kind, fields.value)?;
         check_reserved(kind, ty)?;
@@ -110,7 +104,7 @@ impl EventParser {
 pub fn parse_event(bytes: &[u8], now_ms: i64, out: &mut Batch) -> Result<(), InputError> {
     let mut parser = EventParser::new();
     let ev = parser.parse(bytes, now_ms)?;
-    out.push(&ev).map_err(InputError::from_encode)
+    out.push(&ev).map_err(InputError::from_pack)
 }
 
 /// Invalid UTF-8 at `bytes[at]`; the position is 1-based line and column like serde_json's.
@@ -123,53 +117,6 @@ fn bad_utf8(bytes: &[u8], at: usize) -> InputError {
 
 pub(super) fn missing(f: Field) -> InputError {
     InputError::invalid(f.name(), format!("missing required field \"{}\"", f.name()))
-}
-
-/// A counter or gauge may not take the name of a built-in feature (SPEC §2, §6).
-pub(super) fn check_reserved(kind: Kind, ty: &str) -> Result<(), InputError> {
-    if kind != Kind::Event && reserved_feature_name(ty) {
-        return Err(InputError::invalid(
-            "type",
-            format!(
-                "field \"type\": a {} may not be named \"{ty}\", which is reserved for a \
-                 built-in feature",
-                kind.as_str()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The `value` rules of SPEC §2, which depend on `kind` (shared with the frames decoder, so
-/// that both formats accept exactly the same values).
-pub(crate) fn check_value(kind: Kind, value: Option<Num>) -> Result<Option<Num>, InputError> {
-    // i64::MIN and the first float past i64::MAX, both exact as f64.
-    const I64_LOW: f64 = -9_223_372_036_854_775_808.0;
-    const I64_END: f64 = 9_223_372_036_854_775_808.0;
-    match (kind, value) {
-        (Kind::Counter, None) => Err(InputError::invalid(
-            "value",
-            "missing required field \"value\": a counter needs an integer delta",
-        )),
-        (Kind::Counter, Some(Num::Float(x))) => {
-            if x.fract() == 0.0 && (I64_LOW..I64_END).contains(&x) {
-                // Exact: x is integral and within i64's range.
-                Ok(Some(Num::Int(x as i64)))
-            } else {
-                Err(InputError::invalid(
-                    "value",
-                    format!("field \"value\": a counter's value must be an integer (i64), got {x}"),
-                ))
-            }
-        }
-        (Kind::Gauge, None) => Err(InputError::invalid(
-            "value",
-            "missing required field \"value\": a gauge needs a finite number",
-        )),
-        // Every number the decoders produce is finite (serde_json reports overflow as an
-        // error, the YAML decoder refuses non-finite numbers).
-        (_, v) => Ok(v),
-    }
 }
 
 /// Map serde_json's error (and what the visitors recorded) to an [`InputError`].

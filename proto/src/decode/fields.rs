@@ -1,17 +1,16 @@
 //! The serde side of one event: the field names, and a visitor per field that reads its value
 //! straight from serde_json (borrowing strings where it can) and checks it against its rule
-//! of SPEC §2 as it is read, so that an error names the field.
+//! of SPEC §2 ([`crate::rules`]) as it is read, so that an error names the field.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, Unexpected, Visitor};
 use serde_json::value::RawValue;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::error::InputError;
-use crate::event::{
-    Kind, MAX_ENTITY_LEN, MAX_ID_LEN, MAX_STREAM_LEN, MAX_TS, MAX_TYPE_LEN, Num, no_control_chars,
+use crate::event::{Kind, Num};
+use crate::rules::{
+    TextRule, kind_from_str, short, ts_from_i64, ts_from_rfc3339, ts_from_u64, ts_not_whole,
 };
 
 /// The top-level fields of an event.
@@ -59,6 +58,17 @@ impl Field {
 
     pub(super) fn bit(self) -> u8 {
         1 << (self as u8)
+    }
+
+    /// The rule of a string field; `None` for the other fields.
+    pub(super) fn text_rule(self) -> Option<TextRule> {
+        match self {
+            Field::Stream => Some(TextRule::Stream),
+            Field::Type => Some(TextRule::Type),
+            Field::Entity => Some(TextRule::Entity),
+            Field::Id => Some(TextRule::Id),
+            Field::Ts | Field::Kind | Field::Value | Field::Data => None,
+        }
     }
 }
 
@@ -112,19 +122,6 @@ pub(super) struct Ctx {
     pub(super) error: Option<InputError>,
 }
 
-/// `s` for an error message, cut to a readable length.
-pub(super) fn short(s: &str) -> &str {
-    const MAX: usize = 64;
-    if s.len() <= MAX {
-        return s;
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 pub(super) struct EventVisitor<'p> {
     pub(super) unescaped: &'p mut Unescaped,
     pub(super) ctx: &'p mut Ctx,
@@ -155,25 +152,25 @@ impl<'de> Visitor<'de> for EventVisitor<'_> {
                 Field::Stream => {
                     f.stream = map.next_value_seed(TextSeed {
                         buf: &mut unescaped.stream,
-                        rule: Rule::Stream,
+                        rule: TextRule::Stream,
                     })?;
                 }
                 Field::Type => {
                     f.ty = map.next_value_seed(TextSeed {
                         buf: &mut unescaped.ty,
-                        rule: Rule::Type,
+                        rule: TextRule::Type,
                     })?;
                 }
                 Field::Entity => {
                     f.entity = map.next_value_seed(TextSeed {
                         buf: &mut unescaped.entity,
-                        rule: Rule::Entity,
+                        rule: TextRule::Entity,
                     })?;
                 }
                 Field::Id => {
                     f.id = map.next_value_seed(TextSeed {
                         buf: &mut unescaped.id,
-                        rule: Rule::Id,
+                        rule: TextRule::Id,
                     })?;
                 }
                 Field::Ts => f.ts = map.next_value_seed(TsSeed)?,
@@ -223,71 +220,9 @@ impl Visitor<'_> for KeySeed<'_> {
     }
 }
 
-/// Which string rule of SPEC §2 a string field follows.
-#[derive(Clone, Copy)]
-pub(super) enum Rule {
-    Stream,
-    Type,
-    Entity,
-    Id,
-}
-
-impl Rule {
-    /// The rule of a string field; `None` for the other fields.
-    pub(super) fn of(field: Field) -> Option<Rule> {
-        match field {
-            Field::Stream => Some(Rule::Stream),
-            Field::Type => Some(Rule::Type),
-            Field::Entity => Some(Rule::Entity),
-            Field::Id => Some(Rule::Id),
-            Field::Ts | Field::Kind | Field::Value | Field::Data => None,
-        }
-    }
-
-    pub(super) fn check(self, s: &str) -> Result<(), String> {
-        let (max, may_be_empty) = match self {
-            Rule::Stream => (MAX_STREAM_LEN, false),
-            Rule::Type => (MAX_TYPE_LEN, false),
-            Rule::Entity => (MAX_ENTITY_LEN, true),
-            Rule::Id => (MAX_ID_LEN, false),
-        };
-        if s.is_empty() && !may_be_empty {
-            return Err("must not be empty".into());
-        }
-        if s.len() > max {
-            return Err(format!("must be at most {max} bytes, got {}", s.len()));
-        }
-        match self {
-            Rule::Type => {
-                let ok = s
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-                if !ok {
-                    return Err(format!(
-                        "may only contain the characters A-Z a-z 0-9 _ . : -, got {:?}",
-                        short(s)
-                    ));
-                }
-            }
-            _ => {
-                // Printable ASCII, the common case, is checked a word at a time.
-                let printable_ascii = s.bytes().all(|b| (0x20..0x7f).contains(&b));
-                if !printable_ascii && !no_control_chars(s) {
-                    return Err("must not contain control characters".into());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) fn nullable(self) -> bool {
-        matches!(self, Rule::Entity | Rule::Id)
-    }
-}
-
 struct TextSeed<'b> {
     buf: &'b mut String,
-    rule: Rule,
+    rule: TextRule,
 }
 
 impl<'de> DeserializeSeed<'de> for TextSeed<'_> {
@@ -323,47 +258,6 @@ impl<'de> Visitor<'de> for TextSeed<'_> {
         } else {
             Err(E::invalid_type(Unexpected::Unit, &self))
         }
-    }
-}
-
-/// The `ts` rules of SPEC §2, shared by the JSON visitor and the YAML decoder: the message
-/// of a broken rule, without the field name.
-pub(super) fn ts_from_u64(v: u64) -> Result<i64, String> {
-    if v < MAX_TS as u64 {
-        Ok(v as i64)
-    } else {
-        Err(format!("must be below 2^53 milliseconds, got {v}"))
-    }
-}
-
-pub(super) fn ts_from_i64(v: i64) -> Result<i64, String> {
-    if v < 0 {
-        Err(format!("must not be negative, got {v}"))
-    } else {
-        ts_from_u64(v as u64)
-    }
-}
-
-pub(super) fn ts_not_whole(v: impl fmt::Display) -> String {
-    format!("must be whole milliseconds (an integer) or an RFC 3339 string, got {v}")
-}
-
-pub(super) fn ts_from_rfc3339(v: &str) -> Result<i64, String> {
-    let t = OffsetDateTime::parse(v, &Rfc3339).map_err(|e| {
-        format!(
-            "must be integer milliseconds or an RFC 3339 timestamp; {:?} is neither ({e})",
-            short(v)
-        )
-    })?;
-    // Truncation to the millisecond: floor, which equals truncation for ts ≥ 0.
-    let ms = t.unix_timestamp_nanos().div_euclid(1_000_000);
-    if (0..i128::from(MAX_TS)).contains(&ms) {
-        Ok(ms as i64)
-    } else {
-        Err(format!(
-            "{:?} is outside 1970-01-01T00:00:00Z up to 2^53 ms",
-            short(v)
-        ))
     }
 }
 
@@ -403,16 +297,6 @@ impl Visitor<'_> for TsSeed {
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(None)
     }
-}
-
-/// The `kind` rule of SPEC §2, shared with the YAML decoder.
-pub(super) fn kind_from_str(v: &str) -> Result<Kind, String> {
-    Kind::parse(v).ok_or_else(|| {
-        format!(
-            "must be one of \"event\", \"counter\", \"gauge\", got {:?}",
-            short(v)
-        )
-    })
 }
 
 struct KindSeed;

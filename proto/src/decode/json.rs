@@ -10,14 +10,15 @@
 use super::compact::string_stop;
 use super::{LIMIT_DATA_DEPTH, Sink};
 use crate::error::InputError;
-use crate::event::MAX_DATA_DEPTH;
 use crate::packed::Batch;
+use crate::rules::MAX_DATA_DEPTH;
 
 /// Deepest nesting inside one element: the event object plus the depth of `data`.
 const MAX_ELEMENT_DEPTH: u32 = 1 + MAX_DATA_DEPTH as u32;
 
+/// Where the scanner is in the body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum ScanState {
     /// Before the top-level value.
     Start,
     /// After the opening `[`: an event or `]`.
@@ -112,7 +113,7 @@ impl Scan {
 #[derive(Debug)]
 pub struct JsonDecoder {
     sink: Sink,
-    state: State,
+    state: ScanState,
     /// The top-level value is an array (else a single object).
     array: bool,
     scan: Scan,
@@ -130,7 +131,7 @@ impl JsonDecoder {
     pub fn new(max_event_bytes: usize, now_ms: i64) -> JsonDecoder {
         JsonDecoder {
             sink: Sink::new(max_event_bytes, now_ms),
-            state: State::Start,
+            state: ScanState::Start,
             array: false,
             scan: Scan::default(),
             partial: Vec::new(),
@@ -149,7 +150,7 @@ impl JsonDecoder {
         self.sink.check_failed()?;
         let mut i = 0;
         while let Some(&b) = chunk.get(i) {
-            if self.state == State::Element {
+            if self.state == ScanState::Element {
                 i = self.element(chunk, i, out)?;
                 continue;
             }
@@ -176,18 +177,20 @@ impl JsonDecoder {
     pub fn finish(&mut self, _out: &mut Batch) -> Result<(), InputError> {
         self.sink.check_failed()?;
         let msg = match self.state {
-            State::Done => return Ok(()),
-            State::Start => {
+            ScanState::Done => return Ok(()),
+            ScanState::Start => {
                 "empty body: expected an event object or an array of event objects".to_string()
             }
-            State::Element => format!("unexpected end of body inside event {}", self.sink.index),
-            State::ArrayStart | State::ArrayNext | State::AfterElement => {
+            ScanState::Element => {
+                format!("unexpected end of body inside event {}", self.sink.index)
+            }
+            ScanState::ArrayStart | ScanState::ArrayNext | ScanState::AfterElement => {
                 "unexpected end of body: the array is not closed".to_string()
             }
         };
         let mut e =
             InputError::malformed(msg).at_line(self.lines.line, self.lines.column(self.offset));
-        if self.state == State::Element {
+        if self.state == ScanState::Element {
             e = e.at_index(self.sink.index);
         }
         Err(self.sink.fail(e))
@@ -197,23 +200,23 @@ impl JsonDecoder {
     /// true when it starts an element, which is then scanned from that byte.
     fn between(&mut self, b: u8, at: u64) -> Result<bool, InputError> {
         let next = match (self.state, b) {
-            (State::Start, b'[') => {
+            (ScanState::Start, b'[') => {
                 self.array = true;
-                State::ArrayStart
+                ScanState::ArrayStart
             }
-            (State::Start | State::ArrayStart | State::ArrayNext, b'{') => {
+            (ScanState::Start | ScanState::ArrayStart | ScanState::ArrayNext, b'{') => {
                 self.elem_line = self.lines.line;
                 self.elem_column = self.lines.column(at);
                 self.scan = Scan::default();
-                self.state = State::Element;
+                self.state = ScanState::Element;
                 return Ok(true);
             }
-            (State::ArrayStart | State::AfterElement, b']') => State::Done,
-            (State::AfterElement, b',') => State::ArrayNext,
-            (State::Start | State::ArrayStart | State::ArrayNext, _) => {
+            (ScanState::ArrayStart | ScanState::AfterElement, b']') => ScanState::Done,
+            (ScanState::AfterElement, b',') => ScanState::ArrayNext,
+            (ScanState::Start | ScanState::ArrayStart | ScanState::ArrayNext, _) => {
                 return Err(self.not_an_object(b, at));
             }
-            (State::AfterElement, _) => {
+            (ScanState::AfterElement, _) => {
                 return Err(self.framing_error(
                     format!(
                         "expected ',' or ']' after event {}, found {}",
@@ -223,13 +226,13 @@ impl JsonDecoder {
                     at,
                 ));
             }
-            (State::Done, _) => {
+            (ScanState::Done, _) => {
                 return Err(self.framing_error(
                     format!("unexpected {} after the end of the JSON value", show(b)),
                     at,
                 ));
             }
-            (State::Element, _) => State::Element,
+            (ScanState::Element, _) => ScanState::Element,
         };
         self.state = next;
         Ok(false)
@@ -258,9 +261,9 @@ impl JsonDecoder {
                 self.partial.clear();
                 r?;
                 self.state = if self.array {
-                    State::AfterElement
+                    ScanState::AfterElement
                 } else {
-                    State::Done
+                    ScanState::Done
                 };
                 Ok(i + end)
             }
@@ -299,14 +302,14 @@ impl JsonDecoder {
             b'n' => Some("null"),
             _ => None,
         };
-        let what = if self.state == State::Start {
+        let what = if self.state == ScanState::Start {
             "the body must be an event object or an array of event objects".to_string()
         } else {
             format!("event {} must be a JSON object", self.sink.index)
         };
         let e = match (found, self.state) {
             (Some(found), _) => InputError::invalid_event(format!("{what}, found {found}")),
-            (None, State::ArrayNext) if b == b']' => {
+            (None, ScanState::ArrayNext) if b == b']' => {
                 InputError::malformed("invalid JSON: trailing comma before ']'")
             }
             (None, _) => InputError::malformed(format!("invalid JSON: {what}, found {}", show(b))),

@@ -41,8 +41,12 @@ pub use yaml::decode_yaml;
 
 /// Name of the limit reported when one event is over `ingest.max_event_bytes`.
 pub const LIMIT_EVENT_BYTES: &str = "ingest.max_event_bytes";
-/// Name of the limit reported when `data` nests deeper than [`crate::event::MAX_DATA_DEPTH`].
-pub const LIMIT_DATA_DEPTH: &str = "data depth";
+/// Name of the limit reported when a body, or the events decoded from it, are over
+/// `ingest.max_body_bytes`.
+pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
+/// Name of the limit reported when `data` nests deeper than [`crate::rules::MAX_DATA_DEPTH`]
+/// (a rule of the event, so declared with the rules).
+pub use crate::rules::LIMIT_DATA_DEPTH;
 
 /// A body format that can be decoded incrementally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,7 +168,7 @@ impl Sink {
         match self.parser.parse(bytes, self.now_ms) {
             Ok(ev) => {
                 if let Err(e) = out.push(&ev) {
-                    let e = InputError::from_encode(e).at_index(self.index);
+                    let e = InputError::from_pack(e).at_index(self.index);
                     return Err(self.fail(e));
                 }
                 self.index += 1;

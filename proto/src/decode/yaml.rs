@@ -45,16 +45,13 @@ use self::anchors::Anchors;
 use self::chars::{Chars, Guard};
 use self::event::EventBuilder;
 use self::scalar::{Scalar, collection_tag, resolve};
-use super::{LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
+use super::{LIMIT_BODY_BYTES, LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
 use crate::error::InputError;
-use crate::event::MAX_DATA_DEPTH;
 use crate::packed::Batch;
+use crate::rules::{MAX_DATA_DEPTH, data_too_deep};
 
 /// Anchored nodes of one document may hold this many times `ingest.max_event_bytes`.
 pub const ANCHOR_BUDGET_EVENTS: usize = 4;
-
-/// Name of the limit a body whose decoded events outgrow it is refused with.
-pub const LIMIT_BODY_BYTES: &str = "ingest.max_body_bytes";
 
 /// Decode a whole YAML body from `reader` into `out`. `max_event_bytes` bounds one event
 /// (alias expansions included) and what the decoder buffers; `max_body_bytes` bounds the
@@ -182,7 +179,7 @@ impl Pos {
 
 /// Where a document is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum DocumentState {
     /// Between documents.
     Between,
     /// A document started; its root node is next.
@@ -205,7 +202,7 @@ struct Documents {
     index: u64,
     /// Documents started so far.
     documents: u64,
-    state: State,
+    state: DocumentState,
     event: EventBuilder,
     /// Where the current event mapping starts, for the errors about the whole event.
     event_pos: Pos,
@@ -220,7 +217,7 @@ impl Documents {
             now_ms,
             index: 0,
             documents: 0,
-            state: State::Between,
+            state: DocumentState::Between,
             event: EventBuilder::default(),
             event_pos: Pos::default(),
             anchors: Anchors::default(),
@@ -229,10 +226,10 @@ impl Documents {
 
     /// Add what is known of the current position to `err`.
     fn locate(&self, mut err: InputError, pos: Pos) -> InputError {
-        if self.documents > 0 && self.state != State::Between {
+        if self.documents > 0 && self.state != DocumentState::Between {
             err = err.at_document(self.documents - 1);
         }
-        if matches!(self.state, State::Event { .. }) {
+        if matches!(self.state, DocumentState::Event { .. }) {
             err = err.at_index(self.index);
         }
         if pos.line > 0 {
@@ -249,15 +246,7 @@ impl Documents {
             },
             Problem::Input(e) => e,
             Problem::Malformed(m) => InputError::malformed(format!("invalid YAML: {m}")),
-            Problem::TooDeep => {
-                let mut e = InputError::too_large(
-                    LIMIT_DATA_DEPTH,
-                    MAX_DATA_DEPTH as u64,
-                    format!("field \"data\" is nested deeper than {MAX_DATA_DEPTH} levels"),
-                );
-                e.field = Some("data".into());
-                e
-            }
+            Problem::TooDeep => data_too_deep(),
             Problem::TooLarge => {
                 let max = self.max_event_bytes;
                 InputError::too_large(
@@ -280,12 +269,12 @@ impl Documents {
         let (node, anchor) = match &ev {
             Event::DocumentStart(..) => {
                 self.documents += 1;
-                self.state = State::Root;
+                self.state = DocumentState::Root;
                 self.anchors.clear();
                 return Ok(());
             }
             Event::DocumentEnd => {
-                self.state = State::Between;
+                self.state = DocumentState::Between;
                 self.anchors.clear();
                 return Ok(());
             }
@@ -355,42 +344,42 @@ impl Documents {
 
     fn node(&mut self, node: &Node<'_>, pos: Pos, out: &mut Batch) -> Result<(), InputError> {
         match self.state {
-            State::Root | State::Items => {
-                let top = self.state == State::Root;
+            DocumentState::Root | DocumentState::Items => {
+                let top = self.state == DocumentState::Root;
                 match *node {
                     Node::MapStart { tag } => {
-                        collection_tag(tag, true).map_err(|m| {
+                        collection_tag(tag, true).map_err(|e| {
                             let p = Problem::Invalid {
                                 field: None,
-                                message: m,
+                                message: e.to_string(),
                             };
                             self.problem(p, pos)
                         })?;
                         self.event.start();
                         self.event_pos = pos;
-                        self.state = State::Event { in_seq: !top };
+                        self.state = DocumentState::Event { in_seq: !top };
                         Ok(())
                     }
                     Node::SeqStart { tag } if top => {
-                        collection_tag(tag, false).map_err(|m| {
+                        collection_tag(tag, false).map_err(|e| {
                             let p = Problem::Invalid {
                                 field: None,
-                                message: m,
+                                message: e.to_string(),
                             };
                             self.problem(p, pos)
                         })?;
-                        self.state = State::Items;
+                        self.state = DocumentState::Items;
                         Ok(())
                     }
                     Node::SeqEnd if !top => {
-                        self.state = State::RootDone;
+                        self.state = DocumentState::RootDone;
                         Ok(())
                     }
                     Node::Scalar { value, style, tag }
                         if top && matches!(resolve(value, style, tag), Ok(Scalar::Null)) =>
                     {
                         // An empty (or null) document holds no events.
-                        self.state = State::RootDone;
+                        self.state = DocumentState::RootDone;
                         Ok(())
                     }
                     _ => {
@@ -411,7 +400,7 @@ impl Documents {
                     }
                 }
             }
-            State::Event { in_seq } => {
+            DocumentState::Event { in_seq } => {
                 let done = self
                     .event
                     .node(node, self.max_event_bytes)
@@ -420,7 +409,7 @@ impl Documents {
                     match self.event.finish(self.now_ms) {
                         Ok(ev) => {
                             if let Err(e) = out.push(&ev) {
-                                let err = InputError::from_encode(e).at_index(self.index);
+                                let err = InputError::from_pack(e).at_index(self.index);
                                 return Err(self.locate(err, self.event_pos));
                             }
                         }
@@ -439,14 +428,14 @@ impl Documents {
                     }
                     self.index += 1;
                     self.state = if in_seq {
-                        State::Items
+                        DocumentState::Items
                     } else {
-                        State::RootDone
+                        DocumentState::RootDone
                     };
                 }
                 Ok(())
             }
-            State::Between | State::RootDone => Err(self.locate(
+            DocumentState::Between | DocumentState::RootDone => Err(self.locate(
                 InputError::malformed("invalid YAML: a node outside any document"),
                 pos,
             )),

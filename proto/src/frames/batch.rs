@@ -225,7 +225,7 @@ impl BatchDecoder {
             match self.events.decode(bytes, self.now_ms) {
                 Ok(ev) => {
                     if let Err(e) = out.push(&ev) {
-                        return (pos, Err(InputError::from_encode(e).at_index(self.index)));
+                        return (pos, Err(InputError::from_pack(e).at_index(self.index)));
                     }
                 }
                 Err(e) => return (pos, Err(e.at_index(self.index))),

@@ -14,8 +14,9 @@ use super::{FrameError, FrameType};
 use crate::error::InputError;
 use crate::packed::Batch;
 
+/// What the body decoder reads next.
 #[derive(Debug)]
-enum State {
+enum ReadingFrame {
     /// Expecting a frame header.
     Head,
     /// Inside a BATCH body.
@@ -25,7 +26,7 @@ enum State {
 /// Incremental decoder of a frames body; see the module docs.
 #[derive(Debug)]
 pub struct FramesDecoder {
-    state: State,
+    state: ReadingFrame,
     batch: BatchDecoder,
     /// Bytes of an item split across chunks.
     pending: Vec<u8>,
@@ -39,7 +40,7 @@ pub struct FramesDecoder {
 impl FramesDecoder {
     pub fn new(max_event_bytes: usize, now_ms: i64) -> FramesDecoder {
         FramesDecoder {
-            state: State::Head,
+            state: ReadingFrame::Head,
             batch: BatchDecoder::new(0, max_event_bytes, now_ms),
             pending: Vec::new(),
             need: 0,
@@ -87,7 +88,7 @@ impl FramesDecoder {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        if self.pending.is_empty() && matches!(self.state, State::Head) {
+        if self.pending.is_empty() && matches!(self.state, ReadingFrame::Head) {
             return Ok(());
         }
         let e = InputError::malformed(format!(
@@ -106,7 +107,7 @@ impl FramesDecoder {
         loop {
             let rest = input.get(pos..).unwrap_or_default();
             match self.state {
-                State::Head => {
+                ReadingFrame::Head => {
                     if rest.is_empty() {
                         return Ok(pos);
                     }
@@ -132,10 +133,10 @@ impl FramesDecoder {
                     }
                     let first = self.batch.next_index();
                     self.batch.restart(head.len, self.now_ms, first);
-                    self.state = State::Body;
+                    self.state = ReadingFrame::Body;
                     pos += HEAD_LEN;
                 }
-                State::Body => {
+                ReadingFrame::Body => {
                     let had_head = self.batch.head().is_some();
                     let (used, res) = self.batch.decode(rest, out);
                     pos += used;
@@ -153,7 +154,7 @@ impl FramesDecoder {
                     match res? {
                         Progress::Done => {
                             self.frames += 1;
-                            self.state = State::Head;
+                            self.state = ReadingFrame::Head;
                         }
                         Progress::NeedMore { need } => {
                             self.need = need;

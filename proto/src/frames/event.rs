@@ -3,23 +3,21 @@
 //! the packed header and the on-disk record, so decoding is a few bounds checks and copies
 //! straight into a [`crate::Batch`].
 //!
-//! The decoder checks every rule of SPEC §2 with the same rules, limits and messages as the JSON
-//! decoders (`value` through the very same function), so a producer gets the same answer for
-//! the same event in any format. What only binary input can get wrong — bytes that are not
+//! The decoder checks every rule of SPEC §2 through the same functions as the JSON and YAML
+//! decoders ([`crate::rules`]), so a producer gets the same answer for the same event in any
+//! format. What only binary input can get wrong — bytes that are not
 //! UTF-8, unknown flag bits, a non-finite float — is reported here.
 
 use serde::de::IgnoredAny;
 
 use super::EncodeError;
 use super::wire::{Reader, put_i64, put_u8, put_u16, put_u32, put_u64};
-use crate::decode::LIMIT_DATA_DEPTH;
 use crate::decode::LIMIT_EVENT_BYTES;
 use crate::decode::compact::{Compacted, compact};
-use crate::decode::event::check_value;
 use crate::error::InputError;
-use crate::event::{
-    EventView, Kind, MAX_DATA_DEPTH, MAX_ENTITY_LEN, MAX_ID_LEN, MAX_STREAM_LEN, MAX_TS,
-    MAX_TYPE_LEN, Num, no_control_chars, reserved_feature_name,
+use crate::event::{EventView, Kind, Num};
+use crate::rules::{
+    MAX_DATA_DEPTH, RuleError, TextRule, check_reserved, check_value, data_too_deep, ts_from_i64,
 };
 
 /// Bits of an event's flags byte.
@@ -270,42 +268,31 @@ impl EventDecoder {
                 format!("field \"kind\": must be 0 (event), 1 (counter) or 2 (gauge), got {kind}"),
             )
         })?;
-        text_rule("stream", stream, MAX_STREAM_LEN, false)?;
-        text_rule("type", ty, MAX_TYPE_LEN, false)?;
+        let text = |rule: TextRule, s: &str| rule.check(s).map_err(|e| e.on(rule.field()));
+        text(TextRule::Stream, stream)?;
+        text(TextRule::Type, ty)?;
         if let Some(e) = entity {
-            text_rule("entity", e, MAX_ENTITY_LEN, true)?;
+            text(TextRule::Entity, e)?;
         }
         if let Some(id) = id {
-            text_rule("id", id, MAX_ID_LEN, false)?;
+            text(TextRule::Id, id)?;
         }
         if let Some(t) = ts {
-            check_ts(t)?;
+            ts_from_i64(t).map_err(|e| e.on("ts"))?;
         }
         let value = match raw_value {
             None => None,
             Some(bits) if fl & flags::VALUE_F64 != 0 => {
                 let x = f64::from_bits(bits);
                 if !x.is_finite() {
-                    return Err(InputError::invalid(
-                        "value",
-                        format!("field \"value\": must be a finite number, got {x}"),
-                    ));
+                    return Err(RuleError::NotFinite(x.to_string()).on("value"));
                 }
                 Some(Num::Float(x))
             }
             Some(bits) => Some(Num::Int(bits as i64)),
         };
         let value = check_value(kind, value)?;
-        if kind != Kind::Event && reserved_feature_name(ty) {
-            return Err(InputError::invalid(
-                "type",
-                format!(
-                    "field \"type\": a {} may not be named \"{ty}\", which is reserved for a \
-                     built-in feature",
-                    kind.as_str()
-                ),
-            ));
-        }
+        check_reserved(kind, ty)?;
         let compacted = match data {
             None => None,
             Some(raw) => Some(check_data(raw, &mut self.data)?),
@@ -362,63 +349,14 @@ fn optional<'a>(
     }
 }
 
-/// The string rules of SPEC §2, worded as the JSON decoders word them.
-fn text_rule(field: &str, s: &str, max: usize, may_be_empty: bool) -> Result<(), InputError> {
-    let fail = |msg: String| InputError::invalid(field, format!("field \"{field}\": {msg}"));
-    if s.is_empty() && !may_be_empty {
-        return Err(fail("must not be empty".into()));
-    }
-    if s.len() > max {
-        return Err(fail(format!(
-            "must be at most {max} bytes, got {}",
-            s.len()
-        )));
-    }
-    if field == "type" {
-        if !crate::event::valid_type(s) {
-            return Err(fail(format!(
-                "may only contain the characters A-Z a-z 0-9 _ . : -, got {:?}",
-                short(s)
-            )));
-        }
-    } else if !no_control_chars(s) {
-        return Err(fail("must not contain control characters".into()));
-    }
-    Ok(())
-}
-
-fn check_ts(t: i64) -> Result<(), InputError> {
-    let msg = if t < 0 {
-        format!("must not be negative, got {t}")
-    } else if t >= MAX_TS {
-        format!("must be below 2^53 milliseconds, got {t}")
-    } else {
-        return Ok(());
-    };
-    Err(InputError::invalid("ts", format!("field \"ts\": {msg}")))
-}
-
 /// `data` must be JSON text nesting at most 64 levels; it is stored compact. Depth is checked
 /// first, by the compactor's flat scan, so that the JSON check never recurses deeply.
 fn check_data(raw: &str, buf: &mut String) -> Result<Compacted, InputError> {
-    let compacted = compact(raw, buf, MAX_DATA_DEPTH).map_err(|_| {
-        let mut e = InputError::too_large(
-            LIMIT_DATA_DEPTH,
-            MAX_DATA_DEPTH as u64,
-            format!("field \"data\" is nested deeper than {MAX_DATA_DEPTH} levels"),
-        );
-        e.field = Some("data".into());
-        e
-    })?;
+    let compacted = compact(raw, buf, MAX_DATA_DEPTH).map_err(|_| data_too_deep())?;
     // The same validating skip serde_json uses for `data` in JSON bodies: identical grammar.
     serde_json::from_str::<IgnoredAny>(raw)
         .map_err(|e| InputError::invalid("data", format!("field \"data\": not valid JSON: {e}")))?;
     Ok(compacted)
-}
-
-/// `s` for an error message, cut to a readable length.
-fn short(s: &str) -> &str {
-    super::wire::clip(s, 64)
 }
 
 #[cfg(test)]
@@ -426,6 +364,8 @@ fn short(s: &str) -> &str {
 mod tests {
     use super::*;
     use crate::ErrorClass;
+    use crate::decode::LIMIT_DATA_DEPTH;
+    use crate::rules::MAX_TS;
 
     fn ev<'a>() -> WireEvent<'a> {
         WireEvent {

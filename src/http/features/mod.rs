@@ -60,7 +60,7 @@ fn entity_of(path: Result<Path<String>, PathRejection>) -> Result<String, AppErr
 }
 
 fn check_entity(entity: &str) -> Result<(), String> {
-    if entity.is_empty() || !vx_proto::event::valid_entity(entity) {
+    if entity.is_empty() || !vx_proto::rules::valid_entity(entity) {
         return Err(format!(
             "entity {entity:?} must be 1-256 bytes of UTF-8 without control characters"
         ));

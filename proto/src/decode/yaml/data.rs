@@ -14,11 +14,11 @@ use hashbrown::HashTable;
 use super::scalar::{Int, Scalar, collection_tag, core_tag, int_value, is_json_number, resolve};
 use super::{Node, Problem};
 use crate::canonical::write_json_str;
-use crate::event::MAX_DATA_DEPTH;
+use crate::rules::MAX_DATA_DEPTH;
 
 /// An open collection of `data`.
 #[derive(Clone, Copy, Debug)]
-enum Frame {
+enum OpenCollection {
     Seq {
         first: bool,
     },
@@ -33,7 +33,7 @@ enum Frame {
 #[derive(Debug, Default)]
 pub(super) struct DataWriter {
     out: Vec<u8>,
-    stack: Vec<Frame>,
+    stack: Vec<OpenCollection>,
     /// The keys of the mapping open at each depth, as ranges of `out` (their JSON text, which
     /// is unique per key), so that a duplicate is found without a copy of each key.
     keys: Vec<HashTable<(u32, u32)>>,
@@ -56,7 +56,7 @@ impl DataWriter {
     pub(super) fn node(&mut self, node: &Node<'_>) -> Result<bool, Problem> {
         match *node {
             Node::Scalar { value, style, tag } => {
-                if let Some(Frame::Map {
+                if let Some(OpenCollection::Map {
                     first,
                     key_next: true,
                 }) = self.stack.last().copied()
@@ -76,7 +76,7 @@ impl DataWriter {
             }
             Node::MapStart { tag } | Node::SeqStart { tag } => {
                 let map = matches!(node, Node::MapStart { .. });
-                if let Some(Frame::Map { key_next: true, .. }) = self.stack.last() {
+                if let Some(OpenCollection::Map { key_next: true, .. }) = self.stack.last() {
                     return Err(Problem::data(format!(
                         "mapping keys must be strings, found a {}",
                         if map { "mapping" } else { "sequence" }
@@ -96,20 +96,20 @@ impl DataWriter {
                     if let Some(k) = self.keys.get_mut(depth) {
                         k.clear();
                     }
-                    self.stack.push(Frame::Map {
+                    self.stack.push(OpenCollection::Map {
                         first: true,
                         key_next: true,
                     });
                 } else {
                     self.out.push(b'[');
-                    self.stack.push(Frame::Seq { first: true });
+                    self.stack.push(OpenCollection::Seq { first: true });
                 }
                 Ok(false)
             }
             Node::MapEnd | Node::SeqEnd => {
                 let close = match self.stack.pop() {
-                    Some(Frame::Map { .. }) => b'}',
-                    Some(Frame::Seq { .. }) => b']',
+                    Some(OpenCollection::Map { .. }) => b'}',
+                    Some(OpenCollection::Seq { .. }) => b']',
                     None => return Err(Problem::Malformed("unbalanced YAML collection".into())),
                 };
                 self.out.push(close);
@@ -120,7 +120,7 @@ impl DataWriter {
 
     /// A comma before an element of a sequence.
     fn before_value(&mut self) {
-        if let Some(Frame::Seq { first }) = self.stack.last_mut() {
+        if let Some(OpenCollection::Seq { first }) = self.stack.last_mut() {
             if !*first {
                 self.out.push(b',');
             }
@@ -132,11 +132,11 @@ impl DataWriter {
     fn after_value(&mut self) -> bool {
         match self.stack.last_mut() {
             None => true,
-            Some(Frame::Map { key_next, .. }) => {
+            Some(OpenCollection::Map { key_next, .. }) => {
                 *key_next = true;
                 false
             }
-            Some(Frame::Seq { .. }) => false,
+            Some(OpenCollection::Seq { .. }) => false,
         }
     }
 
@@ -177,7 +177,7 @@ impl DataWriter {
             });
         }
         self.out.push(b':');
-        if let Some(Frame::Map { first, key_next }) = self.stack.last_mut() {
+        if let Some(OpenCollection::Map { first, key_next }) = self.stack.last_mut() {
             *first = false;
             *key_next = false;
         }

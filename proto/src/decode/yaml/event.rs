@@ -6,15 +6,16 @@
 use granit_parser::{ScalarStyle, Tag};
 
 use super::data::DataWriter;
-use super::scalar::{CoreTag, plain};
+use super::scalar::{CoreTag, TagError, plain};
 use super::scalar::{Int, Scalar, core_tag, int_value, resolve};
 use super::{Node, Problem};
-use crate::decode::event::{check_reserved, check_value, missing};
-use crate::decode::fields::{
-    FIELD_LIST, Field, Rule, kind_from_str, short, ts_from_i64, ts_from_rfc3339, ts_from_u64,
-    ts_not_whole,
-};
+use crate::decode::event::missing;
+use crate::decode::fields::{FIELD_LIST, Field};
 use crate::event::{EventView, Kind, Num};
+use crate::rules::{
+    RuleError, check_reserved, check_value, kind_from_str, short, ts_from_i64, ts_from_rfc3339,
+    ts_from_u64, ts_not_whole,
+};
 
 /// What the next node of the mapping is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +125,7 @@ impl EventBuilder {
                 "merge keys (<<) are not supported: write the event's fields out".into(),
             ));
         }
-        core_tag(tag).map_err(|m| field_err(value, m))?;
+        core_tag(tag).map_err(|e| field_err(value, e.to_string()))?;
         let Some(field) = Field::from_name(value) else {
             let name = short(value);
             return Err(field_err(
@@ -149,6 +150,7 @@ impl EventBuilder {
             field: Some(name.to_string()),
             message: format!("field \"{name}\": {message}"),
         };
+        let broken = |e: RuleError| bad(e.to_string());
         let Node::Scalar { value, style, tag } = *node else {
             let what = match node {
                 Node::SeqStart { .. } => "a sequence",
@@ -161,15 +163,15 @@ impl EventBuilder {
             };
             return Err(bad(format!("must be {expected}, got {what}")));
         };
-        if let Some(rule) = Rule::of(field) {
-            let text = string_field(value, style, tag).map_err(&bad)?;
+        if let Some(rule) = field.text_rule() {
+            let text = string_field(value, style, tag).map_err(|e| bad(e.to_string()))?;
             let Some(text) = text else {
                 if rule.nullable() {
                     return Ok(());
                 }
                 return Err(bad("must be a string, got null".into()));
             };
-            rule.check(text).map_err(&bad)?;
+            rule.check(text).map_err(broken)?;
             let buf = match field {
                 Field::Stream => &mut self.stream,
                 Field::Type => &mut self.ty,
@@ -181,16 +183,16 @@ impl EventBuilder {
             self.set |= field.bit();
             return Ok(());
         }
-        let scalar = resolve(value, style, tag).map_err(&bad)?;
+        let scalar = resolve(value, style, tag).map_err(|e| bad(e.to_string()))?;
         match field {
-            Field::Ts => self.ts = ts(scalar).map_err(bad)?,
+            Field::Ts => self.ts = ts(scalar).map_err(broken)?,
             Field::Kind => {
                 self.kind = match scalar {
                     Scalar::Null => None,
-                    _ => Some(kind_from_str(value).map_err(bad)?),
+                    _ => Some(kind_from_str(value).map_err(broken)?),
                 }
             }
-            _ => self.value = number(scalar).map_err(bad)?,
+            _ => self.value = number(scalar).map_err(broken)?,
         }
         Ok(())
     }
@@ -207,6 +209,7 @@ impl EventBuilder {
         };
         required(Field::Stream)?;
         required(Field::Type)?;
+        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
         let kind = self.kind.unwrap_or_default();
         let value = check_value(kind, self.value).map_err(Problem::Input)?;
         check_reserved(kind, &self.ty).map_err(Problem::Input)?;
@@ -228,12 +231,22 @@ impl EventBuilder {
     }
 }
 
+/// Why a string field's value is not a string.
+#[derive(Debug, thiserror::Error)]
+enum NotAString {
+    #[error(transparent)]
+    Tag(#[from] TagError),
+    /// The value's type, described.
+    #[error("must be a string, got {0}")]
+    Other(&'static str),
+}
+
 /// A string field's text: a quoted scalar or a plain one as written, `None` for null.
 fn string_field<'a>(
     value: &'a str,
     style: ScalarStyle,
     tag: Option<&Tag>,
-) -> Result<Option<&'a str>, String> {
+) -> Result<Option<&'a str>, NotAString> {
     match core_tag(tag)? {
         None if style == ScalarStyle::Plain => match plain(value) {
             Scalar::Null => Ok(None),
@@ -242,33 +255,27 @@ fn string_field<'a>(
         None | Some(CoreTag::Str | CoreTag::NonSpecific) => Ok(Some(value)),
         Some(CoreTag::Null) => match resolve(value, style, tag)? {
             Scalar::Null => Ok(None),
-            s => Err(format!("must be a string, got {}", s.describe())),
+            s => Err(NotAString::Other(s.describe())),
         },
         Some(_) => {
             let s = resolve(value, style, tag)?;
-            Err(format!("must be a string, got {}", s.describe()))
+            Err(NotAString::Other(s.describe()))
         }
     }
 }
 
-fn ts(scalar: Scalar<'_>) -> Result<Option<i64>, String> {
+fn ts(scalar: Scalar<'_>) -> Result<Option<i64>, RuleError> {
     match scalar {
         Scalar::Null => Ok(None),
         Scalar::Str(s) => ts_from_rfc3339(s).map(Some),
         Scalar::Int(i) => match int_value(i) {
             Some(v) if v < 0 => ts_from_i64(i64::try_from(v).unwrap_or(i64::MIN)).map(Some),
             Some(v) => ts_from_u64(u64::try_from(v).unwrap_or(u64::MAX)).map(Some),
-            None => Err(format!(
-                "must be below 2^53 milliseconds, got {}",
-                literal(i)
-            )),
+            None => Err(RuleError::TsTooLate(literal(i))),
         },
         Scalar::Float(f) => Err(ts_not_whole(f)),
         Scalar::NonFinite => Err(ts_not_whole("a non-finite number")),
-        Scalar::Bool(_) => Err(format!(
-            "must be integer milliseconds or an RFC 3339 string, got {}",
-            scalar.describe()
-        )),
+        Scalar::Bool(_) => Err(RuleError::TsNotATime(scalar.describe().to_string())),
     }
 }
 
@@ -281,12 +288,12 @@ fn literal(i: Int<'_>) -> String {
 }
 
 /// `value`: integers that fit an i64 stay integers (as from JSON); every number is finite.
-fn number(scalar: Scalar<'_>) -> Result<Option<Num>, String> {
+fn number(scalar: Scalar<'_>) -> Result<Option<Num>, RuleError> {
     let finite = |v: f64, shown: &str| {
         if v.is_finite() {
             Ok(Some(Num::Float(v)))
         } else {
-            Err(format!("must be a finite number, got {shown}"))
+            Err(RuleError::NotFinite(shown.to_string()))
         }
     };
     match scalar {
@@ -299,15 +306,13 @@ fn number(scalar: Scalar<'_>) -> Result<Option<Num>, String> {
                     Int::Dec(d) => finite(d.parse::<f64>().unwrap_or(f64::INFINITY), &shown),
                     _ => match int_value(i) {
                         Some(v) => finite(v as f64, &shown),
-                        None => Err(format!("number out of range: {shown}")),
+                        None => Err(RuleError::NumberOutOfRange(shown)),
                     },
                 }
             }
         },
         Scalar::Float(f) => finite(f.parse::<f64>().unwrap_or(f64::INFINITY), f),
-        Scalar::NonFinite => Err("must be a finite number, got a non-finite one".into()),
-        Scalar::Bool(_) | Scalar::Str(_) => {
-            Err(format!("must be a number, got {}", scalar.describe()))
-        }
+        Scalar::NonFinite => Err(RuleError::NotFinite("a non-finite one".into())),
+        Scalar::Bool(_) | Scalar::Str(_) => Err(RuleError::NotANumber(scalar.describe().into())),
     }
 }

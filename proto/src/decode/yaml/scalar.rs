@@ -37,8 +37,30 @@ impl CoreTag {
     }
 }
 
-/// The core tag of `tag`, or the message refusing it.
-pub(super) fn core_tag(tag: Option<&Tag>) -> Result<Option<CoreTag>, String> {
+/// Why a tag, or a tagged value, is refused (SPEC §3: only core-schema tags, on values that
+/// fit them).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum TagError {
+    /// The tag as written, cut to 64 characters.
+    #[error(
+        "unsupported YAML tag {0}: only the YAML 1.2 core schema tags (!!str, !!int, !!float, \
+         !!bool, !!null, !!map, !!seq) are accepted"
+    )]
+    Unsupported(String),
+    #[error("a {collection} cannot be tagged {tag}")]
+    Collection {
+        collection: &'static str,
+        tag: &'static str,
+    },
+    #[error("a scalar cannot be tagged {0}")]
+    Scalar(&'static str),
+    /// The value, cut to 64 characters.
+    #[error("{shown:?} is not a valid {tag} value")]
+    Value { shown: String, tag: &'static str },
+}
+
+/// The core tag of `tag`, or why it is refused.
+pub(super) fn core_tag(tag: Option<&Tag>) -> Result<Option<CoreTag>, TagError> {
     let Some(tag) = tag else { return Ok(None) };
     let core = match tag.core_suffix() {
         Some("str") => CoreTag::Str,
@@ -51,26 +73,22 @@ pub(super) fn core_tag(tag: Option<&Tag>) -> Result<Option<CoreTag>, String> {
         _ if tag.handle().is_empty() && tag.suffix() == "!" => CoreTag::NonSpecific,
         _ => {
             let shown: String = tag.original().chars().take(64).collect();
-            return Err(format!(
-                "unsupported YAML tag {shown}: only the YAML 1.2 core schema tags (!!str, !!int, \
-                 !!float, !!bool, !!null, !!map, !!seq) are accepted"
-            ));
+            return Err(TagError::Unsupported(shown));
         }
     };
     Ok(Some(core))
 }
 
 /// Check the tag of a mapping (`map`) or a sequence.
-pub(super) fn collection_tag(tag: Option<&Tag>, map: bool) -> Result<(), String> {
+pub(super) fn collection_tag(tag: Option<&Tag>, map: bool) -> Result<(), TagError> {
     match core_tag(tag)? {
         None | Some(CoreTag::NonSpecific) => Ok(()),
         Some(CoreTag::Map) if map => Ok(()),
         Some(CoreTag::Seq) if !map => Ok(()),
-        Some(t) => Err(format!(
-            "a {} cannot be tagged {}",
-            if map { "mapping" } else { "sequence" },
-            t.name()
-        )),
+        Some(t) => Err(TagError::Collection {
+            collection: if map { "mapping" } else { "sequence" },
+            tag: t.name(),
+        }),
     }
 }
 
@@ -117,7 +135,7 @@ pub(super) fn resolve<'a>(
     value: &'a str,
     style: ScalarStyle,
     tag: Option<&Tag>,
-) -> Result<Scalar<'a>, String> {
+) -> Result<Scalar<'a>, TagError> {
     let plain = || {
         if style == ScalarStyle::Plain {
             plain(value)
@@ -142,9 +160,12 @@ pub(super) fn resolve<'a>(
     ok.ok_or_else(|| {
         let shown: String = value.chars().take(64).collect();
         if matches!(tag, CoreTag::Map | CoreTag::Seq) {
-            format!("a scalar cannot be tagged {}", tag.name())
+            TagError::Scalar(tag.name())
         } else {
-            format!("{shown:?} is not a valid {} value", tag.name())
+            TagError::Value {
+                shown,
+                tag: tag.name(),
+            }
         }
     })
 }
@@ -353,7 +374,9 @@ mod tests {
             core("timestamp"),
             core("merge"),
         ] {
-            let e = resolve("x", ScalarStyle::Plain, Some(&bad)).unwrap_err();
+            let e = resolve("x", ScalarStyle::Plain, Some(&bad))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("unsupported YAML tag"), "{e}");
         }
         assert!(collection_tag(Some(&core("map")), true).is_ok());

@@ -4,14 +4,20 @@
 //! admission, 429 with `Retry-After`, durability). Differences, all OTLP's:
 //! - the body is read whole and decoded in one piece (a protobuf message cannot be decoded
 //!   before its end), its decoded size bounded first and held in the in-flight budget
-//!   (`crate::otlp::cost`);
+//!   (`vx_otlp::cost`);
 //! - success is `Export…ServiceResponse` in the request's encoding, with `partial_success`
-//!   for items that could not be events (`crate::otlp::map`);
-//! - errors are re-shaped by [`error_shape`] (`crate::otlp::status`), which also sees the
-//!   answers of the middleware (auth, readiness) and of the fallbacks.
+//!   for items that could not be events (`vx_otlp::map`);
+//! - errors are re-shaped by [`error_shape`] ([`status`]), which also sees the answers of the
+//!   middleware (auth, readiness) and of the fallbacks.
+//!
+//! Decoding and mapping are `vx_otlp`'s (pure, shared with the fuzz crate); what needs the
+//! HTTP layer, the handler and the error answers built from Veltrix's error bodies, is here.
+
+pub mod status;
 
 use super::AppError;
-use super::ingest::{body_error, closing, durability, encoding, submit, with_fill};
+use super::ingest::{body_error, closing, durability, encoding, submit};
+use super::queue_fill::with_fill;
 use crate::otlp::{self, Signal, Wire};
 use crate::state::AppState;
 use axum::body::Body;
@@ -157,7 +163,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
 
 /// Outermost layer: any error answer on an OTLP route, whoever made it (the handler, auth,
 /// readiness, a fallback), gets OTLP's `Status` shape in the request's encoding
-/// ([`crate::otlp::status`]). Status and headers stay as they are.
+/// ([`status`]). Status and headers stay as they are.
 pub async fn error_shape(req: Request, next: Next) -> Response {
     let path = req.uri().path();
     if path != TRACES && path != LOGS {
@@ -182,7 +188,7 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
             return Response::from_parts(parts, Body::empty());
         }
     };
-    let Some(shaped) = otlp::status::reshape(&bytes, protobuf) else {
+    let Some(shaped) = status::reshape(&bytes, protobuf) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
     let ct = if protobuf { Wire::Protobuf } else { Wire::Json };

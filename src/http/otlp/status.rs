@@ -79,3 +79,23 @@ pub fn reshape(body: &[u8], protobuf: bool) -> Option<Vec<u8>> {
     obj.insert("message".into(), text.into());
     Some(v.to_string().into_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn errors_in_the_request_encoding() {
+        let err = br#"{"error":{"code":"backpressure","message":"full"}}"#;
+        let st: RpcStatus = prost::Message::decode(&reshape(err, true).unwrap()[..]).unwrap();
+        assert_eq!((st.code, st.message.as_str()), (8, "backpressure: full"));
+        let v: Value = serde_json::from_slice(&reshape(err, false).unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], "backpressure");
+        assert_eq!(v["code"], 8);
+        assert_eq!(v["message"], "backpressure: full");
+        assert!(reshape(b"not json", true).is_none());
+    }
+}

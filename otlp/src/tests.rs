@@ -345,16 +345,6 @@ fn answers_in_the_request_encoding() {
     m.first_rejection = None;
     assert_eq!(success_body(Signal::Logs, Wire::Json, &m), b"{}");
     assert!(success_body(Signal::Traces, Wire::Protobuf, &m).is_empty());
-
-    let err = br#"{"error":{"code":"backpressure","message":"full"}}"#;
-    let st: status::RpcStatus =
-        prost::Message::decode(&status::reshape(err, true).unwrap()[..]).unwrap();
-    assert_eq!((st.code, st.message.as_str()), (8, "backpressure: full"));
-    let v: Value = serde_json::from_slice(&status::reshape(err, false).unwrap()).unwrap();
-    assert_eq!(v["error"]["code"], "backpressure");
-    assert_eq!(v["code"], 8);
-    assert_eq!(v["message"], "backpressure: full");
-    assert!(status::reshape(b"not json", true).is_none());
 }
 
 #[test]
@@ -483,7 +473,7 @@ proptest! {
         prop_assert_eq!(events(&m), events(&mj));
         for (ev, sp) in events(&m).iter().zip(&spans) {
             prop_assert_eq!(&ev.0, &service);
-            prop_assert!(vx_proto::event::valid_type(&ev.1));
+            prop_assert!(vx_proto::rules::valid_type(&ev.1));
             prop_assert_eq!(&ev.5["name"], &Value::from(sp.name.as_str()));
         }
     }

@@ -1,15 +1,19 @@
-//! OTLP in (SPEC §7): OpenTelemetry's `ExportTraceServiceRequest` and
+//! `vx-otlp`, OTLP in (SPEC §7): OpenTelemetry's `ExportTraceServiceRequest` and
 //! `ExportLogsServiceRequest`, as OTLP/HTTP sends them (protobuf or JSON), turned into Veltrix
-//! events, and the answers OTLP expects. Everything here is pure (bytes in, batch or bytes out),
-//! so unit tests, property tests and the fuzz target drive it without a server; the HTTP side
-//! (headers, body, admission) is `crate::http::otlp`.
+//! events, and the success answer OTLP expects. Everything here is pure (bytes in, batch or
+//! bytes out), so unit tests, property tests and the fuzz target drive it without a server; the
+//! HTTP side (headers, body, admission, error answers) is the server's `http::otlp`.
+//!
+//! A crate of its own rather than a module of `vx-ingest`: vx-ingest is the asynchronous body
+//! pipeline (tokio, decompression) the server's ingest routes share, while this is synchronous
+//! decoding over prost and the generated OTLP messages. Apart, the fuzz crate links this and
+//! vx-proto alone, and vx-ingest's users do not compile prost.
 //!
 //! # Layout
 //! - [`cost`]: a bound on the memory a body takes once decoded, found before decoding it.
 //! - [`json`]: OTLP/JSON as the protobuf JSON mapping allows it (nulls, omitted defaults,
 //!   numbers as strings), made acceptable to the generated messages' serde derive.
 //! - [`map`]: spans and log records → events (the mapping table is there).
-//! - [`status`]: `google.rpc.Status` and the gRPC code of each Veltrix error code.
 //! - `testing` (the `testing` feature): the OTLP requests the tests and fuzz seeds build.
 //! - this file: decoding a body of either encoding, and encoding the success answer.
 //!
@@ -20,12 +24,11 @@
 //! opentelemetry-proto's serde mapping of OTLP/JSON: lowerCamelCase field names, trace and span
 //! ids as hex, 64-bit integers as strings or numbers, enums as integers, unknown fields ignored;
 //! [`json`] first mends where that mapping is stricter than protobuf's JSON mapping (tests/
-//! otlp_in.rs and this module's tests check each of these).
+//! otlp_in.rs and this crate's tests check each of these).
 
 pub mod cost;
 pub mod json;
 pub mod map;
-pub mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -77,7 +80,9 @@ pub const SUPPORTED_TYPES: &[&str] = &["application/x-protobuf", "application/js
 impl Wire {
     /// The encoding a `Content-Type` names (parameters ignored, case-insensitive).
     pub fn for_content_type(content_type: Option<&str>) -> Option<Wire> {
-        let essence = content_type?.split(';').next().unwrap_or_default().trim();
+        let ct = content_type?;
+        // The media type without its parameters.
+        let essence = ct.split_once(';').map_or(ct, |(media, _)| media).trim();
         if essence.eq_ignore_ascii_case("application/x-protobuf") {
             Some(Wire::Protobuf)
         } else if essence.eq_ignore_ascii_case("application/json") {

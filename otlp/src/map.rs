@@ -33,7 +33,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{Span, span, status};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
-use vx_proto::event::{MAX_DATA_DEPTH, MAX_TYPE_LEN, valid_entity, valid_stream};
+use vx_proto::rules::{MAX_DATA_DEPTH, MAX_TYPE_LEN, type_byte, valid_entity, valid_stream};
 use vx_proto::{Batch, EventView, InputError, Kind};
 
 /// OTel's `service.name` when a resource has none.
@@ -84,7 +84,7 @@ impl Mapped {
 }
 
 /// Why one item cannot be an event.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("{0}")]
 struct ItemError(String);
 
@@ -156,7 +156,7 @@ where
 fn check_total(batch: &Batch, m: &Mapping<'_>) -> Result<(), InputError> {
     if batch.mem_bytes() as u64 > m.max_batch_bytes {
         return Err(InputError::too_large(
-            vx_ingest::LIMIT_BODY_BYTES,
+            vx_proto::decode::LIMIT_BODY_BYTES,
             m.max_batch_bytes,
             format!(
                 "the request's events add up to more than {} bytes (ingest.max_body_bytes); \
@@ -171,9 +171,9 @@ fn check_total(batch: &Batch, m: &Mapping<'_>) -> Result<(), InputError> {
 /// What every item of one resource shares.
 struct ResourceCtx {
     /// The stream, or why the resource's items are rejected.
-    stream: Result<String, String>,
+    stream: Result<String, ItemError>,
     /// The resource's attributes, or why its items are rejected.
-    attributes: Result<Value, String>,
+    attributes: Result<Value, ItemError>,
 }
 
 impl ResourceCtx {
@@ -186,24 +186,24 @@ impl ResourceCtx {
             .and_then(|kv| kv.value.as_ref())
             .and_then(|v| v.value.as_ref());
         let stream = match named {
-            None => UNKNOWN_SERVICE.to_string(),
-            Some(Av::StringValue(s)) if s.is_empty() => UNKNOWN_SERVICE.to_string(),
-            Some(Av::StringValue(s)) => s.clone(),
-            // A non-string attribute names the stream by its JSON text (`42`, `true`).
-            Some(other) => av_json(other, 1).map(|v| v.to_string()).unwrap_or_default(),
+            None => Ok(UNKNOWN_SERVICE.to_string()),
+            Some(Av::StringValue(s)) if s.is_empty() => Ok(UNKNOWN_SERVICE.to_string()),
+            Some(Av::StringValue(s)) => Ok(s.clone()),
+            // A non-string attribute names the stream by its JSON text (`42`, `true`); one
+            // nested too deep to be written has none, and is no stream name either.
+            Some(other) => av_json(other, 1).map(|v| v.to_string()),
         };
-        let stream = if valid_stream(&stream) {
-            Ok(stream)
-        } else {
-            Err(format!(
+        let stream = match stream {
+            Ok(name) if valid_stream(&name) => Ok(name),
+            _ => Err(ItemError(format!(
                 "resource attribute {stream_attribute:?} is not a valid stream name (1-256 bytes \
                  of UTF-8 without control characters)"
-            ))
+            ))),
         };
         ResourceCtx {
             stream,
             // data (1) → resource (2).
-            attributes: attributes_json(attrs, 2).map_err(|e| format!("resource {e}")),
+            attributes: attributes_json(attrs, 2).map_err(|e| ItemError(format!("resource {e}"))),
         }
     }
 }
@@ -212,21 +212,20 @@ impl ResourceCtx {
 /// they become events.
 struct ItemCtx<'a> {
     res: &'a ResourceCtx,
-    scope: Result<Value, String>,
+    scope: Result<Value, ItemError>,
     m: &'a Mapping<'a>,
 }
 
 impl ItemCtx<'_> {
     /// The items' stream, or why they are rejected.
     fn stream(&self) -> Result<&str, ItemError> {
-        self.res.stream.as_deref().map_err(|e| ItemError(e.clone()))
+        self.res.stream.as_deref().map_err(ItemError::clone)
     }
 
     /// The last fields of every item's `data`: the resource's attributes and the scope.
     fn add_resource_and_scope(&self, d: &mut Map<String, Value>) -> Result<(), ItemError> {
-        let resource = self.res.attributes.clone().map_err(ItemError)?;
-        d.insert("resource".into(), resource);
-        d.insert("scope".into(), self.scope.clone().map_err(ItemError)?);
+        d.insert("resource".into(), self.res.attributes.clone()?);
+        d.insert("scope".into(), self.scope.clone()?);
         Ok(())
     }
 }
@@ -438,12 +437,9 @@ fn nanos_ms(ns: u64) -> Option<i64> {
 pub fn sanitize_type(s: &str) -> Option<String> {
     let t: String = s
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-') {
-                c
-            } else {
-                '_'
-            }
+        .map(|c| match u8::try_from(c) {
+            Ok(b) if type_byte(b) => c,
+            _ => '_',
         })
         .take(MAX_TYPE_LEN)
         .collect();
@@ -518,7 +514,7 @@ fn link(l: &span::Link) -> Result<Value, ItemError> {
     Ok(Value::Object(o))
 }
 
-fn scope_json(scope: Option<&InstrumentationScope>) -> Result<Value, String> {
+fn scope_json(scope: Option<&InstrumentationScope>) -> Result<Value, ItemError> {
     let mut o = Map::new();
     if let Some(s) = scope {
         if !s.name.is_empty() {
@@ -529,7 +525,8 @@ fn scope_json(scope: Option<&InstrumentationScope>) -> Result<Value, String> {
         }
         if !s.attributes.is_empty() {
             // data (1) → scope (2) → attributes (3).
-            let attrs = attributes_json(&s.attributes, 3).map_err(|e| format!("scope {e}"))?;
+            let attrs =
+                attributes_json(&s.attributes, 3).map_err(|e| ItemError(format!("scope {e}")))?;
             o.insert("attributes".into(), attrs);
         }
     }
