@@ -69,6 +69,21 @@ pub const KEYS: &[Key] = &[
         "live followers (SSE, NDJSON, WebSocket) at once; 503 past it",
     ),
     key(
+        "server.header_timeout",
+        None,
+        "close a connection whose request head takes longer (frames: a stalled write)",
+    ),
+    key(
+        "server.keepalive_timeout",
+        None,
+        "close an HTTP connection idle after its last answer this long",
+    ),
+    key(
+        "server.max_connections",
+        None,
+        "open connections of all listeners; new ones refused past it",
+    ),
+    key(
         "storage.data_dir",
         Some("--data-dir"),
         "data directory (created if missing; locked)",
@@ -213,6 +228,9 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
         "server.shutdown_timeout" => format_duration(s.shutdown_timeout),
         "server.frames_idle_timeout" => format_duration(s.frames_idle_timeout),
         "server.max_followers" => s.max_followers.to_string(),
+        "server.header_timeout" => format_duration(s.header_timeout),
+        "server.keepalive_timeout" => format_duration(s.keepalive_timeout),
+        "server.max_connections" => s.max_connections.to_string(),
         "storage.data_dir" => st.data_dir.display().to_string(),
         "storage.shards" => opt_str(st.shards),
         "storage.fsync" => st.fsync.as_str().to_string(),
@@ -269,6 +287,9 @@ pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
         "server.shutdown_timeout" => cfg.server.shutdown_timeout = parse_duration(v)?,
         "server.frames_idle_timeout" => cfg.server.frames_idle_timeout = parse_duration(v)?,
         "server.max_followers" => cfg.server.max_followers = num(v)?,
+        "server.header_timeout" => cfg.server.header_timeout = parse_duration(v)?,
+        "server.keepalive_timeout" => cfg.server.keepalive_timeout = parse_duration(v)?,
+        "server.max_connections" => cfg.server.max_connections = num(v)?,
         "storage.data_dir" => cfg.storage.data_dir = PathBuf::from(v),
         "storage.shards" => cfg.storage.shards = opt(v, num)?,
         "storage.fsync" => {

@@ -302,6 +302,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         ("ingest.dedup_memory", i.dedup_memory),
         ("storage.max_streams", cfg.storage.max_streams),
         ("server.max_followers", cfg.server.max_followers as u64),
+        ("server.max_connections", cfg.server.max_connections),
     ] {
         if v == 0 {
             return bad(format!("{name} must be at least 1"));
@@ -323,6 +324,8 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     for (name, d) in [
         ("ingest.body_timeout", i.body_timeout),
         ("server.frames_idle_timeout", cfg.server.frames_idle_timeout),
+        ("server.header_timeout", cfg.server.header_timeout),
+        ("server.keepalive_timeout", cfg.server.keepalive_timeout),
     ] {
         if d.is_zero() {
             return bad(format!("{name} must be more than 0"));

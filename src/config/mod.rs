@@ -62,6 +62,16 @@ pub struct ServerConfig {
     pub frames_idle_timeout: Duration,
     /// Live followers (SSE, NDJSON and WebSocket) at once; past it a new one gets 503.
     pub max_followers: usize,
+    /// How long a request head may take from its first byte (or from the accept) to its end;
+    /// also bounds each write to a frames client that stopped reading.
+    #[serde(deserialize_with = "units::duration")]
+    pub header_timeout: Duration,
+    /// An HTTP connection with no request in flight and no byte received for this long
+    /// after its last answer is closed.
+    #[serde(deserialize_with = "units::duration")]
+    pub keepalive_timeout: Duration,
+    /// Open connections of all listeners together; past it new ones are refused.
+    pub max_connections: u64,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +85,9 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             frames_idle_timeout: Duration::from_secs(600),
             max_followers: 10_000,
+            header_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(300),
+            max_connections: 16_384,
         }
     }
 }

@@ -46,6 +46,9 @@ fn defaults_are_the_spec_ones() {
     assert_eq!(c.ingest.dedup_memory, 64 << 20);
     assert_eq!(c.ingest.body_timeout, Duration::from_secs(30));
     assert_eq!(c.server.frames_idle_timeout, Duration::from_secs(600));
+    assert_eq!(c.server.header_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.keepalive_timeout, Duration::from_secs(300));
+    assert_eq!(c.server.max_connections, 16_384);
     assert_eq!(c.log.format, LogFormat::Pretty);
     assert!(c.features.is_empty() && c.auth.tokens.is_empty());
     let s = c.storage_config();
