@@ -45,6 +45,38 @@ fn read_until_closed(s: &mut impl Read) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `GET /metrics` on a new connection, retried until one is served (a place may take a
+/// moment to free after a close); fails past `deadline`.
+fn metrics_once_served(addr: SocketAddr, deadline: Instant) -> String {
+    loop {
+        let mut s = connect(addr);
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let ask = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let answer = s
+            .write_all(ask.as_bytes())
+            .and_then(|()| read_response(&mut r));
+        if let Ok((200, _, body)) = answer {
+            return String::from_utf8(body).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection served: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The value of `vx_connections_refused_total` for `listener`.
+fn refusals(metrics: &str, listener: &str) -> f64 {
+    let series = format!("vx_connections_refused_total{{listener=\"{listener}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series}in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
 fn healthz(addr: SocketAddr) -> String {
     format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n")
 }
@@ -145,26 +177,8 @@ fn past_max_connections_a_new_connection_gets_503_and_is_counted() {
 
     // Closing one makes room for a new one (once the server has seen the close).
     drop(held.pop());
-    let deadline = Instant::now() + BOUND;
-    let metrics = loop {
-        let mut s = connect(addr);
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let ask = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        let answer = s
-            .write_all(ask.as_bytes())
-            .and_then(|()| read_response(&mut r));
-        match answer {
-            Ok((200, _, body)) => break String::from_utf8(body).unwrap(),
-            other => assert!(Instant::now() < deadline, "no room again: {other:?}"),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let refusals = metrics
-        .lines()
-        .find(|l| l.starts_with("vx_connections_refused_total{listener=\"http\"}"))
-        .and_then(|l| l.rsplit_once(' '))
-        .map(|(_, v)| v.parse::<f64>().unwrap());
-    assert!(refusals >= Some(1.0), "{metrics}");
+    let metrics = metrics_once_served(addr, Instant::now() + BOUND);
+    assert!(refusals(&metrics, "http") >= 1.0, "{metrics}");
     assert!(metrics.contains("vx_connections_open "), "{metrics}");
     drop(held);
     server.stop_clean();
@@ -211,5 +225,63 @@ async fn a_frames_client_that_never_reads_its_acks_is_closed() {
         rx.next_reply().await.unwrap(),
         vx_client::Reply::Ack(_)
     ));
+    server.stop_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_limit_is_shared_by_http_and_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerConfig::new(tmp.path().join("data"))
+        .args(["--frames-listen", "127.0.0.1:0"])
+        .env("VX_SERVER_MAX_CONNECTIONS", "2")
+        .start();
+    let (addr, frames) = (server.addr, frames_addr(&server));
+    let deadline = Instant::now() + BOUND;
+    // One frames and one HTTP connection fill the two places (retried while the harness's
+    // readiness probe may still hold one).
+    let _producer = loop {
+        match vx_client::Client::connect_tcp(frames, &vx_client::Options::default()).await {
+            Ok(c) => break c,
+            Err(e) => assert!(Instant::now() < deadline, "no frames connection: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let http = tokio::task::spawn_blocking(move || {
+        loop {
+            let mut s = connect(addr);
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let served = s
+                .write_all(healthz(addr).as_bytes())
+                .and_then(|()| read_response(&mut r));
+            if let Ok((200, _, _)) = served {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "no http connection: {served:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    // Full: a third connection is refused on either listener.
+    assert!(
+        vx_client::Client::connect_tcp(frames, &vx_client::Options::default())
+            .await
+            .is_err(),
+        "a frames connection past the limit was served"
+    );
+    let refused = tokio::task::spawn_blocking(move || {
+        let s = connect(addr);
+        read_until_closed(&mut BufReader::new(s))
+    })
+    .await
+    .unwrap();
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    drop(http);
+    let metrics = tokio::task::spawn_blocking(move || metrics_once_served(addr, deadline + BOUND))
+        .await
+        .unwrap();
+    for listener in ["http", "frames"] {
+        assert!(refusals(&metrics, listener) >= 1.0, "{metrics}");
+    }
     server.stop_clean();
 }

@@ -436,6 +436,15 @@ fn validation_catches_bad_ranges() {
         "storage.segment_bytes must be at most",
     );
     bad(&|c| c.ingest.queue_capacity = 0, "queue_capacity");
+    bad(&|c| c.server.max_connections = 0, "server.max_connections");
+    bad(
+        &|c| c.server.header_timeout = Duration::ZERO,
+        "server.header_timeout",
+    );
+    bad(
+        &|c| c.server.keepalive_timeout = Duration::ZERO,
+        "server.keepalive_timeout",
+    );
     bad(&|c| c.ingest.max_event_bytes = 128 << 20, "max_event_bytes");
     bad(
         &|c| c.ingest.max_inflight_bytes = 1 << 20,
