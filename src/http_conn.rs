@@ -5,7 +5,9 @@
 //!   `server.header_timeout`, counted from the accept on a new connection and from the head's
 //!   first byte on a kept-alive one;
 //! - a connection that was answered and then, with no request in flight, receives no byte for
-//!   `server.keepalive_timeout` is idle and closed.
+//!   `server.keepalive_timeout` is idle and closed. HTTP/2 sends frames of its own between
+//!   requests (SETTINGS acks, WINDOW_UPDATE, PING), so once a connection has carried an HTTP/2
+//!   request its bytes start no head clock: it is idle while no stream is open.
 //!
 //! "In flight" runs from the moment hyper hands a request to the router to the moment its
 //! answer's body is done (or dropped): slow bodies are `ingest.body_timeout`'s business, and
@@ -75,7 +77,7 @@ async fn connection(io: Counted, app: axum::Router, timeouts: Timeouts, close: C
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-            let busy = Busy::begin(&activity);
+            let busy = Busy::begin(&activity, req.version() == hyper::Version::HTTP_2);
             let answer = app.clone().oneshot(req.map(Body::new));
             async move {
                 let Ok(response) = answer.await;
@@ -130,6 +132,8 @@ struct Activity {
     in_flight: AtomicUsize,
     /// A request was answered: waiting for the next one is keep-alive.
     answered: AtomicBool,
+    /// The connection carries HTTP/2: bytes between requests are not a request head.
+    h2: AtomicBool,
     /// When the last request in flight finished.
     idle_since: AtomicU64,
     /// The first byte read since then, if any ([`NONE`]).
@@ -146,6 +150,7 @@ impl Activity {
             born: Instant::now(),
             in_flight: AtomicUsize::new(0),
             answered: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(NONE),
             wake: Notify::new(),
@@ -180,6 +185,7 @@ impl OnRead for Activity {
     /// Bytes arrived: the first since the connection went idle starts a head's clock.
     fn read(&self) {
         if self.in_flight.load(Ordering::Acquire) == 0
+            && !self.h2.load(Ordering::Relaxed)
             && self.head_since.load(Ordering::Acquire) == NONE
             && self
                 .head_since
@@ -195,7 +201,10 @@ impl OnRead for Activity {
 struct Busy(Arc<Activity>);
 
 impl Busy {
-    fn begin(activity: &Arc<Activity>) -> Busy {
+    fn begin(activity: &Arc<Activity>, h2: bool) -> Busy {
+        if h2 {
+            activity.h2.store(true, Ordering::Relaxed);
+        }
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
         activity.head_since.store(NONE, Ordering::Release);
         Busy(Arc::clone(activity))

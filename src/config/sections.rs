@@ -82,10 +82,9 @@ sections! {
             An HTTP connection with no request in flight whose next request head does not arrive \
             whole within this long — counted from the accept on a new connection, from the first \
             byte of the head on a kept-alive one — is closed without an answer (as nginx's \
-            `client_header_timeout`; over HTTP/2, any bytes while no stream is open start this \
-            clock). Also bounds writes to a binary-frames client: one that takes no byte of its \
-            acks for this long is closed. Bodies are bounded by `ingest.body_timeout`, not this. \
-            More than 0.";
+            `client_header_timeout`). Also bounds writes to a binary-frames client: one that takes \
+            no byte of its acks for this long is closed. Bodies are bounded by \
+            `ingest.body_timeout`, not this. More than 0.";
         /// An HTTP connection with no request in flight and no byte received for this long
         /// after its last answer is closed.
         keepalive_timeout: Duration = Duration::from_secs(300), via Dur,
@@ -93,9 +92,9 @@ sections! {
         help "close an HTTP connection idle after its last answer this long",
         doc "\
             An HTTP connection that has been answered and then has no request in flight and \
-            receives no byte for this long is closed (idle keep-alive; HTTP/2 connections too). \
-            Followers (SSE, NDJSON, WebSocket) and slow answers are in flight, not idle. More than \
-            0.";
+            receives no byte for this long is closed (idle keep-alive); an HTTP/2 one once no \
+            stream has been open for this long (its own frames do not count). Followers (SSE, \
+            NDJSON, WebSocket) and slow answers are in flight, not idle. More than 0.";
         /// Open connections of all listeners together; past it new ones are refused.
         max_connections: u64 = 16_384, via Num<u64>,
         help "open connections of all listeners; new ones refused past it",
