@@ -1,9 +1,10 @@
 //! The command line: `veltrix serve [flags]`, the client commands (`health`, `ingest`, `tail`,
 //! `replay`, `features`; their flags live with their code in [`crate::client`]) and the offline
-//! `veltrix check DATA_DIR`. Each `serve` flag is also a config key (see
-//! [`crate::config::keys`]); the key table, with defaults and env vars, is the help's epilogue.
+//! `veltrix check DATA_DIR`. Each `serve` flag but `--config` and `--repair` is a config key,
+//! declared with it ([`crate::config::sections`]); the key table, with defaults and env vars,
+//! is the help's epilogue.
 
-use crate::config::{FsyncSetting, LogFormat, Overrides, keys};
+use crate::config::{Overrides, keys};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -49,30 +50,9 @@ pub struct ServeArgs {
     /// YAML config file.
     #[arg(long, env = "VX_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// HTTP address, host:port (server.listen).
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<String>,
-    /// Also serve HTTP on this Unix socket (server.uds).
-    #[arg(long, value_name = "PATH")]
-    pub uds: Option<PathBuf>,
-    /// Binary frames address, host:port (server.frames_listen).
-    #[arg(long, value_name = "ADDR")]
-    pub frames_listen: Option<String>,
-    /// Binary frames Unix socket (server.frames_uds).
-    #[arg(long, value_name = "PATH")]
-    pub frames_uds: Option<PathBuf>,
-    /// Data directory (storage.data_dir).
-    #[arg(long, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Shard count (storage.shards); must match the data dir's recorded count.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub shards: Option<u32>,
-    /// When to fsync (storage.fsync).
-    #[arg(long, value_enum)]
-    pub fsync: Option<FsyncSetting>,
-    /// Log format (log.format).
-    #[arg(long, value_enum)]
-    pub log_format: Option<LogFormat>,
+    /// The flags of the config keys that have one, declared with the keys.
+    #[command(flatten)]
+    pub keys: keys::KeyFlags,
     /// Truncate a corrupt record found at start-up instead of refusing to start (says
     /// what it loses first).
     #[arg(long)]
@@ -82,14 +62,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     pub fn overrides(&self) -> Overrides {
         Overrides {
-            listen: self.listen.clone(),
-            uds: self.uds.clone(),
-            frames_listen: self.frames_listen.clone(),
-            frames_uds: self.frames_uds.clone(),
-            data_dir: self.data_dir.clone(),
-            shards: self.shards,
-            fsync: self.fsync,
-            log_format: self.log_format,
+            flags: self.keys.clone(),
             repair: self.repair,
         }
     }

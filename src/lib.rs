@@ -8,7 +8,8 @@
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
 //! - [`logging`]: the tracing subscriber (pretty or JSON); [`telemetry`]: OTLP trace export.
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
-//! - [`listen`]: the Unix socket listener.
+//! - [`listen`]: the sockets, and the bound on open connections of every listener;
+//!   [`http_conn`]: the HTTP accept loop and connections, with their header and idle timeouts.
 //! - [`frames`]: the binary-frames listeners and connections (docs/PROTOCOL.md).
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
@@ -27,6 +28,7 @@ pub mod config;
 pub mod failure;
 pub mod frames;
 pub mod http;
+pub mod http_conn;
 pub mod listen;
 pub mod live;
 pub mod logging;

@@ -1,9 +1,14 @@
-//! Listeners: the Unix socket (SPEC §1, §8: a leftover socket file that nobody listens on is
-//! removed, any other file at the path is an error, the socket gets `server.uds_mode`), and
-//! [`Gated`], which closes a listener at shutdown while counting the connections still open,
-//! so the drain can tell when they are gone.
+//! Listeners and their connections: the sockets every listener accepts on (TCP, and the Unix
+//! socket of SPEC §1, §8: a leftover socket file that nobody listens on is removed, any other
+//! file at the path is an error, the socket gets `server.uds_mode`), and [`Connections`],
+//! the one count of open connections that `server.max_connections` bounds across every
+//! listener (HTTP and frames, TCP and Unix): [`Acceptor::accept`] refuses what is past it, and
+//! the drain at shutdown reads it to tell when the connections are gone.
+//!
+//! A new listener joins the limit by accepting through an [`Acceptor`] with its own label in
+//! [`LISTENERS`].
 
-use axum::serve::Listener;
+use crate::metrics::ConnectionHandles;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -11,93 +16,210 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_util::sync::CancellationToken;
+use tokio::net::{TcpListener, UnixListener};
 
-/// Open connections across the listeners that share it.
-#[derive(Clone, Debug, Default)]
-pub struct Connections(Arc<AtomicUsize>);
+/// The `listener` label of HTTP connections (TCP and Unix socket).
+pub const HTTP: &str = "http";
+/// The `listener` label of binary-frames connections (TCP and Unix socket).
+pub const FRAMES: &str = "frames";
+/// Every `listener` label, so that the refusal series exist from the start.
+pub const LISTENERS: [&str; 2] = [HTTP, FRAMES];
+
+/// A connection's byte stream, TCP or Unix.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// Open connections across every listener, and their bound (`server.max_connections`).
+#[derive(Clone, Debug)]
+pub struct Connections(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    open: AtomicUsize,
+    max: usize,
+    metrics: ConnectionHandles,
+}
 
 impl Connections {
+    pub fn new(max: u64, metrics: ConnectionHandles) -> Connections {
+        Connections(Arc::new(Shared {
+            open: AtomicUsize::new(0),
+            max: usize::try_from(max).unwrap_or(usize::MAX),
+            metrics,
+        }))
+    }
+
     pub fn open(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.open.load(Ordering::Acquire)
+    }
+
+    /// A place for one more connection, unless `server.max_connections` are open.
+    fn try_open(&self) -> Option<Slot> {
+        let max = self.0.max;
+        self.0
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        self.0.metrics.open.inc();
+        Some(Slot(Arc::clone(&self.0)))
     }
 }
 
-/// A listener that stops accepting — and drops its socket, so that new connections are
-/// refused rather than left in the backlog — once `stop` is cancelled, while the connections
-/// it accepted are served on (axum's graceful shutdown is signalled separately, later).
-pub struct Gated<L> {
-    inner: Option<L>,
-    stop: CancellationToken,
-    connections: Connections,
+/// One open connection's place in [`Connections`], given back when dropped.
+#[derive(Debug)]
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.open.dec();
+    }
 }
 
-impl<L> Gated<L> {
-    pub fn new(inner: L, stop: CancellationToken, connections: Connections) -> Self {
-        Gated {
-            inner: Some(inner),
-            stop,
+/// A bound socket, TCP or Unix.
+pub enum Socket {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// A socket that admits connections within [`Connections`]' bound.
+pub struct Acceptor {
+    socket: Socket,
+    /// The `listener` label its refusals are counted under.
+    listener: &'static str,
+    connections: Connections,
+    /// Written (best effort, never waited for) to a refused connection before it is closed.
+    refusal: Arc<[u8]>,
+}
+
+impl Acceptor {
+    pub fn new(
+        socket: Socket,
+        listener: &'static str,
+        connections: Connections,
+        refusal: Arc<[u8]>,
+    ) -> Acceptor {
+        Acceptor {
+            socket,
+            listener,
             connections,
+            refusal,
         }
     }
-}
 
-impl<L: Listener> Listener for Gated<L> {
-    type Io = Counted<L::Io>;
-    type Addr = L::Addr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let Gated {
-            inner,
-            stop,
-            connections,
-        } = self;
+    /// The next connection within the bound, with its peer (`unix` for the Unix socket).
+    /// Connections past the bound are refused on the way: the refusal is written if the
+    /// socket takes it at once, and the connection is closed.
+    pub async fn accept(&self) -> (Counted, String) {
         loop {
-            let Some(listener) = inner.as_mut() else {
-                return std::future::pending().await;
+            let accepted = match &self.socket {
+                Socket::Tcp(l) => l.accept().await.map(|(s, peer)| {
+                    // Small answers (acks, a streamed body's chunks) must not wait for the
+                    // client's delayed ACK.
+                    let _ = s.set_nodelay(true);
+                    Stream::Tcp(s, peer.to_string())
+                }),
+                Socket::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
             };
-            tokio::select! {
-                () = stop.cancelled() => *inner = None,
-                (io, addr) = listener.accept() => {
-                    connections.0.fetch_add(1, Ordering::AcqRel);
-                    return (Counted { io, connections: connections.clone() }, addr);
+            let stream = match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors, most likely: back off rather than spin.
+                    tracing::warn!(listener = self.listener, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            match self.connections.try_open() {
+                Some(slot) => return stream.counted(slot),
+                None => {
+                    self.connections.0.metrics.refused(self.listener);
+                    tracing::debug!(
+                        listener = self.listener,
+                        "refusing a connection: server.max_connections are open"
+                    );
+                    stream.refuse(&self.refusal);
                 }
             }
         }
     }
+}
 
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        match &self.inner {
-            Some(l) => l.local_addr(),
-            None => Err(io::Error::other("the listener is closed")),
+/// An accepted stream before admission.
+enum Stream {
+    Tcp(tokio::net::TcpStream, String),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Stream {
+    fn counted(self, slot: Slot) -> (Counted, String) {
+        let (io, peer): (Box<dyn Io>, String) = match self {
+            Stream::Tcp(s, peer) => (Box::new(s), peer),
+            Stream::Unix(s) => (Box::new(s), "unix".to_string()),
+        };
+        let counted = Counted {
+            io,
+            _slot: slot,
+            on_read: None,
+        };
+        (counted, peer)
+    }
+
+    /// Write what the socket buffer takes of `answer` without waiting, then close: a refused
+    /// connection must not hold a descriptor past the bound.
+    fn refuse(self, answer: &[u8]) {
+        if answer.is_empty() {
+            return;
         }
+        let _ = match &self {
+            Stream::Tcp(s, _) => s.try_write(answer),
+            Stream::Unix(s) => s.try_write(answer),
+        };
     }
 }
 
-/// A connection that is counted in [`Connections`] until it is dropped.
-pub struct Counted<Io> {
-    io: Io,
-    connections: Connections,
+/// A connection that holds its place in [`Connections`] until it is dropped (with a
+/// WebSocket, after the upgrade too: the stream moves into it).
+pub struct Counted {
+    io: Box<dyn Io>,
+    _slot: Slot,
+    on_read: Option<Arc<dyn OnRead>>,
 }
 
-impl<Io> Drop for Counted<Io> {
-    fn drop(&mut self) {
-        self.connections.0.fetch_sub(1, Ordering::AcqRel);
+/// Told whenever a read of a [`Counted`] connection returns bytes.
+pub trait OnRead: Send + Sync {
+    fn read(&self);
+}
+
+impl Counted {
+    pub fn on_read(mut self, hook: Arc<dyn OnRead>) -> Counted {
+        self.on_read = Some(hook);
+        self
     }
 }
 
-impl<Io: AsyncRead + Unpin> AsyncRead for Counted<Io> {
+impl AsyncRead for Counted {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let Some(hook) = &self.on_read
+            && buf.filled().len() > before
+        {
+            hook.read();
+        }
+        polled
     }
 }
 
-impl<Io: AsyncWrite + Unpin> AsyncWrite for Counted<Io> {
+impl AsyncWrite for Counted {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -173,8 +295,8 @@ impl UnixSocket {
         &self.path
     }
 
-    pub fn into_listener(self) -> tokio::net::UnixListener {
-        self.listener
+    pub fn into_socket(self) -> Socket {
+        Socket::Unix(self.listener)
     }
 }
 

@@ -41,6 +41,9 @@
 //! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
 //!   shard was at its high-water mark or the queued-byte budget was spent (SPEC §4); events
 //!   and refusals of frames connections are counted under `format="frames"` above.
+//! - `vx_connections_open`: open connections of every listener (HTTP and frames, TCP and
+//!   Unix socket), against `server.max_connections`; `vx_connections_refused_total{listener}`:
+//!   connections refused past it (`listener` `http` or `frames`).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -87,6 +90,11 @@ pub const ROUTES: [&str; 14] = [
     "/metrics",
     "/v1/status",
 ];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FormatLabels {
@@ -233,6 +241,7 @@ pub struct Metrics {
     ready: Gauge,
     observer: Arc<StorageObserver>,
     frames: FramesHandles,
+    connections: ConnectionHandles,
     /// `DELETE /v1/streams/{stream}` answered 200.
     pub streams_deleted: Counter,
     /// Entities read (point and batch).
@@ -246,6 +255,22 @@ pub struct Metrics {
 pub struct FramesHandles {
     pub connections: Gauge,
     pub stalls: Counter,
+}
+
+/// Connections of every listener, against `server.max_connections`.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionHandles {
+    pub open: Gauge,
+    refused: Family<ListenerLabels, Counter>,
+}
+
+impl ConnectionHandles {
+    /// Count a connection of `listener` refused past the limit.
+    pub fn refused(&self, listener: &'static str) {
+        self.refused
+            .get_or_create(&ListenerLabels { listener })
+            .inc();
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -390,6 +415,24 @@ impl Metrics {
             frames.stalls.clone(),
         );
 
+        let connections = ConnectionHandles::default();
+        registry.register(
+            "vx_connections_open",
+            "Open connections of every listener (HTTP and frames), against server.max_connections",
+            connections.open.clone(),
+        );
+        registry.register(
+            "vx_connections_refused",
+            "Connections refused because server.max_connections were open, by listener",
+            connections.refused.clone(),
+        );
+        // Refusals are what an alert watches: the series exist at 0 from the start.
+        for listener in crate::listen::LISTENERS {
+            let _ = connections
+                .refused
+                .get_or_create(&ListenerLabels { listener });
+        }
+
         let streams_deleted = Counter::default();
         registry.register(
             "vx_streams_deleted",
@@ -425,6 +468,7 @@ impl Metrics {
             ready,
             observer,
             frames,
+            connections,
             streams_deleted,
             feature_reads,
             feature_writes,
@@ -433,6 +477,10 @@ impl Metrics {
 
     pub fn frames(&self) -> &FramesHandles {
         &self.frames
+    }
+
+    pub fn connections(&self) -> &ConnectionHandles {
+        &self.connections
     }
 
     /// Handles of the format labelled `label` (`unknown` for labels not in [`FORMATS`]).

@@ -16,10 +16,12 @@
 use crate::config::Config;
 use crate::frames;
 use crate::http;
-use crate::listen::{self, Connections, Gated, UnixSocket};
+use crate::http_conn;
+use crate::listen::{self, Acceptor, Connections, Socket, UnixSocket};
 use crate::state::AppState;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -129,11 +131,23 @@ impl Server {
         } = self;
         let state = AppState::new(&config);
         let app = http::app(state.clone());
-        // `stop`: the shutdown signal; listeners close on it. `close`: axum's graceful
-        // shutdown, which ends idle connections, fired once the drain grace is over.
+        // `stop`: the shutdown signal; listeners close on it. `close`: the connections'
+        // graceful shutdown, which ends idle ones, fired once the drain grace is over.
         let stop = CancellationToken::new();
         let close = CancellationToken::new();
-        let connections = Connections::default();
+        // One bound for the connections of every listener.
+        let connections = Connections::new(
+            config.server.max_connections,
+            state.metrics().connections().clone(),
+        );
+        let http_refusal = refusal(config.server.max_connections);
+        let acceptor = |socket, listener, refusal: &Arc<[u8]>| {
+            Acceptor::new(socket, listener, connections.clone(), Arc::clone(refusal))
+        };
+        let timeouts = http_conn::Timeouts {
+            header: config.server.header_timeout,
+            keepalive: config.server.keepalive_timeout,
+        };
         // The serving tasks; dropping the set aborts whatever still runs at the deadline.
         let mut listeners = JoinSet::new();
 
@@ -143,21 +157,29 @@ impl Server {
                  {addr} can write and read events"
             );
         }
-        // No Nagle: a streamed body's small writes (replay chunks, an answer after a body
-        // read in pieces) must not wait for the client's delayed ACK.
-        let tcp = axum::serve::ListenerExt::tap_io(tcp, |s: &mut tokio::net::TcpStream| {
-            let _ = s.set_nodelay(true);
-        });
-        let gated = Gated::new(tcp, stop.clone(), connections.clone());
-        listeners.spawn(serve(gated, app.clone(), close.clone(), stop.clone()));
+        let http = acceptor(Socket::Tcp(tcp), listen::HTTP, &http_refusal);
+        let serve_http = |acceptor| {
+            let (app, stop, close) = (app.clone(), stop.clone(), close.clone());
+            http_conn::serve(acceptor, app, timeouts, stop, close)
+        };
+        listeners.spawn(serve_http(http));
         tracing::info!("listening on {addr}");
         let uds_path = uds.as_ref().map(|u| u.path().to_path_buf());
         if let Some(uds) = uds {
             tracing::info!("listening on unix:{}", uds.path().display());
-            let gated = Gated::new(uds.into_listener(), stop.clone(), connections.clone());
-            listeners.spawn(serve(gated, app, close.clone(), stop.clone()));
+            listeners.spawn(serve_http(acceptor(
+                uds.into_socket(),
+                listen::HTTP,
+                &http_refusal,
+            )));
         }
-        let frames_ctx = frames::Ctx::new(state.clone(), config.server.frames_idle_timeout);
+        // A frames client would read a refusal as the answer to its HELLO: it is closed only.
+        let no_refusal: Arc<[u8]> = Arc::from(&b""[..]);
+        let frames_ctx = frames::Ctx::new(
+            state.clone(),
+            config.server.frames_idle_timeout,
+            config.server.header_timeout,
+        );
         if let Some((l, frames_addr)) = frames_tcp {
             if !frames_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
                 tracing::warn!(
@@ -167,13 +189,13 @@ impl Server {
             }
             // Not "listening on": that phrase names the HTTP address, which tools parse.
             tracing::info!("frames: accepting on {frames_addr}");
-            let ctx = std::sync::Arc::clone(&frames_ctx);
-            listeners.spawn(frames::serve(frames::Listener::Tcp(l), ctx, stop.clone()));
+            let l = acceptor(Socket::Tcp(l), listen::FRAMES, &no_refusal);
+            listeners.spawn(frames::serve(l, Arc::clone(&frames_ctx), stop.clone()));
         }
         let frames_path = frames_uds.as_ref().map(|u| u.path().to_path_buf());
         if let Some(u) = frames_uds {
             tracing::info!("frames: accepting on unix:{}", u.path().display());
-            let l = frames::Listener::Unix(u.into_listener());
+            let l = acceptor(u.into_socket(), listen::FRAMES, &no_refusal);
             listeners.spawn(frames::serve(l, frames_ctx, stop.clone()));
         }
 
@@ -301,23 +323,24 @@ fn remove_socket(path: Option<&std::path::Path>) {
     }
 }
 
-async fn serve<L>(
-    listener: Gated<L>,
-    app: axum::Router,
-    close: CancellationToken,
-    stop: CancellationToken,
-) where
-    L: axum::serve::Listener,
-    // axum's serve future requires it (it logs peer addresses).
-    L::Addr: std::fmt::Debug,
-{
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(close.cancelled_owned())
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "a listener failed; shutting down");
-        stop.cancel();
-    }
+/// The answer to an HTTP connection refused past `server.max_connections`: 503 `not_ready`
+/// in SPEC §3's error shape, then the connection is closed.
+fn refusal(max: u64) -> Arc<[u8]> {
+    let body = serde_json::json!({"error": {
+        "code": "not_ready",
+        "message": format!(
+            "this server has {max} connections open, its server.max_connections; retry shortly"
+        ),
+        "limit": "server.max_connections",
+        "max": max,
+    }})
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    Arc::from(answer.into_bytes())
 }
 
 #[cfg(test)]

@@ -10,16 +10,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vx_client::{Client, ClientError, Kind, Num, Options, Reply, WireEvent};
-use vx_proto::frames::{BatchHead, encode_batch};
-
-/// Read what the server answers until it closes the connection.
-async fn read_to_close(s: &mut tokio::net::TcpStream) -> String {
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
-}
+use tokio::io::AsyncWriteExt;
+use vx_client::{ClientError, Reply};
 
 /// Bytes of the in-flight budget that bodies hold right now.
 async fn inflight_bytes(server: &Server) -> u64 {
@@ -144,44 +136,11 @@ fn frames_cfg(tmp: &std::path::Path) -> ServerConfig {
         .env("VX_SERVER_FRAMES_IDLE_TIMEOUT", "1s")
 }
 
-/// `n` minimal events of `stream`, `ts` 0, 1, 2 …
-fn plain_events(stream: &str, n: i64) -> Vec<WireEvent<'_>> {
-    (0..n)
-        .map(|i| WireEvent {
-            stream,
-            entity: None,
-            ty: "t",
-            ts: Some(i),
-            kind: Kind::Event,
-            value: None::<Num>,
-            id: None,
-            data: None,
-        })
-        .collect()
-}
-
-/// One BATCH frame of `evs` with request id `id`.
-fn batch_frame(id: u64, evs: &[WireEvent<'_>]) -> Vec<u8> {
-    let head = BatchHead {
-        request_id: id,
-        ..BatchHead::default()
-    };
-    let mut frame = Vec::new();
-    encode_batch(&mut frame, &head, evs).unwrap();
-    frame
-}
-
-async fn connect(server: &Server) -> Client {
-    Client::connect_tcp(frames_addr(server), &Options::default())
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frames_connection_stalled_inside_a_frame_is_closed_with_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let server = frames_cfg(tmp.path()).start();
-    let (mut tx, mut rx) = connect(&server).await.split();
+    let (mut tx, mut rx) = frames_client(&server).await.split();
     let evs = plain_events("fstall", 50);
     let frame = batch_frame(7, &evs);
     tx.send_raw(&frame[..frame.len() / 2]).await.unwrap();
@@ -218,7 +177,7 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let server = frames_cfg(tmp.path()).start();
     // Busy, then idle: each batch is answered; silence past 1 s closes the connection.
-    let (mut tx, mut rx) = connect(&server).await.split();
+    let (mut tx, mut rx) = frames_client(&server).await.split();
     for _ in 0..3 {
         let evs = plain_events("fidle", 1);
         tx.send_batch(&evs[..], None).await.unwrap();
@@ -246,7 +205,7 @@ async fn an_idle_frames_connection_is_closed_after_the_idle_timeout() {
 async fn a_frame_that_keeps_arriving_slowly_is_not_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let server = frames_cfg(tmp.path()).start();
-    let (mut tx, mut rx) = connect(&server).await.split();
+    let (mut tx, mut rx) = frames_client(&server).await.split();
     let evs = plain_events("fslow", 20);
     let frame = batch_frame(9, &evs);
     // 6 pieces 200 ms apart: 1 s inside one frame, but never 500 ms (the body timeout)

@@ -1,306 +1,34 @@
-//! The scalar config keys by name: one table (key, CLI flag, meaning) plus a getter and a
-//! setter per key. The env layer sets keys through [`set`], and `--help` and the docs render
-//! defaults through [`get`] on `Config::default()`, so the three can never disagree.
+//! The declared keys ([`super::sections`]) by name: get and set, the `veltrix serve` flags
+//! ([`KeyFlags`]), the key table of `veltrix serve --help` and the one of docs/CONFIG.md. All
+//! are derived from the same declarations, so they can never disagree.
 
-use super::units::{format_duration, format_size, parse_duration, parse_millis, parse_size};
-use super::{Config, FsyncSetting, LogFormat};
-use std::path::PathBuf;
+use super::Config;
+pub use super::declare::{FileOnly, Flag, Key, env_name};
+pub use super::sections::{FILE_ONLY, KEYS};
+use clap::{Arg, ArgMatches, Command};
 
-/// One scalar key.
-pub struct Key {
-    /// Dotted name, as in the file: `ingest.queue_capacity`.
-    pub name: &'static str,
-    /// The `veltrix serve` flag that sets it, if any.
-    pub flag: Option<&'static str>,
-    pub help: &'static str,
-}
-
-impl Key {
-    /// `VX_<SECTION>_<KEY>`.
-    pub fn env(&self) -> String {
-        format!("VX_{}", self.name.replace('.', "_").to_ascii_uppercase())
-    }
-}
-
-const fn key(name: &'static str, flag: Option<&'static str>, help: &'static str) -> Key {
-    Key { name, flag, help }
-}
-
-/// Every scalar key. List-valued keys (`features`, `auth.tokens`) are file-only: see [`FILE_ONLY`].
-pub const KEYS: &[Key] = &[
-    key(
-        "server.listen",
-        Some("--listen"),
-        "HTTP address (host:port); port 0 picks a free one",
-    ),
-    key(
-        "server.uds",
-        Some("--uds"),
-        "also serve HTTP on this Unix socket path",
-    ),
-    key(
-        "server.uds_mode",
-        None,
-        "permission bits of the Unix socket (octal string)",
-    ),
-    key(
-        "server.frames_listen",
-        Some("--frames-listen"),
-        "binary frames address, host:port (docs/PROTOCOL.md)",
-    ),
-    key(
-        "server.frames_uds",
-        Some("--frames-uds"),
-        "binary frames Unix socket (mode server.uds_mode)",
-    ),
-    key(
-        "server.shutdown_timeout",
-        None,
-        "bound on draining requests at shutdown",
-    ),
-    key(
-        "server.frames_idle_timeout",
-        None,
-        "close a frames connection idle between frames this long",
-    ),
-    key(
-        "server.max_followers",
-        None,
-        "live followers (SSE, NDJSON, WebSocket) at once; 503 past it",
-    ),
-    key(
-        "storage.data_dir",
-        Some("--data-dir"),
-        "data directory (created if missing; locked)",
-    ),
-    key(
-        "storage.shards",
-        Some("--shards"),
-        "shard count; unset: the recorded count, or 128 for a new data dir",
-    ),
-    key(
-        "storage.fsync",
-        Some("--fsync"),
-        "always | interval | never",
-    ),
-    key(
-        "storage.fsync_interval_ms",
-        None,
-        "max ms between fsyncs under fsync: interval",
-    ),
-    key(
-        "storage.segment_bytes",
-        None,
-        "log segment size before rolling",
-    ),
-    key(
-        "storage.max_streams",
-        None,
-        "max distinct streams (507 past it)",
-    ),
-    key(
-        "storage.max_feature_bytes",
-        None,
-        "feature table budget (507 for new entities/features past it)",
-    ),
-    key(
-        "storage.snapshot_interval",
-        None,
-        "how often the feature tables are snapshotted (and at shutdown)",
-    ),
-    key(
-        "ingest.queue_capacity",
-        None,
-        "reservation capacity per shard, in events",
-    ),
-    key(
-        "ingest.high_water",
-        None,
-        "fill of a shard (0..1] at which ingest gets 429",
-    ),
-    key(
-        "ingest.low_water",
-        None,
-        "fill below which paused streaming connections resume",
-    ),
-    key(
-        "ingest.max_queued_bytes",
-        None,
-        "bytes admitted but not yet written, all shards",
-    ),
-    key(
-        "ingest.max_inflight_bytes",
-        None,
-        "bytes of request bodies being decoded",
-    ),
-    key(
-        "ingest.max_body_bytes",
-        None,
-        "max request body (decompressed)",
-    ),
-    key("ingest.max_event_bytes", None, "max size of one event"),
-    key(
-        "ingest.dedup_window",
-        None,
-        "how long an (stream, id) pair is remembered",
-    ),
-    key(
-        "ingest.dedup_memory",
-        None,
-        "memory budget of remembered ids, all shards",
-    ),
-    key(
-        "ingest.body_timeout",
-        None,
-        "drop a request body (or a frame) that sends nothing this long (408)",
-    ),
-    key(
-        "retention.max_age",
-        None,
-        "delete segments older than this (unset: keep)",
-    ),
-    key(
-        "retention.max_bytes",
-        None,
-        "delete oldest segments past this size (unset: keep)",
-    ),
-    key(
-        "otlp.stream_attribute",
-        None,
-        "OTLP in: resource attribute naming the stream of spans and logs",
-    ),
-    key(
-        "telemetry.otlp_endpoint",
-        None,
-        "OTLP/HTTP trace export: a collector base URL (http://host:4318)",
-    ),
-    key("log.format", Some("--log-format"), "pretty | json"),
-];
-
-/// Keys that hold lists and can only be set in the file.
-pub const FILE_ONLY: &[(&str, &str)] = &[
-    (
-        "features",
-        "declared sliding-window features: [{name, from, agg, window, ttl, of}]",
-    ),
-    (
-        "auth.tokens",
-        "bearer tokens: [{token, scopes: [ingest, read, admin]}]",
-    ),
-];
-
-fn opt_str<T: ToString>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
-fn opt_path(v: &Option<PathBuf>) -> String {
-    v.as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
+/// The declared key called `name`.
+pub fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
 }
 
 /// The current value of `name` as it would be written in an env var ("" for unset).
 pub fn get(cfg: &Config, name: &str) -> Option<String> {
-    let s = &cfg.server;
-    let st = &cfg.storage;
-    let i = &cfg.ingest;
-    Some(match name {
-        "server.listen" => s.listen.clone(),
-        "server.uds" => opt_path(&s.uds),
-        "server.uds_mode" => format!("{:04o}", s.uds_mode),
-        "server.frames_listen" => opt_str(s.frames_listen.as_ref()),
-        "server.frames_uds" => opt_path(&s.frames_uds),
-        "server.shutdown_timeout" => format_duration(s.shutdown_timeout),
-        "server.frames_idle_timeout" => format_duration(s.frames_idle_timeout),
-        "server.max_followers" => s.max_followers.to_string(),
-        "storage.data_dir" => st.data_dir.display().to_string(),
-        "storage.shards" => opt_str(st.shards),
-        "storage.fsync" => st.fsync.as_str().to_string(),
-        "storage.fsync_interval_ms" => st.fsync_interval_ms.to_string(),
-        "storage.segment_bytes" => format_size(st.segment_bytes),
-        "storage.max_streams" => st.max_streams.to_string(),
-        "storage.max_feature_bytes" => format_size(st.max_feature_bytes),
-        "storage.snapshot_interval" => format_duration(st.snapshot_interval),
-        "ingest.queue_capacity" => i.queue_capacity.to_string(),
-        "ingest.high_water" => i.high_water.to_string(),
-        "ingest.low_water" => i.low_water.to_string(),
-        "ingest.max_queued_bytes" => format_size(i.max_queued_bytes),
-        "ingest.max_inflight_bytes" => format_size(i.max_inflight_bytes),
-        "ingest.max_body_bytes" => format_size(i.max_body_bytes),
-        "ingest.max_event_bytes" => format_size(i.max_event_bytes),
-        "ingest.dedup_window" => format_duration(i.dedup_window),
-        "ingest.dedup_memory" => format_size(i.dedup_memory),
-        "ingest.body_timeout" => format_duration(i.body_timeout),
-        "retention.max_age" => opt_str(cfg.retention.max_age.map(format_duration)),
-        "retention.max_bytes" => opt_str(cfg.retention.max_bytes.map(format_size)),
-        "otlp.stream_attribute" => cfg.otlp.stream_attribute.clone(),
-        "telemetry.otlp_endpoint" => opt_str(cfg.telemetry.otlp_endpoint.as_ref()),
-        "log.format" => cfg.log.format.as_str().to_string(),
-        _ => return None,
-    })
-}
-
-fn num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
-    v.trim()
-        .parse()
-        .map_err(|_| format!("{v:?} is not a valid number"))
-}
-
-/// An empty value unsets an optional key.
-fn opt<T>(v: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, String> {
-    if v.trim().is_empty() {
-        Ok(None)
-    } else {
-        parse(v).map(Some)
-    }
+    find(name).map(|k| (k.get)(cfg))
 }
 
 /// Set `name` from its text form. Errors say what was expected; the caller adds where the
 /// value came from.
 pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
-    let path = |v: &str| -> Result<PathBuf, String> { Ok(PathBuf::from(v)) };
-    let string = |v: &str| -> Result<String, String> { Ok(v.to_string()) };
-    match name {
-        "server.listen" => cfg.server.listen = v.to_string(),
-        "server.uds" => cfg.server.uds = opt(v, path)?,
-        "server.uds_mode" => cfg.server.uds_mode = super::load::parse_octal_mode(v)?,
-        "server.frames_listen" => cfg.server.frames_listen = opt(v, string)?,
-        "server.frames_uds" => cfg.server.frames_uds = opt(v, path)?,
-        "server.shutdown_timeout" => cfg.server.shutdown_timeout = parse_duration(v)?,
-        "server.frames_idle_timeout" => cfg.server.frames_idle_timeout = parse_duration(v)?,
-        "server.max_followers" => cfg.server.max_followers = num(v)?,
-        "storage.data_dir" => cfg.storage.data_dir = PathBuf::from(v),
-        "storage.shards" => cfg.storage.shards = opt(v, num)?,
-        "storage.fsync" => {
-            cfg.storage.fsync = FsyncSetting::parse(v.trim())
-                .ok_or_else(|| format!("{v:?} is not one of always, interval, never"))?;
-        }
-        "storage.fsync_interval_ms" => cfg.storage.fsync_interval_ms = parse_millis(v)?,
-        "storage.segment_bytes" => cfg.storage.segment_bytes = parse_size(v)?,
-        "storage.max_streams" => cfg.storage.max_streams = num(v)?,
-        "storage.max_feature_bytes" => cfg.storage.max_feature_bytes = parse_size(v)?,
-        "storage.snapshot_interval" => cfg.storage.snapshot_interval = parse_duration(v)?,
-        "ingest.queue_capacity" => cfg.ingest.queue_capacity = num(v)?,
-        "ingest.high_water" => cfg.ingest.high_water = num(v)?,
-        "ingest.low_water" => cfg.ingest.low_water = num(v)?,
-        "ingest.max_queued_bytes" => cfg.ingest.max_queued_bytes = parse_size(v)?,
-        "ingest.max_inflight_bytes" => cfg.ingest.max_inflight_bytes = parse_size(v)?,
-        "ingest.max_body_bytes" => cfg.ingest.max_body_bytes = parse_size(v)?,
-        "ingest.max_event_bytes" => cfg.ingest.max_event_bytes = parse_size(v)?,
-        "ingest.dedup_window" => cfg.ingest.dedup_window = parse_duration(v)?,
-        "ingest.dedup_memory" => cfg.ingest.dedup_memory = parse_size(v)?,
-        "ingest.body_timeout" => cfg.ingest.body_timeout = parse_duration(v)?,
-        "retention.max_age" => cfg.retention.max_age = opt(v, parse_duration)?,
-        "retention.max_bytes" => cfg.retention.max_bytes = opt(v, parse_size)?,
-        "otlp.stream_attribute" => cfg.otlp.stream_attribute = v.to_string(),
-        "telemetry.otlp_endpoint" => cfg.telemetry.otlp_endpoint = opt(v, string)?,
-        "log.format" => {
-            cfg.log.format = LogFormat::parse(v.trim())
-                .ok_or_else(|| format!("{v:?} is not one of pretty, json"))?;
-        }
-        _ => return Err(format!("unknown key {name}")),
+    match find(name) {
+        Some(k) => (k.set)(cfg, v),
+        None => Err(format!("unknown key {name}")),
     }
-    Ok(())
+}
+
+/// The default of `k` as text, `unset` when it has none.
+fn default_text(k: &Key, defaults: &Config) -> Option<String> {
+    Some((k.get)(defaults)).filter(|v| !v.is_empty())
 }
 
 /// The key table as plain text, for `veltrix serve --help`.
@@ -310,13 +38,12 @@ pub fn help_table() -> String {
         "Configuration keys (file < env VX_<SECTION>_<KEY> < flag; file via --config or VX_CONFIG):\n",
     );
     for k in KEYS {
-        let default = get(&defaults, k.name).unwrap_or_default();
-        let default = if default.is_empty() {
-            "unset".to_string()
-        } else {
-            default
-        };
-        let flag = k.flag.map(|f| format!(" [{f}]")).unwrap_or_default();
+        let default = default_text(k, &defaults).unwrap_or_else(|| "unset".to_string());
+        let flag = k
+            .flag
+            .as_ref()
+            .map(|f| format!(" [{}]", f.long))
+            .unwrap_or_default();
         out.push_str(&format!(
             "  {:<27} default {:<15} {}{flag}\n      {}\n",
             k.name,
@@ -325,11 +52,106 @@ pub fn help_table() -> String {
             k.help
         ));
     }
-    for (name, help) in FILE_ONLY {
+    for f in FILE_ONLY {
         out.push_str(&format!(
-            "  {name:<27} default []  (file only)\n      {help}\n"
+            "  {:<27} default []  (file only)\n      {}\n",
+            f.name, f.help
         ));
     }
     out.push_str("Log filter: env VX_LOG (or RUST_LOG), e.g. VX_LOG=info,veltrix=debug.\n");
     out
+}
+
+/// The key table of docs/CONFIG.md (Markdown), header included.
+pub fn docs_table() -> String {
+    let defaults = Config::default();
+    let mut out =
+        String::from("| key | default | env | flag | meaning |\n| --- | --- | --- | --- | --- |\n");
+    for k in KEYS {
+        let default = match (k.shown, default_text(k, &defaults)) {
+            (Some(shown), _) => shown.to_string(),
+            (None, Some(v)) => format!("`{v}`"),
+            (None, None) => "unset".to_string(),
+        };
+        let flag = k
+            .flag
+            .as_ref()
+            .map(|f| format!("`{} {}` ", f.long, flag_value(f)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "| `{}` | {default} | `{}` | {flag}| {} |\n",
+            k.name,
+            k.env(),
+            k.doc
+        ));
+    }
+    for f in FILE_ONLY {
+        out.push_str(&format!(
+            "| `{}` | {} | file only | | {} |\n",
+            f.name, f.shown, f.doc
+        ));
+    }
+    out
+}
+
+/// A flag's value in docs/CONFIG.md: its choices when it has a fixed set (`always\|never`),
+/// else its value name.
+fn flag_value(f: &Flag) -> String {
+    match (f.parser)().possible_values() {
+        Some(values) => values
+            .map(|v| v.get_name().to_string())
+            .collect::<Vec<_>>()
+            .join("\\|"),
+        None => f.value_name.to_string(),
+    }
+}
+
+/// The `veltrix serve` flags of the keys that have one, as `(key, value)` in the order given.
+/// Clap checks each value with the key's parser; the key's codec then sets it like an env
+/// value (see [`super::load`]).
+#[derive(Clone, Debug, Default)]
+pub struct KeyFlags(pub Vec<(&'static str, String)>);
+
+impl clap::FromArgMatches for KeyFlags {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = KeyFlags::default();
+        flags.update_from_arg_matches(m)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for k in KEYS.iter().filter(|k| k.flag.is_some()) {
+            if let Some(v) = m.get_raw(k.name).and_then(|mut v| v.next()) {
+                self.0.retain(|(name, _)| *name != k.name);
+                self.0.push((k.name, v.to_string_lossy().into_owned()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for KeyFlags {
+    fn augment_args(cmd: Command) -> Command {
+        KEYS.iter().fold(cmd, |cmd, k| match &k.flag {
+            Some(f) => cmd.arg(
+                Arg::new(k.name)
+                    .long(f.long.trim_start_matches("--"))
+                    .value_name(f.value_name)
+                    .value_parser((f.parser)())
+                    .help(format!("{} ({})", capitalized(k.help), k.name)),
+            ),
+            None => cmd,
+        })
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|first| first.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }

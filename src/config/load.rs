@@ -1,27 +1,30 @@
 //! Loading the configuration in layers (defaults < file < env < CLI) and validating it.
 
-use super::keys::{self, FILE_ONLY, KEYS};
-use super::{Config, FsyncSetting, LogFormat};
-use serde::Deserializer;
-use serde::de::{self, Visitor};
-use std::fmt;
+use super::keys::{self, FILE_ONLY, KEYS, KeyFlags};
+use super::{Config, FsyncSetting};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Values given as `veltrix serve` flags: the top layer. `None` means "not given", so a lower
-/// layer's value stands (in particular `--shards`: only an explicit count can conflict with
-/// the one recorded in the data dir).
+/// Values given as `veltrix serve` flags: the top layer. A key not given keeps a lower
+/// layer's value (in particular `--shards`: only an explicit count can conflict with the one
+/// recorded in the data dir).
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
-    pub listen: Option<String>,
-    pub uds: Option<PathBuf>,
-    pub frames_listen: Option<String>,
-    pub frames_uds: Option<PathBuf>,
-    pub data_dir: Option<PathBuf>,
-    pub shards: Option<u32>,
-    pub fsync: Option<FsyncSetting>,
-    pub log_format: Option<LogFormat>,
+    /// `(key, value)` of the key flags given.
+    pub flags: KeyFlags,
+    /// `--repair`: a start-up mode, not a key.
     pub repair: bool,
+}
+
+impl Overrides {
+    /// The flags of `pairs` (`(key, value)`), without `--repair`.
+    pub fn keys(pairs: &[(&'static str, &str)]) -> Overrides {
+        let flags = pairs.iter().map(|&(k, v)| (k, v.to_string())).collect();
+        Overrides {
+            flags: KeyFlags(flags),
+            repair: false,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,8 @@ pub enum ConfigError {
     File { path: PathBuf, message: String },
     #[error("env {var}: {message}")]
     Env { var: String, message: String },
+    #[error("flag {flag}: {message}")]
+    Flag { flag: String, message: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -93,49 +98,32 @@ pub fn load(
                 var: var.clone(),
                 message,
             })?,
-            None => match FILE_ONLY.iter().find(|(name, _)| {
-                format!("VX_{}", name.replace('.', "_").to_ascii_uppercase()) == *var
-            }) {
-                Some((name, _)) => warnings.push(format!(
-                    "ignoring env {var}: {name} is a list and can only be set in the config file"
+            None => match FILE_ONLY.iter().find(|f| keys::env_name(f.name) == *var) {
+                Some(f) => warnings.push(format!(
+                    "ignoring env {var}: {} is a list and can only be set in the config file",
+                    f.name
                 )),
                 None => warnings.push(format!("ignoring unknown env var {var}")),
             },
         }
     }
 
-    apply_cli(&mut cfg, cli);
+    apply_cli(&mut cfg, cli)?;
     validate(&cfg)?;
     Ok((cfg, warnings))
 }
 
-fn apply_cli(cfg: &mut Config, cli: &Overrides) {
-    let s = &mut cfg.server;
-    if let Some(v) = &cli.listen {
-        s.listen = v.clone();
-    }
-    if let Some(v) = &cli.uds {
-        s.uds = Some(v.clone());
-    }
-    if let Some(v) = &cli.frames_listen {
-        s.frames_listen = Some(v.clone());
-    }
-    if let Some(v) = &cli.frames_uds {
-        s.frames_uds = Some(v.clone());
-    }
-    if let Some(v) = &cli.data_dir {
-        cfg.storage.data_dir = v.clone();
-    }
-    if let Some(v) = cli.shards {
-        cfg.storage.shards = Some(v);
-    }
-    if let Some(v) = cli.fsync {
-        cfg.storage.fsync = v;
-    }
-    if let Some(v) = cli.log_format {
-        cfg.log.format = v;
+fn apply_cli(cfg: &mut Config, cli: &Overrides) -> Result<(), ConfigError> {
+    for (name, value) in &cli.flags.0 {
+        keys::set(cfg, name, value).map_err(|message| ConfigError::Flag {
+            flag: keys::find(name)
+                .and_then(|k| k.flag.as_ref())
+                .map_or_else(|| name.to_string(), |f| f.long.to_string()),
+            message,
+        })?;
     }
     cfg.repair = cli.repair;
+    Ok(())
 }
 
 /// Parse the YAML text of the config file at `path`.
@@ -227,42 +215,6 @@ fn line_parents(text: &str, line: u64) -> Vec<String> {
     parents
 }
 
-/// Parse an octal permission string such as `"0660"` or `"660"`.
-pub fn parse_octal_mode(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let t = t.strip_prefix("0o").unwrap_or(t);
-    match u32::from_str_radix(t, 8) {
-        Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
-        _ => Err(format!("{s:?} is not an octal file mode such as \"0660\"")),
-    }
-}
-
-/// `deserialize_with` for `server.uds_mode`: a quoted octal string only.
-pub fn octal_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    struct ModeVisitor;
-    impl Visitor<'_> for ModeVisitor {
-        type Value = u32;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a quoted octal mode such as \"0660\"")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<u32, E> {
-            parse_octal_mode(v).map_err(E::custom)
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
-            Err(E::custom(format!(
-                "write the mode as a quoted octal string such as \"0{v}\" (YAML reads an \
-                 unquoted number as decimal)"
-            )))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u32, E> {
-            Err(E::custom(format!(
-                "write the mode as a quoted octal string, not {v}"
-            )))
-        }
-    }
-    d.deserialize_any(ModeVisitor)
-}
-
 const MAX_SHARDS: u32 = 65_536;
 
 /// Range checks that no single key can express.
@@ -302,6 +254,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         ("ingest.dedup_memory", i.dedup_memory),
         ("storage.max_streams", cfg.storage.max_streams),
         ("server.max_followers", cfg.server.max_followers as u64),
+        ("server.max_connections", cfg.server.max_connections),
     ] {
         if v == 0 {
             return bad(format!("{name} must be at least 1"));
@@ -323,6 +276,8 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     for (name, d) in [
         ("ingest.body_timeout", i.body_timeout),
         ("server.frames_idle_timeout", cfg.server.frames_idle_timeout),
+        ("server.header_timeout", cfg.server.header_timeout),
+        ("server.keepalive_timeout", cfg.server.keepalive_timeout),
     ] {
         if d.is_zero() {
             return bad(format!("{name} must be more than 0"));

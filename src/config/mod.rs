@@ -2,25 +2,33 @@
 //! default, loaded in layers — defaults < YAML file < `VX_<SECTION>_<KEY>` env vars < CLI flags —
 //! and validated once before anything starts.
 //!
-//! - [`units`]: durations and sizes as written in the file and env vars.
-//! - [`keys`]: the table of scalar keys (name, flag, help) and their get/set by name, which
-//!   drives the env layer, `veltrix serve --help` and `docs/CONFIG.md`.
-//! - [`load`](mod@load): reading the file (with file/line/key errors), the env layer and validation.
+//! - [`sections`]: every scalar key declared once (field, default, text form, flag, help,
+//!   docs), in the form [`declare`] defines; the section structs are generated from it.
+//! - [`units`]: durations and sizes as written in the file and env vars; [`codec`]: the text
+//!   form of each kind of value.
+//! - [`keys`]: the declared keys by name — get/set, the `veltrix serve` flags, `--help`'s
+//!   table and `docs/CONFIG.md`'s.
+//! - [`load`](mod@load): reading the file (with file/line/key errors), the env and flag layers
+//!   and validation.
 
+pub mod codec;
+pub mod declare;
 pub mod keys;
 pub mod load;
+pub mod sections;
 pub mod units;
 
 #[cfg(test)]
 mod tests;
 
 use serde::Deserialize;
-use std::path::PathBuf;
 use std::time::Duration;
 
 pub use load::{ConfigError, Overrides, load};
-
-const MIB: u64 = 1 << 20;
+pub use sections::{
+    IngestConfig, LogConfig, OtlpConfig, RetentionConfig, ServerConfig, StorageSection,
+    TelemetryConfig,
+};
 
 /// The whole configuration. Every section has a default, so an empty file is valid.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -40,43 +48,6 @@ pub struct Config {
     /// `--repair`: a start-up mode, not a key; never read from the file or env.
     #[serde(skip)]
     pub repair: bool,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    /// `host:port`; resolved when binding, so `localhost:7100` works too.
-    pub listen: String,
-    pub uds: Option<PathBuf>,
-    /// Octal permission bits of the Unix socket, written as a string (`"0660"`) because YAML
-    /// 1.2 reads an unquoted `0660` as the decimal 660.
-    #[serde(deserialize_with = "load::octal_mode")]
-    pub uds_mode: u32,
-    pub frames_listen: Option<String>,
-    pub frames_uds: Option<PathBuf>,
-    /// Bound on draining in-flight requests at shutdown.
-    #[serde(deserialize_with = "units::duration")]
-    pub shutdown_timeout: Duration,
-    /// A frames connection that sends nothing between frames for this long is closed.
-    #[serde(deserialize_with = "units::duration")]
-    pub frames_idle_timeout: Duration,
-    /// Live followers (SSE, NDJSON and WebSocket) at once; past it a new one gets 503.
-    pub max_followers: usize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            listen: "127.0.0.1:7100".into(),
-            uds: None,
-            uds_mode: 0o660,
-            frames_listen: None,
-            frames_uds: None,
-            shutdown_timeout: Duration::from_secs(30),
-            frames_idle_timeout: Duration::from_secs(600),
-            max_followers: 10_000,
-        }
-    }
 }
 
 /// `storage.fsync`.
@@ -114,97 +85,8 @@ impl FsyncSetting {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct StorageSection {
-    pub data_dir: PathBuf,
-    /// `None`: the count recorded in the data dir, or 128 for a new one. Only an explicit
-    /// value can conflict with the recorded count.
-    pub shards: Option<u32>,
-    pub fsync: FsyncSetting,
-    /// Upper bound on the time between fsyncs under `fsync: interval`.
-    #[serde(deserialize_with = "units::millis")]
-    pub fsync_interval_ms: u64,
-    #[serde(deserialize_with = "units::size")]
-    pub segment_bytes: u64,
-    pub max_streams: u64,
-    /// Budget of the feature tables: past it, writes creating entities or features get 507.
-    #[serde(deserialize_with = "units::size")]
-    pub max_feature_bytes: u64,
-    /// How often the feature tables are snapshotted (also at shutdown).
-    #[serde(deserialize_with = "units::duration")]
-    pub snapshot_interval: Duration,
-}
-
 /// The shard count of a new data dir when none is given (SPEC §1).
 pub const DEFAULT_SHARDS: u32 = 128;
-
-impl Default for StorageSection {
-    fn default() -> Self {
-        StorageSection {
-            data_dir: PathBuf::from("./veltrix-data"),
-            shards: None,
-            fsync: FsyncSetting::Always,
-            fsync_interval_ms: 100,
-            segment_bytes: 128 * MIB,
-            max_streams: 1_000_000,
-            max_feature_bytes: 1024 * MIB,
-            snapshot_interval: Duration::from_secs(300),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct IngestConfig {
-    /// Reservation counter per shard, in events.
-    pub queue_capacity: u32,
-    pub high_water: f64,
-    pub low_water: f64,
-    #[serde(deserialize_with = "units::size")]
-    pub max_queued_bytes: u64,
-    #[serde(deserialize_with = "units::size")]
-    pub max_inflight_bytes: u64,
-    #[serde(deserialize_with = "units::size")]
-    pub max_body_bytes: u64,
-    #[serde(deserialize_with = "units::size")]
-    pub max_event_bytes: u64,
-    #[serde(deserialize_with = "units::duration")]
-    pub dedup_window: Duration,
-    #[serde(deserialize_with = "units::size")]
-    pub dedup_memory: u64,
-    /// A request body (or a frame mid-way) that receives nothing for this long is dropped.
-    #[serde(deserialize_with = "units::duration")]
-    pub body_timeout: Duration,
-}
-
-impl Default for IngestConfig {
-    fn default() -> Self {
-        IngestConfig {
-            queue_capacity: 8192,
-            high_water: 0.9,
-            low_water: 0.75,
-            max_queued_bytes: 512 * MIB,
-            max_inflight_bytes: 512 * MIB,
-            max_body_bytes: 64 * MIB,
-            max_event_bytes: MIB,
-            dedup_window: Duration::from_secs(600),
-            dedup_memory: 64 * MIB,
-            body_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    /// Age (on append time) past which whole segments are deleted; `None`: keep forever.
-    #[serde(deserialize_with = "units::opt_duration")]
-    pub max_age: Option<Duration>,
-    /// Total log size past which the oldest segments are deleted; `None`: no bound.
-    #[serde(deserialize_with = "units::opt_size")]
-    pub max_bytes: Option<u64>,
-}
 
 pub use vx_storage::features::{Agg, DistinctOf};
 
@@ -271,28 +153,6 @@ impl std::fmt::Debug for TokenDecl {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct OtlpConfig {
-    /// The resource attribute whose value names an OTLP item's stream (`service.name`:
-    /// one stream per service). Resources without it go to `unknown_service`, as in OTel.
-    pub stream_attribute: String,
-}
-
-impl Default for OtlpConfig {
-    fn default() -> Self {
-        OtlpConfig {
-            stream_attribute: "service.name".to_string(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetryConfig {
-    pub otlp_endpoint: Option<String>,
-}
-
 /// `log.format`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -319,12 +179,6 @@ impl LogFormat {
             Self::Json => "json",
         }
     }
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct LogConfig {
-    pub format: LogFormat,
 }
 
 impl Config {

@@ -46,6 +46,9 @@ fn defaults_are_the_spec_ones() {
     assert_eq!(c.ingest.dedup_memory, 64 << 20);
     assert_eq!(c.ingest.body_timeout, Duration::from_secs(30));
     assert_eq!(c.server.frames_idle_timeout, Duration::from_secs(600));
+    assert_eq!(c.server.header_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.keepalive_timeout, Duration::from_secs(300));
+    assert_eq!(c.server.max_connections, 16_384);
     assert_eq!(c.log.format, LogFormat::Pretty);
     assert!(c.features.is_empty() && c.auth.tokens.is_empty());
     let s = c.storage_config();
@@ -65,10 +68,7 @@ fn layers_file_then_env_then_flags() {
         ("VX_SERVER_LISTEN", "127.0.0.1:2"),
         ("VX_STORAGE_FSYNC", "interval"),
     ]);
-    let cli = Overrides {
-        listen: Some("127.0.0.1:3".into()),
-        ..Overrides::default()
-    };
+    let cli = Overrides::keys(&[("server.listen", "127.0.0.1:3")]);
     let (c, _) = load(Some(f.path()), &e, &cli).unwrap();
     assert_eq!(c.server.listen, "127.0.0.1:3", "flag beats env");
     assert_eq!(c.ingest.queue_capacity, 20, "env beats file");
@@ -82,11 +82,12 @@ fn layers_file_then_env_then_flags() {
     );
 
     let cli = Overrides {
-        shards: Some(8),
-        fsync: Some(FsyncSetting::Always),
-        log_format: Some(LogFormat::Json),
         repair: true,
-        ..Overrides::default()
+        ..Overrides::keys(&[
+            ("storage.shards", "8"),
+            ("storage.fsync", "always"),
+            ("log.format", "json"),
+        ])
     };
     let (c, _) = load(Some(f.path()), &e, &cli).unwrap();
     assert_eq!(c.storage.shards, Some(8));
@@ -401,11 +402,10 @@ fn keys_that_once_warned_now_act() {
     assert_eq!(r.max_age, Some(Duration::from_secs(7 * 86_400)));
     assert_eq!(r.max_bytes, Some(10 << 30));
     // The frames listeners are real now: no warning.
-    let cli = Overrides {
-        frames_listen: Some("127.0.0.1:7101".into()),
-        frames_uds: Some("/tmp/vx-frames.sock".into()),
-        ..Overrides::default()
-    };
+    let cli = Overrides::keys(&[
+        ("server.frames_listen", "127.0.0.1:7101"),
+        ("server.frames_uds", "/tmp/vx-frames.sock"),
+    ]);
     let (c, warnings) = load(None, &[], &cli).unwrap();
     assert_eq!(c.server.frames_listen.as_deref(), Some("127.0.0.1:7101"));
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -436,6 +436,15 @@ fn validation_catches_bad_ranges() {
         "storage.segment_bytes must be at most",
     );
     bad(&|c| c.ingest.queue_capacity = 0, "queue_capacity");
+    bad(&|c| c.server.max_connections = 0, "server.max_connections");
+    bad(
+        &|c| c.server.header_timeout = Duration::ZERO,
+        "server.header_timeout",
+    );
+    bad(
+        &|c| c.server.keepalive_timeout = Duration::ZERO,
+        "server.keepalive_timeout",
+    );
     bad(&|c| c.ingest.max_event_bytes = 128 << 20, "max_event_bytes");
     bad(
         &|c| c.ingest.max_inflight_bytes = 1 << 20,
@@ -509,10 +518,33 @@ fn every_key_round_trips_and_is_documented() {
             k.name
         );
     }
-    for (name, _) in keys::FILE_ONLY {
-        assert!(docs.contains(&format!("`{name}`")) && help.contains(name));
+    for f in keys::FILE_ONLY {
+        assert!(docs.contains(&format!("`{}`", f.name)) && help.contains(f.name));
     }
     assert!(keys::set(&mut Config::default(), "nope.key", "1").is_err());
+}
+
+/// docs/CONFIG.md's key table is generated from the declarations: `VX_BLESS_DOCS=1 cargo
+/// test -p veltrix --lib config::` rewrites it after a key changes.
+#[test]
+fn config_md_table_is_the_generated_one() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/CONFIG.md");
+    let docs = std::fs::read_to_string(&path).unwrap();
+    let table = keys::docs_table();
+    if std::env::var_os("VX_BLESS_DOCS").is_some() {
+        let start = docs.find("| key | default |").unwrap();
+        let end = docs[start..]
+            .find("\n\n")
+            .map_or(docs.len(), |e| start + e + 1);
+        let blessed = format!("{}{table}{}", &docs[..start], &docs[end..]);
+        std::fs::write(&path, blessed).unwrap();
+        return;
+    }
+    assert!(
+        docs.contains(&table),
+        "docs/CONFIG.md's key table is not the one the declarations (src/config/sections.rs) \
+         give; rewrite it with VX_BLESS_DOCS=1:\n{table}"
+    );
 }
 
 #[test]

@@ -24,6 +24,9 @@
 //! `server.frames_idle_timeout`, each counted from the start of the wait, so answers that
 //! complete meanwhile do not extend a stall. Waits of the server's own (budget, room in the
 //! shards, the window) are not timed. Either timeout ends the connection with ERROR `timeout`.
+//! Writes of answers are timed too: a client that stops reading them fills the socket buffers,
+//! and once it has taken no byte for `server.header_timeout` the connection is closed without
+//! further answers (it would not read them), so it cannot block its task forever.
 //!
 //! # Answers
 //! Every BATCH whose header was read gets exactly one ACK or ERROR (request id ≠ 0); a refused
@@ -625,13 +628,30 @@ impl Conn {
         }
     }
 
+    /// Write the answers out. A client that takes nothing for `server.header_timeout` has
+    /// stopped reading: the connection fails (`TimedOut`) rather than hold its task forever.
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await?;
-            self.wr.flush().await?;
-            self.out.clear();
+        let limit = self.ctx.write_timeout;
+        let stalled = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no answer for server.header_timeout",
+            )
+        };
+        let mut written = 0;
+        while written < self.out.len() {
+            let write = self.wr.write(&self.out[written..]);
+            match tokio::time::timeout(limit, write).await {
+                Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(Ok(n)) => written += n,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(stalled()),
+            }
         }
-        Ok(())
+        self.out.clear();
+        tokio::time::timeout(limit, self.wr.flush())
+            .await
+            .map_err(|_| stalled())?
     }
 }
 

@@ -17,11 +17,12 @@
 mod conn;
 mod handshake;
 
+use crate::listen::Acceptor;
+pub(crate) use crate::listen::Io;
 use crate::state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -62,10 +63,17 @@ pub(crate) struct Ctx {
     pub(crate) body_timeout: std::time::Duration,
     /// `server.frames_idle_timeout`, between frames with nothing in flight.
     pub(crate) idle_timeout: std::time::Duration,
+    /// `server.header_timeout`, on each write: a client that stops reading its acks is
+    /// closed rather than left to block the connection's task.
+    pub(crate) write_timeout: std::time::Duration,
 }
 
 impl Ctx {
-    pub(crate) fn new(state: AppState, idle_timeout: std::time::Duration) -> Arc<Ctx> {
+    pub(crate) fn new(
+        state: AppState,
+        idle_timeout: std::time::Duration,
+        write_timeout: std::time::Duration,
+    ) -> Arc<Ctx> {
         let max_frame = u32::try_from(state.limits().max_body_bytes).unwrap_or(u32::MAX);
         let body_timeout = state.limits().body_timeout;
         Arc::new(Ctx {
@@ -74,57 +82,23 @@ impl Ctx {
             window: usize::from(WINDOW),
             body_timeout,
             idle_timeout,
+            write_timeout,
         })
     }
 }
 
-/// A bound frames listener.
-pub enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
-impl Listener {
-    async fn accept(&self) -> std::io::Result<(Box<dyn Io>, String)> {
-        match self {
-            Listener::Tcp(l) => {
-                let (s, peer) = l.accept().await?;
-                // Acks are small and latency-bound; Nagle would hold them back.
-                let _ = s.set_nodelay(true);
-                let io: Box<dyn Io> = Box::new(s);
-                Ok((io, peer.to_string()))
-            }
-            Listener::Unix(l) => {
-                let (s, _) = l.accept().await?;
-                let io: Box<dyn Io> = Box::new(s);
-                Ok((io, "unix".to_string()))
-            }
-        }
-    }
-}
-
-/// A connection's byte stream, TCP or Unix.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
-
 /// Accept connections until `stop`, then close the listener at once and wait for the open
 /// connections to finish their in-flight batches. Dropping this future (the server's deadline)
 /// aborts the connections.
-pub(crate) async fn serve(listener: Listener, ctx: Arc<Ctx>, stop: CancellationToken) {
+pub(crate) async fn serve(listener: Acceptor, ctx: Arc<Ctx>, stop: CancellationToken) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((io, peer)) => {
-                    connections.spawn(conn::serve(io, peer, Arc::clone(&ctx), stop.clone()));
-                }
-                Err(e) => {
-                    // Out of file descriptors, most likely: back off rather than spin.
-                    tracing::warn!(error = %e, "frames listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+            (io, peer) = listener.accept() => {
+                let io: Box<dyn Io> = Box::new(io);
+                connections.spawn(conn::serve(io, peer, Arc::clone(&ctx), stop.clone()));
+            }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }

@@ -399,10 +399,10 @@ pub fn last_seq_map(body: &Value) -> BTreeMap<String, u64> {
 }
 
 /// One raw HTTP/1.1 response: status, lower-cased header names with values, body.
-type RawResponse = (u16, Vec<(String, String)>, Vec<u8>);
+pub type RawResponse = (u16, Vec<(String, String)>, Vec<u8>);
 
 /// Read one HTTP/1.1 response with a `Content-Length` body.
-fn read_response(r: &mut impl BufRead) -> std::io::Result<RawResponse> {
+pub fn read_response(r: &mut impl BufRead) -> std::io::Result<RawResponse> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 {
         return Err(std::io::Error::new(

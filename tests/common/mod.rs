@@ -59,6 +59,48 @@ pub fn frames_addr(server: &Server) -> std::net::SocketAddr {
     }
 }
 
+/// A frames client connected to `server` (see [`frames_addr`]), handshake done.
+pub async fn frames_client(server: &Server) -> vx_client::Client {
+    vx_client::Client::connect_tcp(frames_addr(server), &vx_client::Options::default())
+        .await
+        .unwrap()
+}
+
+/// `n` minimal events of `stream`, `ts` 0, 1, 2 …
+pub fn plain_events(stream: &str, n: i64) -> Vec<vx_client::WireEvent<'_>> {
+    (0..n)
+        .map(|i| vx_client::WireEvent {
+            stream,
+            entity: None,
+            ty: "t",
+            ts: Some(i),
+            kind: vx_client::Kind::Event,
+            value: None::<vx_client::Num>,
+            id: None,
+            data: None,
+        })
+        .collect()
+}
+
+/// One BATCH frame of `evs` with request id `id`.
+pub fn batch_frame(id: u64, evs: &[vx_client::WireEvent<'_>]) -> Vec<u8> {
+    let head = vx_proto::frames::BatchHead {
+        request_id: id,
+        ..Default::default()
+    };
+    let mut frame = Vec::new();
+    vx_proto::frames::encode_batch(&mut frame, &head, evs).unwrap();
+    frame
+}
+
+/// Read what the server answers until it closes the connection (at most 30 s).
+pub async fn read_to_close(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `body` gzip-compressed (a `Content-Encoding: gzip` body).
 pub fn gzip(body: &[u8]) -> Vec<u8> {
     use std::io::Write;

@@ -1,0 +1,332 @@
+//! Every scalar config key, declared once (see [`super::declare`]): its field and type, its
+//! default, how it is written as text, its flag, its `--help` line and its docs/CONFIG.md
+//! row. The section structs, their defaults and [`KEYS`] are generated from this; list-valued
+//! keys, file only, are in [`FILE_ONLY`].
+
+use super::codec::{Dur, Fsync, Log, Millis, Num, Octal, Opt, Path, Size, Text};
+use super::declare::{FileOnly, sections};
+use super::{FsyncSetting, LogFormat};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+sections! {
+    server: ServerConfig {
+        /// `host:port`; resolved when binding, so `localhost:7100` works too.
+        listen: String = "127.0.0.1:7100".into(), via Text,
+        flag("--listen", "ADDR", clap::value_parser!(String)),
+        help "HTTP address (host:port); port 0 picks a free one",
+        doc "\
+            HTTP address, `host:port`. Port `0` picks a free port; the log line `listening on \
+            <addr>` gives the real one. A non-loopback address without `auth.tokens` logs a \
+            warning.";
+        uds: Option<PathBuf> = None, via Opt<Path>,
+        flag("--uds", "PATH", clap::value_parser!(PathBuf)),
+        help "also serve HTTP on this Unix socket path",
+        doc "\
+            Also serve the HTTP API on this Unix socket. A leftover socket file that nobody \
+            listens on is removed at start-up; any other file there is an error. Removed at \
+            shutdown.";
+        /// Octal permission bits of the Unix socket, written as a string (`"0660"`) because YAML
+        /// 1.2 reads an unquoted `0660` as the decimal 660.
+        uds_mode: u32 = 0o660, via Octal,
+        de "super::codec::octal_mode",
+        shown "`\"0660\"`",
+        help "permission bits of the Unix socket (octal string)",
+        doc "Permission bits of the Unix sockets, HTTP and frames (octal string).";
+        frames_listen: Option<String> = None, via Opt<Text>,
+        flag("--frames-listen", "ADDR", clap::value_parser!(String)),
+        help "binary frames address, host:port (docs/PROTOCOL.md)",
+        doc "\
+            Binary frames listener (persistent producer connections, docs/PROTOCOL.md), \
+            `host:port`. Port `0` picks a free port; the log line `frames: accepting on <addr>` \
+            gives the real one. A frame is at most `ingest.max_body_bytes`. A non-loopback address \
+            without `auth.tokens` logs a warning.";
+        frames_uds: Option<PathBuf> = None, via Opt<Path>,
+        flag("--frames-uds", "PATH", clap::value_parser!(PathBuf)),
+        help "binary frames Unix socket (mode server.uds_mode)",
+        doc "\
+            Binary frames on a Unix socket, created with `server.uds_mode`. A leftover socket file \
+            that nobody listens on is removed at start-up; any other file there is an error. \
+            Removed at shutdown.";
+        /// Bound on draining in-flight requests at shutdown.
+        shutdown_timeout: Duration = Duration::from_secs(30), via Dur,
+        de "super::units::duration",
+        help "bound on draining requests at shutdown",
+        doc "\
+            After SIGTERM/SIGINT, how long in-flight requests may take to finish before their \
+            connections are closed. The store then drains its queue and fsyncs.";
+        /// A frames connection that sends nothing between frames for this long is closed.
+        frames_idle_timeout: Duration = Duration::from_secs(600), via Dur,
+        de "super::units::duration",
+        help "close a frames connection idle between frames this long",
+        doc "\
+            A frames connection that sends no byte between frames for this long, with no batch of \
+            it in flight, gets ERROR `timeout` (request id 0) and is closed. Inside a frame, \
+            `ingest.body_timeout` applies.";
+        /// Live followers (SSE, NDJSON and WebSocket) at once; past it a new one gets 503.
+        max_followers: usize = 10_000, via Num<usize>,
+        help "live followers (SSE, NDJSON, WebSocket) at once; 503 past it",
+        doc "\
+            Live followers at once (`follow=true` over SSE or NDJSON, and WebSocket); past it a \
+            new one gets `503` `not_ready` with `\"limit\": \"server.max_followers\"` and \
+            `Retry-After`. Bounded replays (`pace=original` or SSE without `follow`) are not \
+            counted. Each follower costs memory (docs/LIVE.md); at least 1.";
+        /// How long a request head may take from its first byte (or from the accept) to its end;
+        /// also bounds each write to a frames client that stopped reading.
+        header_timeout: Duration = Duration::from_secs(30), via Dur,
+        de "super::units::duration",
+        help "close a connection whose request head takes longer (frames: a stalled write)",
+        doc "\
+            An HTTP connection with no request in flight whose next request head does not arrive \
+            whole within this long — counted from the accept on a new connection, from the first \
+            byte of the head on a kept-alive one — is closed without an answer (as nginx's \
+            `client_header_timeout`). Also bounds writes to a binary-frames client: one that takes \
+            no byte of its acks for this long is closed. Bodies are bounded by \
+            `ingest.body_timeout`, not this. More than 0.";
+        /// An HTTP connection with no request in flight and no byte received for this long
+        /// after its last answer is closed.
+        keepalive_timeout: Duration = Duration::from_secs(300), via Dur,
+        de "super::units::duration",
+        help "close an HTTP connection idle after its last answer this long",
+        doc "\
+            An HTTP connection that has been answered and then has no request in flight and \
+            receives no byte for this long is closed (idle keep-alive); an HTTP/2 one once no \
+            stream has been open for this long (its own frames do not count). Followers (SSE, \
+            NDJSON, WebSocket) and slow answers are in flight, not idle. More than 0.";
+        /// Open connections of all listeners together; past it new ones are refused.
+        max_connections: u64 = 16_384, via Num<u64>,
+        help "open connections of all listeners; new ones refused past it",
+        doc "\
+            Open connections of all listeners together (HTTP over TCP and the Unix socket, binary \
+            frames over TCP and the Unix socket; followers count). Past it a new connection is \
+            accepted and closed at once: HTTP ones first get `503` `not_ready` (`\"limit\": \
+            \"server.max_connections\"`, `Retry-After: 1`, `Connection: close`), frames ones \
+            nothing. Counted in `vx_connections_refused_total{listener}`. Keep it below the \
+            process's descriptor limit minus what the store needs. At least 1.";
+    }
+    storage: StorageSection {
+        data_dir: PathBuf = PathBuf::from("./veltrix-data"), via Path,
+        flag("--data-dir", "DIR", clap::value_parser!(PathBuf)),
+        help "data directory (created if missing; locked)",
+        doc "Data directory; created if missing, locked (`flock` on `LOCK`) while in use.";
+        /// `None`: the count recorded in the data dir, or 128 for a new one. Only an explicit
+        /// value can conflict with the recorded count.
+        shards: Option<u32> = None, via Opt<Num<u32>>,
+        flag("--shards", "N", clap::value_parser!(u32).range(1..=65536)),
+        shown "unset (the count recorded in the data dir, or 128 for a new one)",
+        help "shard count; unset: the recorded count, or 128 for a new data dir",
+        doc "\
+            Shard count, 1–65536. Recorded when the data dir is created; an explicit different \
+            count is a start-up error.";
+        fsync: FsyncSetting = FsyncSetting::Always, via Fsync,
+        flag(
+            "--fsync",
+            "FSYNC",
+            clap::builder::EnumValueParser::<FsyncSetting>::new()
+        ),
+        help "when to fsync: always | interval | never",
+        doc "\
+            `always`: acknowledge after an fdatasync (group commit; default durability `fsync`). \
+            `interval`: acknowledge after the write, fsync at least every \
+            `storage.fsync_interval_ms` (durability `write`). `never`: leave syncing to the OS \
+            (durability `write`).";
+        /// Upper bound on the time between fsyncs under `fsync: interval`.
+        fsync_interval_ms: u64 = 100, via Millis,
+        de "super::units::millis",
+        help "max ms between fsyncs under fsync: interval",
+        doc "\
+            Under `fsync: interval`, the longest time between fsyncs, in milliseconds (a duration \
+            such as `250ms` is accepted too). 100 ms bounds what an OS crash can lose to a tenth \
+            of a second of acknowledged writes at a small fraction of the cost of `always`.";
+        segment_bytes: u64 = 128 * MIB, via Size,
+        de "super::units::size",
+        help "log segment size before rolling",
+        doc "\
+            A log segment is rolled (sealed: its index file written) once it reaches this size; \
+            64KiB–2GiB (the index files hold 32-bit offsets). Retention deletes whole segments, so \
+            this is also the granularity of retention. A segment is also rolled early when its \
+            in-memory index reaches 16MiB, which bounds memory whatever the request shapes.";
+        max_streams: u64 = 1_000_000, via Num<u64>,
+        help "max distinct streams (507 past it)",
+        doc "\
+            Most distinct streams; a request creating more gets 507 naming the limit. Streams \
+            whose events were all retained away still count (they stay listed with `events: 0`) \
+            until they are deleted; deleted streams do not count. Memory per stream is bounded \
+            (docs/ARCHITECTURE.md), so this key bounds the metadata memory.";
+        /// Budget of the feature tables: past it, writes creating entities or features get 507.
+        max_feature_bytes: u64 = 1024 * MIB, via Size,
+        de "super::units::size",
+        help "feature table budget (507 for new entities/features past it)",
+        doc "\
+            Budget of the feature tables, as they count their bytes (entities, feature values, \
+            window buckets, sketches, names; `vx_feature_bytes`). A request that would create a \
+            new entity or a new feature past it gets 507 `storage_full` naming this limit, and \
+            nothing of it is stored; updates of existing features go on. Declared aggregates count \
+            at their largest from creation (a window 1.5KiB, a windowed `distinct` 1KiB, all-time \
+            `distinct` 64 bytes), so the tables never pass the budget; an entity with the \
+            built-ins counts about 160 bytes plus its key, a plain feature 56 bytes plus its name \
+            and a string's bytes.";
+        /// How often the feature tables are snapshotted (also at shutdown).
+        snapshot_interval: Duration = Duration::from_secs(300), via Dur,
+        de "super::units::duration",
+        help "how often the feature tables are snapshotted (and at shutdown)",
+        doc "\
+            How often the feature tables are snapshotted (also at shutdown; at least `1s`). A \
+            restart loads the newest valid snapshot and replays the log after it, so this bounds \
+            the replay. The two newest snapshots are kept in `DATA_DIR/snapshots/`, and retention \
+            keeps the log after the older one (when retention would delete a segment no snapshot \
+            covers yet, it takes one first).";
+    }
+    ingest: IngestConfig {
+        /// Reservation counter per shard, in events.
+        queue_capacity: u32 = 8192, via Num<u32>,
+        help "reservation capacity per shard, in events",
+        doc "Reservation capacity per shard, in events.";
+        high_water: f64 = 0.9, via Num<f64>,
+        help "fill of a shard (0..1] at which ingest gets 429",
+        doc "\
+            Fill of a shard at which new requests touching it get 429 `backpressure`. `0 < \
+            low_water < high_water ≤ 1`.";
+        low_water: f64 = 0.75, via Num<f64>,
+        help "fill below which paused streaming connections resume",
+        doc "\
+            Fill a shard must drain below before `Retry-After` expects room again (and paused \
+            streaming connections resume).";
+        max_queued_bytes: u64 = 512 * MIB, via Size,
+        de "super::units::size",
+        help "bytes admitted but not yet written, all shards",
+        doc "Bytes of admitted but not yet written events, all shards; past it, 429.";
+        max_inflight_bytes: u64 = 512 * MIB, via Size,
+        de "super::units::size",
+        help "bytes of request bodies being decoded",
+        doc "\
+            Bytes of request bodies being decoded; when spent, the server stops reading bodies \
+            (TCP flow control) instead of refusing them. At least `ingest.max_body_bytes`.";
+        max_body_bytes: u64 = 64 * MIB, via Size,
+        de "super::units::size",
+        help "max request body (decompressed)",
+        doc "\
+            Largest request body (decompressed); past it, 413 `too_large`. At most 1023MiB: a \
+            request is one log record, whose length is capped at 1GiB (checked at start-up). The \
+            decoded request is held to it too: a YAML body whose aliases expand its events past \
+            this size is refused with 413 naming this limit (alias expansion also counts against \
+            `ingest.max_event_bytes` per event).";
+        max_event_bytes: u64 = MIB, via Size,
+        de "super::units::size",
+        help "max size of one event",
+        doc "Largest single event; past it, 413. At most `ingest.max_body_bytes`.";
+        dedup_window: Duration = Duration::from_secs(600), via Dur,
+        de "super::units::duration",
+        help "how long an (stream, id) pair is remembered",
+        doc "How long (on append time) a `(stream, id)` pair is remembered for idempotency.";
+        dedup_memory: u64 = 64 * MIB, via Size,
+        de "super::units::size",
+        help "memory budget of remembered ids, all shards",
+        doc "\
+            Memory for remembered ids, split across shards; past it the oldest are forgotten \
+            (`vx_dedup_horizon_seconds`).";
+        /// A request body (or a frame mid-way) that receives nothing for this long is dropped.
+        body_timeout: Duration = Duration::from_secs(30), via Dur,
+        de "super::units::duration",
+        help "drop a request body (or a frame) that sends nothing this long (408)",
+        doc "\
+            A request body that receives no byte for this long (per wait, not per body: a slow \
+            body that keeps arriving is not cut) is dropped: 408 `timeout` with `Connection: \
+            close` if the client still reads, and its share of `ingest.max_inflight_bytes` goes \
+            back at once. Waits for budget are the server's and are not timed. A frames connection \
+            that stalls inside a frame gets ERROR `timeout` for the cut-off batch and for the \
+            connection, and is closed.";
+    }
+    retention: RetentionConfig {
+        /// Age (on append time) past which whole segments are deleted; `None`: keep forever.
+        max_age: Option<Duration> = None, via Opt<Dur>,
+        de "super::units::opt_duration",
+        shown "unset (keep)",
+        help "delete segments older than this (unset: keep)",
+        doc "\
+            Delete whole sealed segments whose newest record was appended longer ago than this \
+            (server append time, not event `ts`). Checked every second and at each roll. The \
+            active segment is never deleted, so the data actually kept can reach back `max_age` \
+            plus the time to fill one segment.";
+        /// Total log size past which the oldest segments are deleted; `None`: no bound.
+        max_bytes: Option<u64> = None, via Opt<Size>,
+        de "super::units::opt_size",
+        shown "unset (keep)",
+        help "delete oldest segments past this size (unset: keep)",
+        doc "\
+            Delete the oldest sealed segments (with their index files) while the log on disk is \
+            larger than this. The log can exceed it by up to one segment (the active one is never \
+            deleted). Replay then starts at each stream's first retained `seq` (`X-Vx-First-Seq`).";
+    }
+    /// OTLP in (`POST /v1/traces`, `/v1/logs`).
+    otlp: OtlpConfig {
+        /// The resource attribute whose value names an OTLP item's stream (`service.name`:
+        /// one stream per service). Resources without it go to `unknown_service`, as in OTel.
+        stream_attribute: String = "service.name".to_string(), via Text,
+        help "OTLP in: resource attribute naming the stream of spans and logs",
+        doc "\
+            OTLP in (`POST /v1/traces`, `/v1/logs`): the resource attribute whose value names the \
+            stream of each span and log record. A resource without it (or with an empty value) \
+            goes to `unknown_service`, OTel's default; a non-string value names the stream by its \
+            JSON text; a value that is not a valid stream name rejects that resource's items (OTLP \
+            partial success). Must not be empty.";
+    }
+    telemetry: TelemetryConfig {
+        otlp_endpoint: Option<String> = None, via Opt<Text>,
+        help "OTLP/HTTP trace export: a collector base URL (http://host:4318)",
+        doc "\
+            OTLP/HTTP (protobuf) trace export: a collector's base URL like \
+            `OTEL_EXPORTER_OTLP_ENDPOINT` (`http://collector:4318`; `/v1/traces` is appended \
+            unless the URL ends with it). Unset: no export. Not an `http(s)://` URL with a host: \
+            start-up error. The standard `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`, \
+            `OTEL_BSP_*` and `OTEL_EXPORTER_OTLP_HEADERS` variables apply. See docs/OPERATIONS.md \
+            \"Traces\".";
+    }
+    log: LogConfig {
+        format: LogFormat = LogFormat::Pretty, via Log,
+        flag(
+            "--log-format",
+            "LOG_FORMAT",
+            clap::builder::EnumValueParser::<LogFormat>::new()
+        ),
+        help "log format: pretty | json",
+        doc "\
+            `pretty`: human-readable, one line per event. `json`: one JSON object per line, the \
+            text in `message`.";
+    }
+}
+
+/// Keys that hold lists and can only be set in the file.
+pub const FILE_ONLY: &[FileOnly] = &[
+    FileOnly {
+        name: "features",
+        shown: "`[]`",
+        help: "declared sliding-window features: [{name, from, agg, window, ttl, of}]",
+        doc: "\
+            Declared aggregates over events of type `from`: `[{name, from, agg, window, ttl, \
+            of}]`, `agg` one of `count`, `sum`, `min`, `max`, `avg`, `last`, `distinct`; `window` \
+            1s–30d or absent (all time), sliding on event `ts` in 60 buckets; `ttl` hides the \
+            feature on read once not updated for that long; `of` (distinct only): `value` \
+            (default), `stream` or `data`. Names are 1–128 bytes of `[A-Za-z0-9_.:-]`, unique, and \
+            must not clash with the built-ins `events` and `last_ts`; a declared name owns it (a \
+            counter or gauge event of that type does not write it, a PUT to it is 422). Changing \
+            the list and restarting recomputes the changed ones from the retained log. See \
+            docs/FEATURES.md.",
+    },
+    FileOnly {
+        name: "auth.tokens",
+        shown: "`[]` (auth off)",
+        help: "bearer tokens: [{token, scopes: [ingest, read, admin]}]",
+        doc: "\
+            Bearer tokens: `[{token, scopes: [ingest, read, admin]}]`. With tokens, every route \
+            but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`: 401 `unauthorized` \
+            without a valid one, 403 `forbidden` without the route's scope (`POST /v1/events` and \
+            feature writes (`PUT`/`DELETE /v1/features/…`): `ingest`; reads (the feature batch \
+            query too), `/metrics`, the status page `/` and `/v1/status`: `read`; `DELETE \
+            /v1/streams/{stream}`: `admin`; `admin` grants all). HTTP Basic credentials whose \
+            password is the token (any user name) are accepted too, for browsers \
+            (docs/OPERATIONS.md, status page). Compared in constant time.",
+    },
+];
