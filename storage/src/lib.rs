@@ -40,23 +40,11 @@ pub mod watch;
 mod writer;
 
 pub use api::*;
-pub use reader::Cursor;
-pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
-pub use writer::{EXPORT_SPANS, now_ms, span_int};
-
-/// The caller's span (an ingest `batch`) for the writer's `commit` span to follow, when
-/// those spans are exported at all; otherwise none, without touching the span registry.
-fn caller_span() -> tracing::Span {
-    if tracing::span_enabled!(target: EXPORT_SPANS, tracing::Level::INFO) {
-        tracing::Span::current()
-    } else {
-        tracing::Span::none()
-    }
-}
-
 use engine::Shared;
 use index::SealedTs;
 use parking_lot::Mutex;
+pub use reader::Cursor;
+pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -128,7 +116,7 @@ impl Store {
         let capacity = cfg.channel_capacity.max(1);
         let mode = cfg.fsync;
         let snapshot_interval = cfg.snapshot_interval;
-        let (mut engine, mut report) = recovery::open(cfg, writer::now_ms())?;
+        let (mut engine, mut report) = recovery::open(cfg, vx_sys::now_ms())?;
         let (boot, kept) = snapshot::bootstrap(&engine)?;
         tracing::info!(
             snapshot = boot.snapshot.as_ref().map(|p| p.display().to_string()),
@@ -163,17 +151,6 @@ impl Store {
                     source,
                 })?
         };
-        tracing::info!(
-            segments = report.segments,
-            index_files = report.index_files,
-            scanned_segments = report.scanned_segments,
-            records = report.records,
-            streams = report.streams,
-            truncated_bytes = report.truncated_bytes,
-            removed_strays = report.removed_strays,
-            took_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
-            "log recovered"
-        );
         let shared = Arc::clone(&engine.shared);
         let shards = engine.shards;
         let dedup_key = engine.dedup_key;
@@ -247,7 +224,7 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         self.inner
             .tx
-            .send_async(Msg::Write(req, tx, caller_span()))
+            .send_async(Msg::Write(req, tx, vx_sys::caller_span()))
             .await
             .map_err(|_| WriteError::ShuttingDown)?;
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))

@@ -24,6 +24,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use vx_proto::Batch;
+// The snapshot thread reads the clock through this path.
+pub(crate) use vx_sys::now_ms;
+use vx_sys::{EXPORT_SPANS, span_int};
 
 pub(crate) type Reply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 pub(crate) type DeleteReply = oneshot::Sender<Result<DeleteOutcome, WriteError>>;
@@ -50,26 +53,6 @@ const GROUP_MAX_BYTES: usize = 32 << 20;
 const RETENTION_TICK: Duration = Duration::from_secs(1);
 /// How long the writer waits before trying again to seal after a failure.
 const SEAL_BACKOFF: Duration = Duration::from_secs(1);
-
-/// Target of the per-request `batch` spans (router) and the per-group `commit` spans (here):
-/// they go to the OTLP trace export only, never to the log, so that without an export they
-/// are disabled and cost one cached interest check. Enabled for the log as well, creating
-/// and recording them cost 17 % of single-event requests/s (docs/BENCHMARKS.md, issue 10).
-pub const EXPORT_SPANS: &str = "vx_export";
-
-/// A count as a span field: `tracing` fields recorded as `u64` reach the OTLP export as
-/// strings (it maps only `i64` to integer attributes), so span counts are recorded as `i64`.
-pub fn span_int(n: impl TryInto<i64>) -> i64 {
-    n.try_into().unwrap_or(i64::MAX)
-}
-
-/// The server's clock in ms since the Unix epoch: what records' append times, the dedup
-/// window and feature `ttl` are measured with (0 before 1970, saturating far after).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// Who is waiting for a planned request, and with what.
 enum Answer {
