@@ -146,7 +146,7 @@ impl StorageConfig {
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
             snapshot_interval: Duration::from_secs(300),
-            open_files: crate::segment::FILE_CACHE,
+            open_files: crate::log::segment::FILE_CACHE,
             channel_capacity: 4096,
             repair: false,
             observer: None,
@@ -195,7 +195,7 @@ pub enum WriteError {
     FeatureBudget { max: u64 },
     /// A record over the log's limit; config checks at start-up make it unreachable.
     #[error("{0}")]
-    TooLarge(#[from] crate::record::TooLarge),
+    TooLarge(#[from] crate::log::record::TooLarge),
     /// `DELETE` of a stream that does not exist (or is deleted already).
     #[error("unknown stream {stream:?}")]
     NotFound { stream: String },

@@ -19,11 +19,11 @@
 //! listing is not checked. A bad record followed by a valid one, or any bad record in a
 //! sealed segment, is corruption, named by file and offset.
 
-use crate::carry::Carry;
-use crate::idxfile::IdxContents;
-use crate::record::{self, RecordType};
-use crate::recovery::{self, Walk, decode_reason, find_valid_after};
-use crate::segment::{self, LogFile, META_FILE, Meta};
+use crate::index::carry::Carry;
+use crate::index::idxfile::IdxContents;
+use crate::log::record::{self, RecordType};
+use crate::log::recovery::{self, Walk, decode_reason, find_valid_after};
+use crate::log::segment::{self, LogFile, META_FILE, Meta};
 use crate::snapshot::{self, SNAPSHOT_DIR};
 use crate::vfs::{OpenMode, RealFs, VFile, Vfs};
 use crate::{CARRY_FILE, LOG_DIR};

@@ -9,48 +9,48 @@
 //! - [`api`]: configuration, requests, outcomes and errors.
 //! - [`vfs`]: the I/O seam every file operation goes through, the real backend and the
 //!   bounded descriptor cache; [`sim`]: the simulated disk of the crash tests.
-//! - [`record`]: the on-disk record format (documented byte by byte there).
-//! - `segment`: the data dir, its lock and metadata, file names, the segment registry.
-//! - [`idxfile`]: the index file of a sealed segment (byte by byte there); `chain`: how a
-//!   stream's nodes across index files link up; `index`: what memory keeps per stream.
-//! - `carry`: the carry file of deleted and retained-away streams.
-//! - `engine`: the writer's state; sealing, retention. `writer`: the thread (group commit).
-//! - `recovery`: start-up. `reader`: replay cursors. `dedup`: per-shard remembered ids.
+//! - `log`: the log: [`record`] (the on-disk record format, byte by byte), `segment` (the data
+//!   dir, its files, the segment registry), the writer's state and what changes it (sealing,
+//!   retention), group commit, and recovery.
+//! - `index`: what memory keeps per stream, [`idxfile`] (the index file of a sealed segment,
+//!   byte by byte), `chain` (how a stream's nodes across index files link up) and `carry`
+//!   (the carry file of deleted and retained-away streams).
+//! - `read`: replay [`Cursor`]s over the log, and [`watch`] (what live followers wait on).
+//! - `dedup`: per-shard remembered ids.
 //! - [`features`]: the feature tables, changed only by [`features::Features::apply`] from
 //!   records; [`snapshot`]: their snapshots, and how start-up rebuilds them.
 //! - [`check`]: offline verification of a data dir (`veltrix check`), with the readers above.
 
 pub mod api;
-mod carry;
-mod chain;
 pub mod check;
 mod dedup;
-mod engine;
 pub mod features;
-pub mod idxfile;
 mod index;
-mod reader;
-pub mod record;
-mod recovery;
-mod segment;
+mod log;
+mod read;
 pub mod sim;
 pub mod snapshot;
 pub mod vfs;
-pub mod watch;
-mod writer;
+
+pub use index::idxfile;
+pub use log::record;
+pub use read::watch;
+// The paths features.rs and snapshot.rs use, kept until they move to their own crate.
+use log::state as engine;
+use log::{recovery, segment, writer};
 
 pub use api::*;
-use engine::Shared;
-use index::SealedTs;
+use index::memory::SealedTs;
+use log::state::Shared;
+use log::writer::Msg;
 use parking_lot::Mutex;
-pub use reader::Cursor;
+pub use read::cursor::Cursor;
 pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 use vx_proto::Batch;
-use writer::Msg;
 
 /// The largest `storage.segment_bytes`: offsets inside a segment are 32-bit in the index
 /// (a segment may pass its size by one group of records, up to 1 GiB).
@@ -286,7 +286,7 @@ impl Store {
                 return Some(info);
             };
             let read = &mut |r| shared.segments.entry(r, name);
-            match chain::aggregate(&h, first_depth, read) {
+            match index::chain::aggregate(&h, first_depth, read) {
                 Ok(agg) => {
                     shared
                         .index
@@ -529,7 +529,7 @@ pub struct SnapshotStats {
 }
 
 /// The metadata of a stream whose events were all retained away.
-fn orphan(e: &carry::CarryEntry, shard: u32) -> StreamInfo {
+fn orphan(e: &index::carry::CarryEntry, shard: u32) -> StreamInfo {
     StreamInfo {
         stream: e.name.clone(),
         shard,

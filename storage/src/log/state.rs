@@ -1,12 +1,12 @@
 //! The state the log writer thread owns, and what changes it besides appending: making runs
 //! and tombstones visible, sealing the active segment (writing its index file), retention,
-//! and the carry file. Recovery ([`crate::recovery`]) builds the same state by applying the
+//! and the carry file. Recovery ([`crate::log::recovery`]) builds the same state by applying the
 //! log through the same functions, so a restart ends where the running process was.
 //!
 //! # Sealing a segment
 //! 1. fsync the segment (under `interval`, what is unsynced);
 //! 2. build its index file from the active spans of every stream it touched, linking each
-//!    stream's new node into its chain ([`crate::chain`]; at most one older node read per
+//!    stream's new node into its chain ([`crate::index::chain`]; at most one older node read per
 //!    stream), write it to `<lsn>.idx.tmp`, fsync, rename to `<lsn>.idx`;
 //! 3. create the next segment (named by the next LSN), fsync the directory: this makes the
 //!    rename and the create durable together;
@@ -24,15 +24,15 @@
 //! removes it again.
 
 use crate::api::StorageConfig;
-use crate::carry::{Carry, CarryEntry};
-use crate::chain::{self, Head};
 use crate::dedup::DedupTable;
 use crate::features::Features;
-use crate::idxfile::{
+use crate::index::carry::{Carry, CarryEntry};
+use crate::index::chain::{self, Head};
+use crate::index::idxfile::{
     self, Agg, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, IdxContents, SegSummary,
 };
-use crate::index::{Index, Placed, SealedTs};
-use crate::segment::{self, DataDir, SegInfo, Segments};
+use crate::index::memory::{Index, Placed, SealedTs};
+use crate::log::segment::{self, DataDir, SegInfo, Segments};
 use crate::vfs::{OpenMode, VFile, Vfs};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
@@ -60,7 +60,7 @@ pub(crate) struct Shared {
     /// feature tables up to it, so state rebuilt from a snapshot never misses a record.
     pub snapshot_floor: AtomicU64,
     /// Followers' notifications of newly visible events and deletes.
-    pub watches: crate::watch::Watches,
+    pub watches: crate::read::watch::Watches,
 }
 
 impl Shared {
@@ -83,7 +83,7 @@ impl Shared {
             retained_bytes: AtomicU64::new(0),
             features,
             snapshot_floor: AtomicU64::new(0),
-            watches: crate::watch::Watches::default(),
+            watches: crate::read::watch::Watches::default(),
         }
     }
 
@@ -236,7 +236,8 @@ impl Engine {
     /// The active segment's spans passed the memory budget or its size the segment size.
     pub fn wants_roll(&self) -> bool {
         self.active_len >= self.cfg.segment_bytes
-            || (self.active_spans * crate::index::SPAN_BYTES) as u64 >= self.cfg.active_index_bytes
+            || (self.active_spans * crate::index::memory::SPAN_BYTES) as u64
+                >= self.cfg.active_index_bytes
     }
 
     /// Point every shard's active spans at segment `seg`.
@@ -414,7 +415,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Rewrite the carry file with `upserts` (see [`crate::carry`]); entries of streams whose
+    /// Rewrite the carry file with `upserts` (see [`crate::index::carry`]); entries of streams whose
     /// state a retained sealed node now holds are dropped.
     pub fn carry_update(&mut self, upserts: &[CarryEntry]) -> io::Result<()> {
         let old = self.shared.carry.read().clone();

@@ -2,9 +2,9 @@
 //! segment is sealed, fsynced, and read with `pread` (never loaded whole, except to verify
 //! and fold them at start-up). In the spirit of Kafka's offset and time indexes, but for a
 //! log shared by every stream: per stream, sparse *spans* of the segment (a span covers
-//! consecutive runs of the stream that lie close together, see [`crate::index`]), and per
+//! consecutive runs of the stream that lie close together, see [`crate::index::memory`]), and per
 //! stream a *node* linking to the stream's previous index entries, so that memory keeps only
-//! the newest node of each stream (see [`crate::chain`]).
+//! the newest node of each stream (see [`crate::index::chain`]).
 //!
 //! # Layout of `log/<first LSN, 20 digits>.idx` (all integers little-endian)
 //!
@@ -47,7 +47,7 @@
 //!   u32 crc32c of every byte before it
 //! ```
 
-use crate::record::{Decode, Rd};
+use crate::log::record::{Decode, Rd};
 use crate::vfs::VFile;
 use std::io;
 
@@ -102,7 +102,7 @@ impl Agg {
 }
 
 /// Where some events of a stream lie in a segment: the runs of the stream from the run header
-/// at `off` to `off + len`, with other streams' runs in between (see [`crate::index`]).
+/// at `off` to `off + len`, with other streams' runs in between (see [`crate::index::memory`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
     pub first_seq: u64,

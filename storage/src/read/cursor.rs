@@ -2,7 +2,7 @@
 //! (`pread`), with a bounded buffer (a window of the current span, never the whole range).
 //!
 //! A cursor finds the span holding the next `seq` in the active segment's spans in memory, or
-//! else through the stream's chain of sealed nodes ([`crate::chain::locate`], O(log n) index
+//! else through the stream's chain of sealed nodes ([`crate::index::chain::locate`], O(log n) index
 //! reads) and a binary search of that node's spans in its index file. Reading a span starts at
 //! the stream's run header; after that run it jumps to the end of its record and then walks
 //! whole records, skipping other streams' runs, to the span's end.
@@ -11,11 +11,11 @@
 //! retained `seq` (SPEC §5: replay starts at the first retained seq).
 
 use crate::api::{ReadError, ReadQuery};
-use crate::chain;
-use crate::engine::Shared;
-use crate::idxfile::{self, Entry, IdxHeader, Span};
-use crate::record::{self, Decode, HEADER_LEN, RecordType};
-use crate::segment;
+use crate::index::chain;
+use crate::index::idxfile::{self, Entry, IdxHeader, Span};
+use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
+use crate::log::segment;
+use crate::log::state::Shared;
 use crate::vfs::VFile;
 use std::io;
 use std::path::PathBuf;

@@ -25,8 +25,8 @@
 //! footer: u32 crc32c of every byte before it
 //! ```
 
-use crate::record::{Decode, Rd};
-use crate::segment::write_durably;
+use crate::log::record::{Decode, Rd};
+use crate::log::segment::write_durably;
 use crate::vfs::{OpenMode, VFile, Vfs};
 use std::io;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! fixed fields in memory; files are opened on demand through a bounded descriptor cache).
 
 use crate::api::OpenError;
-use crate::idxfile::{self, Entry, IdxHeader, NodeRef};
+use crate::index::idxfile::{self, Entry, IdxHeader, NodeRef};
 use crate::vfs::{DirLock, FileCache, OpenMode, VFile, Vfs};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;

@@ -23,13 +23,13 @@
 //! found is durable before anything is acknowledged on top of it.
 
 use crate::api::{OpenError, RecoveryReport, StorageConfig};
-use crate::carry::Carry;
 use crate::dedup::{self, DedupTable};
-use crate::engine::{Engine, Shared, WState};
-use crate::idxfile::{Agg, IdxContents};
-use crate::index::{Placed, SealedTs};
-use crate::record::{self, Decode, HEADER_LEN, RecordType};
-use crate::segment::{self, DataDir, LogFile, SegInfo, io_err};
+use crate::index::carry::Carry;
+use crate::index::idxfile::{Agg, IdxContents};
+use crate::index::memory::{Placed, SealedTs};
+use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
+use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
+use crate::log::state::{Engine, Shared, WState};
 use crate::vfs::{OpenMode, VFile};
 use hashbrown::HashMap;
 use std::path::{Path, PathBuf};
@@ -221,11 +221,11 @@ fn pass(
 fn finish(engine: &mut Engine, removed: bool) -> Result<(), OpenError> {
     let shards = engine.shards;
     // Deleted streams whose tombstone is in a sealed segment belong in the carry file.
-    let deleted: Vec<crate::carry::CarryEntry> = engine
+    let deleted: Vec<crate::index::carry::CarryEntry> = engine
         .streams
         .iter()
         .filter(|(name, s)| s.deleted && !engine.touched.contains_key(&**name))
-        .map(|(name, s)| crate::carry::CarryEntry {
+        .map(|(name, s)| crate::index::carry::CarryEntry {
             name: name.to_string(),
             last_seq: s.last,
             floor: s.floor,
@@ -472,7 +472,7 @@ impl Recovery<'_> {
                                 s.sealed_ts = SealedTs::Known(a.merge(own));
                             }
                         }
-                        s.head = Some(crate::chain::Head::from_entry(lsn, e));
+                        s.head = Some(crate::index::chain::Head::from_entry(lsn, e));
                     }
                     st = WState {
                         last: s.last_seq,

@@ -16,9 +16,9 @@
 //! refused until restart.
 
 use crate::api::*;
-use crate::engine::{Engine, WState};
-use crate::index::Placed;
-use crate::record::{RecordBuilder, RecordType};
+use crate::index::memory::Placed;
+use crate::log::record::{RecordBuilder, RecordType};
+use crate::log::state::{Engine, WState};
 use hashbrown::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -521,7 +521,7 @@ impl Engine {
             .record("fsync_us", span_int(fsync_us));
         // Visible: place runs at their file offsets and publish them.
         if !buf.is_empty() {
-            self.active_append = self.active_append.merge(crate::idxfile::Agg {
+            self.active_append = self.active_append.merge(crate::index::idxfile::Agg {
                 min_ts: now,
                 max_ts: now,
             });
@@ -593,7 +593,7 @@ impl Engine {
     /// Apply a written record to the feature tables (the same function recovery replays it
     /// through), and fill in a direct write's outcome.
     fn apply_features(&self, rec: &[u8], answer: &mut Answer) {
-        let applied = crate::record::parse_header(rec)
+        let applied = crate::log::record::parse_header(rec)
             .map_err(|e| format!("{e:?}"))
             .and_then(|h| {
                 self.shared

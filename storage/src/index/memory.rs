@@ -4,8 +4,8 @@
 //! request handlers under short per-shard read locks.
 //!
 //! What memory holds per stream does not depend on how much of it is stored: counters, the
-//! newest sealed node of its chain ([`crate::chain::Head`]), and its spans in the *active*
-//! segment only. Sealed segments' spans live in their index files ([`crate::idxfile`]).
+//! newest sealed node of its chain ([`crate::index::chain::Head`]), and its spans in the *active*
+//! segment only. Sealed segments' spans live in their index files ([`crate::index::idxfile`]).
 //!
 //! # Spans
 //! A span is a stretch of one segment holding consecutive runs of one stream: it starts at
@@ -17,8 +17,8 @@
 //! runs inside it.
 
 use crate::api::{StreamInfo, TopStream};
-use crate::chain::Head;
-use crate::idxfile::{Agg, Span};
+use crate::index::chain::Head;
+use crate::index::idxfile::{Agg, Span};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;

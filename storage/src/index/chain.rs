@@ -16,7 +16,7 @@
 //! aggregates: the [`Head`] keeps them, so sealing a segment reads at most one older node per
 //! stream (when the new node jumps, for the new jump's own jump).
 
-use crate::idxfile::{Agg, Entry, NodeRef};
+use crate::index::idxfile::{Agg, Entry, NodeRef};
 use std::io;
 
 /// The newest node of a stream's chain, with what linking the next node needs.
@@ -173,7 +173,7 @@ pub fn aggregate(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::idxfile::F_EVENTS;
+    use crate::index::idxfile::F_EVENTS;
     use std::collections::HashMap;
 
     /// A chain of `n` nodes, node i (1-based, segment i) holding seqs [10i, 10i+9] and ts
