@@ -177,6 +177,49 @@ pub struct WriteOutcome {
     pub durability: Durability,
 }
 
+/// An I/O error of the log's writer, with what it was doing: the error keeps its kind, so a
+/// full disk is told apart from a failing one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct IoFailure {
+    pub context: String,
+    #[source]
+    pub source: Arc<std::io::Error>,
+}
+
+impl IoFailure {
+    pub fn new(context: impl Into<String>, source: std::io::Error) -> IoFailure {
+        IoFailure {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.source.kind()
+    }
+
+    /// The disk or the quota is full (ENOSPC, EDQUOT): writes can resume once space returns.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(
+            self.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    }
+}
+
+/// Two failures are the same when they say the same and have the same kind (`io::Error` has
+/// no equality of its own).
+impl PartialEq for IoFailure {
+    fn eq(&self, other: &IoFailure) -> bool {
+        self.context == other.context
+            && self.kind() == other.kind()
+            && self.source.to_string() == other.source.to_string()
+    }
+}
+
+impl Eq for IoFailure {}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
     #[error("expected last seq {expected} of stream {stream:?}, but it is {last_seq}")]
@@ -185,10 +228,15 @@ pub enum WriteError {
         expected: u64,
         last_seq: u64,
     },
-    #[error("storage full: {0}")]
-    StorageFull(String),
-    #[error("storage refuses writes after a failed fsync; restart the process: {0}")]
-    Poisoned(String),
+    /// No space for the write (ENOSPC, EDQUOT), or a segment that cannot be rolled has grown
+    /// to what its index can address: this request was refused and its partial bytes cut off.
+    /// Writes resume when space returns.
+    #[error("storage full: {0}; writes resume when space returns")]
+    StorageFull(IoFailure),
+    /// A write, fsync or truncation of the log failed for a reason other than space (EIO, …):
+    /// what reached the disk is unknown, so the store refuses every write until restart.
+    #[error("storage refuses writes until restart: {0}")]
+    Poisoned(IoFailure),
     #[error("stream limit reached: storage.max_streams is {max}")]
     TooManyStreams { max: u64 },
     #[error("feature table limit reached: storage.max_feature_bytes is {max}")]

@@ -204,12 +204,7 @@ impl Store {
         if self.inner.closed.load(Ordering::Acquire) {
             return Some(WriteError::ShuttingDown);
         }
-        if self.is_poisoned() {
-            return Some(WriteError::Poisoned(
-                self.inner.shared.poison_reason.lock().clone(),
-            ));
-        }
-        None
+        self.inner.shared.poison.error()
     }
 
     /// Append a request (prepared here unless [`Store::prepare`] ran); resolves once it
@@ -443,10 +438,10 @@ impl Store {
         self.inner.tx.capacity().unwrap_or(0)
     }
 
-    /// True after a failed fsync (or a failed truncation): the store refuses writes until
-    /// restart.
+    /// True after a failed fsync, or a write or truncation of the log that failed for a reason
+    /// other than space: the store refuses writes until restart.
     pub fn is_poisoned(&self) -> bool {
-        self.inner.shared.poisoned.load(Ordering::Acquire)
+        self.inner.shared.poison.is_set()
     }
 
     /// Oldest append time the dedup table of `shard` still remembers, in ms since the epoch.

@@ -23,7 +23,7 @@
 //! segment that the carry already accounts for; start-up folds it in again and retention
 //! removes it again.
 
-use crate::api::StorageConfig;
+use crate::api::{IoFailure, StorageConfig, WriteError};
 use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
@@ -48,8 +48,8 @@ pub(crate) struct Shared {
     pub index: Index,
     pub segments: Segments,
     pub carry: RwLock<Carry>,
-    pub poisoned: AtomicBool,
-    pub poison_reason: Mutex<String>,
+    /// Set by a failed write, fsync or truncation of the log: every later write is refused.
+    pub poison: Poison,
     /// Per shard: append time of the oldest remembered id (`i64::MIN`: none).
     pub horizons: Vec<AtomicI64>,
     pub retained_segments: AtomicU64,
@@ -76,8 +76,7 @@ impl Shared {
             index: Index::new(shards, active_seg),
             segments: Segments::new(vfs, log_dir, open_files),
             carry: RwLock::new(Carry::default()),
-            poisoned: AtomicBool::new(false),
-            poison_reason: Mutex::new(String::new()),
+            poison: Poison::default(),
             horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),
             retained_segments: AtomicU64::new(0),
             retained_bytes: AtomicU64::new(0),
@@ -94,6 +93,36 @@ impl Shared {
     pub fn carry_get(&self, stream: &str) -> io::Result<Option<CarryEntry>> {
         let carry = self.carry.read().clone();
         carry.get(stream)
+    }
+}
+
+/// Whether the store refuses writes until restart, and why: set once the log's file is in a
+/// state nobody knows (a write or truncation failed for a reason other than space, or an
+/// fsync failed, after which the page cache may have dropped what it could not write).
+#[derive(Default)]
+pub(crate) struct Poison {
+    set: AtomicBool,
+    cause: Mutex<Option<IoFailure>>,
+}
+
+impl Poison {
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// The error every write gets once the store is poisoned.
+    pub fn error(&self) -> Option<WriteError> {
+        if !self.is_set() {
+            return None;
+        }
+        self.cause.lock().clone().map(WriteError::Poisoned)
+    }
+
+    /// Refuse writes from now on; the first cause is the one reported.
+    pub fn set(&self, cause: IoFailure) {
+        tracing::error!(error = %cause, "refusing writes until restart");
+        self.cause.lock().get_or_insert(cause);
+        self.set.store(true, Ordering::Release);
     }
 }
 

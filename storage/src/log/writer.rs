@@ -11,8 +11,10 @@
 //! seals the segment if it is full and applies retention (also once a second when idle).
 //!
 //! A failed write truncates the partial bytes and undoes the group's `seq` assignments, so the
-//! requests are answered 507 and a retry is not mistaken for a duplicate; if the truncation
-//! fails too, the store is poisoned. A failed fsync poisons the store: every later write is
+//! requests are answered 507 and a retry is not mistaken for a duplicate. Out of space
+//! (ENOSPC, EDQUOT) is [`WriteError::StorageFull`]: writes resume when space returns. Any
+//! other failure of the write (EIO, …), a failed truncation or a failed fsync poisons the
+//! store ([`WriteError::Poisoned`]): what the file holds is unknown, and every later write is
 //! refused until restart.
 
 use crate::api::*;
@@ -152,8 +154,10 @@ struct WritePlan {
     ids: Vec<(u32, u128, u64)>,
 }
 
-fn io_full(context: &str, e: std::io::Error) -> WriteError {
-    WriteError::StorageFull(format!("{context}: {e}"))
+/// A read the writer needs before it can plan a request failed: that request is refused
+/// (507), and nothing was written.
+fn unreadable(context: &str, e: std::io::Error) -> WriteError {
+    WriteError::StorageFull(IoFailure::new(context, e))
 }
 
 impl Engine {
@@ -207,7 +211,8 @@ impl Engine {
                 && unsynced
                 && last_sync.elapsed() >= self.cfg.fsync_interval
             {
-                self.sync(&mut unsynced, &mut last_sync);
+                // A failure poisons the store and logs why; no request waits on this sync.
+                let _ = self.sync(&mut unsynced, &mut last_sync);
             }
             if self.wants_roll() && Instant::now() >= seal_after && !self.is_poisoned() {
                 if self.roll(&mut unsynced, &mut last_sync).is_err() {
@@ -228,7 +233,8 @@ impl Engine {
             }
         }
         if unsynced {
-            self.sync(&mut unsynced, &mut last_sync);
+            // A failure poisons the store and logs why; no request waits on this sync.
+            let _ = self.sync(&mut unsynced, &mut last_sync);
         }
         // Anything still queued arrived after shutdown began.
         while let Ok(msg) = rx.try_recv() {
@@ -249,23 +255,20 @@ impl Engine {
     }
 
     fn is_poisoned(&self) -> bool {
-        self.shared.poisoned.load(Ordering::Acquire)
+        self.shared.poison.is_set()
     }
 
     fn poisoned(&self) -> Option<WriteError> {
-        self.is_poisoned()
-            .then(|| WriteError::Poisoned(self.shared.poison_reason.lock().clone()))
+        self.shared.poison.error()
     }
 
-    fn poison(&self, reason: String) {
-        tracing::error!(%reason, "refusing writes until restart");
-        *self.shared.poison_reason.lock() = reason;
-        self.shared.poisoned.store(true, Ordering::Release);
-    }
-
-    /// fdatasync the active segment; how long it took, or `None` when it failed (the store is
-    /// then poisoned).
-    fn sync(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Option<Duration> {
+    /// fdatasync the active segment; how long it took, or why it failed (the store is then
+    /// poisoned).
+    fn sync(
+        &mut self,
+        unsynced: &mut bool,
+        last_sync: &mut Instant,
+    ) -> Result<Duration, IoFailure> {
         let t = Instant::now();
         let res = self.active.sync_data();
         let took = t.elapsed();
@@ -276,21 +279,20 @@ impl Engine {
         match res {
             Ok(()) => {
                 *unsynced = false;
-                Some(took)
+                Ok(took)
             }
             Err(e) => {
-                self.poison(format!(
-                    "fdatasync of log segment {} failed: {e}",
-                    self.active_first
-                ));
-                None
+                let failure =
+                    IoFailure::new(format!("fdatasync of log segment {}", self.active_first), e);
+                self.shared.poison.set(failure.clone());
+                Err(failure)
             }
         }
     }
 
     /// Seal the active segment and start the next one.
     fn roll(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Result<(), ()> {
-        if *unsynced && self.sync(unsynced, last_sync).is_none() {
+        if *unsynced && self.sync(unsynced, last_sync).is_err() {
             return Err(());
         }
         self.seal(true).map_err(|e| {
@@ -449,30 +451,38 @@ impl Engine {
         // Index offsets within a segment are 32-bit: a segment that cannot be rolled (its
         // seal keeps failing) stops taking writes before it outgrows them.
         if at.saturating_add(buf.len() as u64) > u64::from(u32::MAX) {
-            let msg = format!(
-                "log segment {} cannot be rolled and has reached the 4GiB a segment can index",
-                self.active_first
+            let full = IoFailure::new(
+                format!("log segment {}", self.active_first),
+                std::io::Error::new(
+                    std::io::ErrorKind::FileTooLarge,
+                    "it cannot be rolled and has reached the 4GiB a segment can index",
+                ),
             );
-            tracing::error!("{msg}");
+            tracing::error!(error = %full, "refusing a group");
             self.abort_group(first_lsn, counters, scratch);
             for p in &mut planned {
-                p.answer(Err(WriteError::StorageFull(msg.clone())));
+                p.answer(Err(WriteError::StorageFull(full.clone())));
             }
             return;
         }
         if !buf.is_empty() {
             if let Err(e) = self.active.write_all_at(buf, at) {
-                let msg = format!("write to log segment {} failed: {e}", self.active_first);
-                tracing::error!("{msg}");
+                let failure =
+                    IoFailure::new(format!("write to log segment {}", self.active_first), e);
+                tracing::error!(error = %failure, "a group's write failed");
                 // Cut off whatever part of the group reached the file; if even that fails,
-                // the file's tail is unknown and nothing more may be appended.
+                // the file's tail is unknown and nothing more may be appended. A failure
+                // other than space (EIO, …) leaves the file's state unknown too.
                 if let Err(t) = self.active.set_len(at) {
-                    self.poison(format!(
-                        "{msg}; truncating the partial write failed too: {t}"
+                    self.shared.poison.set(IoFailure::new(
+                        format!("{failure}; truncating the partial write"),
+                        t,
                     ));
+                } else if !failure.is_out_of_space() {
+                    self.shared.poison.set(failure.clone());
                 }
                 self.abort_group(first_lsn, counters, scratch);
-                let err = self.poisoned().unwrap_or(WriteError::StorageFull(msg));
+                let err = self.poisoned().unwrap_or(WriteError::StorageFull(failure));
                 for p in &mut planned {
                     p.answer(Err(err.clone()));
                 }
@@ -496,22 +506,23 @@ impl Engine {
         let synced = if need_sync {
             self.sync(unsynced, last_sync)
         } else {
-            Some(Duration::ZERO)
+            Ok(Duration::ZERO)
         };
-        let Some(fsync_took) = synced else {
-            // Never pretend: the unsynced group is cut off and refused.
-            if !buf.is_empty() {
-                let _ = self.active.set_len(at);
-                self.active_len = at;
+        let fsync_took = match synced {
+            Ok(took) => took,
+            Err(failure) => {
+                // Never pretend: the unsynced group is cut off and refused.
+                if !buf.is_empty() {
+                    let _ = self.active.set_len(at);
+                    self.active_len = at;
+                }
+                self.abort_group(first_lsn, counters, scratch);
+                let err = WriteError::Poisoned(failure);
+                for p in &mut planned {
+                    p.answer(Err(err.clone()));
+                }
+                return;
             }
-            self.abort_group(first_lsn, counters, scratch);
-            let err = self
-                .poisoned()
-                .unwrap_or(WriteError::Poisoned(String::new()));
-            for p in &mut planned {
-                p.answer(Err(err.clone()));
-            }
-            return;
         };
         let fsync_us = u64::try_from(fsync_took.as_micros()).unwrap_or(u64::MAX);
         span.record("records", span_int(records))
@@ -687,7 +698,7 @@ impl Engine {
         for run in runs {
             states.push(
                 self.state_of(batch.stream(run))
-                    .map_err(|e| io_full("reading the carry file", e))?,
+                    .map_err(|e| unreadable("reading the carry file", e))?,
             );
         }
         // Pass 1: which events are duplicates, changing nothing. An id whose event was
@@ -914,7 +925,7 @@ impl Engine {
         };
         let st = self
             .state_of(stream)
-            .map_err(|e| io_full("reading the carry file", e))?
+            .map_err(|e| unreadable("reading the carry file", e))?
             .ok_or_else(not_found)?;
         if st.deleted {
             return Err(not_found());
