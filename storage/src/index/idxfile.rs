@@ -47,7 +47,7 @@
 //!   u32 crc32c of every byte before it
 //! ```
 
-use crate::log::record::{Decode, Rd};
+use crate::log::record::{Decode, Fields};
 use crate::vfs::VFile;
 use std::io;
 
@@ -131,7 +131,7 @@ impl Span {
     }
 
     fn parse(b: &[u8]) -> Result<Span, Decode> {
-        let mut r = Rd { b, pos: 0 };
+        let mut r = Fields::new(b);
         Ok(Span {
             first_seq: r.u64()?,
             min_ts: r.i64()?,
@@ -196,7 +196,7 @@ fn put_agg(out: &mut Vec<u8>, a: Option<Agg>) {
     out.extend_from_slice(&a.max_ts.to_le_bytes());
 }
 
-fn get_ref(r: &mut Rd<'_>) -> Result<NodeRef, Decode> {
+fn get_ref(r: &mut Fields<'_>) -> Result<NodeRef, Decode> {
     Ok(NodeRef {
         seg: r.u64()?,
         depth: r.u64()?,
@@ -204,7 +204,7 @@ fn get_ref(r: &mut Rd<'_>) -> Result<NodeRef, Decode> {
     })
 }
 
-fn get_agg(r: &mut Rd<'_>) -> Result<Option<Agg>, Decode> {
+fn get_agg(r: &mut Fields<'_>) -> Result<Option<Agg>, Decode> {
     let a = Agg {
         min_ts: r.i64()?,
         max_ts: r.i64()?,
@@ -246,7 +246,7 @@ impl IdxHeader {
     }
 
     fn parse(b: &[u8]) -> Result<IdxHeader, Decode> {
-        let mut r = Rd { b, pos: 0 };
+        let mut r = Fields::new(b);
         if r.arr::<4>()? != MAGIC {
             return Err(Decode::Bad("not an index file"));
         }
@@ -400,7 +400,7 @@ fn bad(e: Decode) -> io::Error {
 }
 
 fn parse_entry(b: &[u8]) -> Result<(Entry, usize), Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let name_len = usize::from(r.u16()?);
     let flags = r.u16()?;
     let spans_n = r.u32()?;
@@ -437,7 +437,7 @@ fn parse_entry(b: &[u8]) -> Result<(Entry, usize), Decode> {
             agg,
             jump_agg,
         },
-        r.pos,
+        r.pos(),
     ))
 }
 
@@ -544,8 +544,8 @@ pub fn lookup(file: &dyn VFile, h: &IdxHeader, name: &str) -> io::Result<Option<
             block_at = blk;
         }
         let at = (i % 8) as usize * SLOT_LEN;
-        let slot_tag = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
-        let off = u32::from_le_bytes([block[at + 4], block[at + 5], block[at + 6], block[at + 7]]);
+        let mut slot = Fields::at(&block, at);
+        let (slot_tag, off) = (slot.u32().map_err(bad)?, slot.u32().map_err(bad)?);
         if off == 0 {
             return Ok(None);
         }

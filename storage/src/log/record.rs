@@ -39,6 +39,7 @@
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
 use crate::features::FeatureValue;
+use vx_proto::le::Reader;
 use vx_proto::packed::DecodeError;
 
 pub const HEADER_LEN: usize = 32;
@@ -240,39 +241,58 @@ fn name_bytes(buf: &mut Vec<u8>, name: &str) {
     buf.extend_from_slice(&name.as_bytes()[..usize::from(len).min(name.len())]);
 }
 
-/// A little cursor over a byte slice.
-pub(crate) struct Rd<'a> {
-    pub b: &'a [u8],
-    pub pos: usize,
-}
+/// Fields of a record, index file or carry file, read with vx-proto's little-endian
+/// [`Reader`]: a short read is [`Decode::Incomplete`] with the length it needed.
+pub(crate) struct Fields<'a>(Reader<'a>);
 
-impl<'a> Rd<'a> {
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+impl<'a> Fields<'a> {
+    pub fn new(b: &'a [u8]) -> Fields<'a> {
+        Fields(Reader::new(b))
+    }
+
+    /// Fields of `b` from `pos` on (a record's body after its header).
+    pub fn at(b: &'a [u8], pos: usize) -> Fields<'a> {
+        Fields(Reader::at(b, pos))
+    }
+
+    /// Bytes read so far, from the start of the slice.
+    pub fn pos(&self) -> usize {
+        self.0.pos()
+    }
+
+    fn need<T>(
+        &mut self,
+        n: usize,
+        read: impl FnOnce(&mut Reader<'a>) -> Option<T>,
+    ) -> Result<T, Decode> {
         let end = self
-            .pos
+            .0
+            .pos()
             .checked_add(n)
             .ok_or(Decode::Bad("length overflow"))?;
-        let s = self.b.get(self.pos..end).ok_or(Decode::Incomplete(end))?;
-        self.pos = end;
-        Ok(s)
+        read(&mut self.0).ok_or(Decode::Incomplete(end))
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+        self.need(n, |r| r.bytes(n))
     }
     pub fn arr<const N: usize>(&mut self) -> Result<[u8; N], Decode> {
-        let s = self.take(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
+        self.need(N, Reader::array)
+    }
+    pub fn u8(&mut self) -> Result<u8, Decode> {
+        self.need(1, Reader::u8)
     }
     pub fn u16(&mut self) -> Result<u16, Decode> {
-        Ok(u16::from_le_bytes(self.arr()?))
+        self.need(2, Reader::u16)
     }
     pub fn u32(&mut self) -> Result<u32, Decode> {
-        Ok(u32::from_le_bytes(self.arr()?))
+        self.need(4, Reader::u32)
     }
     pub fn u64(&mut self) -> Result<u64, Decode> {
-        Ok(u64::from_le_bytes(self.arr()?))
+        self.need(8, Reader::u64)
     }
     pub fn i64(&mut self) -> Result<i64, Decode> {
-        Ok(i64::from_le_bytes(self.arr()?))
+        self.need(8, Reader::i64)
     }
     pub fn str(&mut self, n: usize) -> Result<&'a str, Decode> {
         std::str::from_utf8(self.take(n)?).map_err(|_| Decode::Bad("invalid UTF-8"))
@@ -291,11 +311,11 @@ pub struct Header {
 }
 
 pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let len = usize::try_from(r.u32()?).map_err(|_| Decode::Bad("record length"))?;
     let crc = r.u32()?;
-    let version = r.arr::<1>()?[0];
-    let ty = r.arr::<1>()?[0];
+    let version = r.u8()?;
+    let ty = r.u8()?;
     let flags = r.u16()?;
     let lsn = r.u64()?;
     let append_ms = r.i64()?;
@@ -349,7 +369,7 @@ impl RunHead<'_> {
 
 /// Parse a run header at the start of `b`.
 pub fn parse_run(b: &[u8]) -> Result<RunHead<'_>, Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let sl = usize::from(r.u16()?);
     let stream = r.str(sl)?;
     let base_seq = r.u64()?;
@@ -359,7 +379,7 @@ pub fn parse_run(b: &[u8]) -> Result<RunHead<'_>, Decode> {
         stream,
         base_seq,
         count,
-        head_len: r.pos,
+        head_len: r.pos(),
         events_len,
     })
 }
@@ -416,14 +436,11 @@ pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>>
 
 /// The body of a tombstone record: the stream and its last seq.
 pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let sl = usize::from(r.u16()?);
     let stream = r.str(sl)?;
     let last_seq = r.u64()?;
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("tombstone record length"));
     }
     Ok((stream, last_seq))
@@ -434,17 +451,14 @@ pub type FeaturePut<'a> = (&'a str, Vec<(&'a str, Option<FeatureValue>)>);
 
 /// The body of a feature put record.
 pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
     let mut set = Vec::with_capacity((n as usize).min(1024));
     for _ in 0..n {
-        let nl = usize::from(r.arr::<1>()?[0]);
+        let nl = usize::from(r.u8()?);
         let name = r.str(nl)?;
-        let v = match r.arr::<1>()?[0] {
+        let v = match r.u8()? {
             0 => None,
             1 => Some(FeatureValue::Int(r.i64()?)),
             2 => {
@@ -454,7 +468,7 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
                 }
                 Some(FeatureValue::Float(f))
             }
-            3 => match r.arr::<1>()?[0] {
+            3 => match r.u8()? {
                 0 => Some(FeatureValue::Bool(false)),
                 1 => Some(FeatureValue::Bool(true)),
                 _ => return Err(Decode::Bad("feature bool")),
@@ -467,7 +481,7 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
         };
         set.push((name, v));
     }
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("feature put record length"));
     }
     Ok((entity, set))
@@ -475,15 +489,12 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
 
 /// The body of a feature delete record: the entity, and the feature (`None`: all of them).
 pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
-    let nl = usize::from(r.arr::<1>()?[0]);
+    let nl = usize::from(r.u8()?);
     let name = if nl == 0 { None } else { Some(r.str(nl)?) };
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("feature delete record length"));
     }
     Ok((entity, name))

@@ -953,8 +953,11 @@ impl Engine {
 /// Append kept events (whole events, back to back) and widen the ts range by theirs.
 fn copy_kept(buf: &mut Vec<u8>, events: &[u8], min_ts: &mut i64, max_ts: &mut i64) {
     let mut pos = 0;
-    while let Some(rest) = events.get(pos..).filter(|r| r.len() >= 18) {
-        let ts = i64::from_le_bytes(rest[10..18].try_into().unwrap_or([0; 8]));
+    while let Some(rest) = events.get(pos..) {
+        // The event's ts, after its 10-byte header prefix (the event layout).
+        let Some(ts) = vx_proto::le::Reader::at(rest, 10).i64() else {
+            break;
+        };
         *min_ts = (*min_ts).min(ts);
         *max_ts = (*max_ts).max(ts);
         match vx_proto::packed::event_len(rest) {
