@@ -36,12 +36,14 @@ pub use index::idxfile;
 pub use log::record;
 pub use read::watch;
 // The paths features.rs and snapshot.rs use, kept until they move to their own crate.
-use log::state as engine;
 use log::{recovery, segment, writer};
+mod engine {
+    pub(crate) use crate::log::state::{LogWriter as Engine, Published as Shared};
+}
 
 pub use api::*;
 use index::memory::SealedTs;
-use log::state::Shared;
+use log::state::Published;
 use log::writer::Msg;
 use parking_lot::Mutex;
 pub use read::cursor::Cursor;
@@ -93,12 +95,12 @@ pub fn check_config(cfg: &StorageConfig) -> Result<(), OpenError> {
 /// Handle to the storage engine; cheap to clone and share.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    inner: Arc<Running>,
 }
 
-struct Inner {
+struct Running {
     tx: flume::Sender<Msg>,
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     shards: u32,
     mode: FsyncMode,
     dedup_key: u64,
@@ -164,7 +166,7 @@ impl Store {
             })?;
         Ok((
             Store {
-                inner: Arc::new(Inner {
+                inner: Arc::new(Running {
                     tx,
                     shared,
                     shards,

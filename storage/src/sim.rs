@@ -73,7 +73,7 @@ struct Dir {
 }
 
 #[derive(Default)]
-struct State {
+struct Disk {
     /// Bumped by every power cut: handles of an earlier boot fail.
     boot: u64,
     /// The power is off: every operation fails until `power_cut`.
@@ -93,7 +93,7 @@ struct State {
 /// The simulated file system. Cheap to clone (shared).
 #[derive(Clone, Default)]
 pub struct SimFs {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Disk>>,
 }
 
 fn eio(what: &str) -> io::Error {
@@ -143,7 +143,7 @@ fn apply_dir(map: &mut BTreeMap<String, u64>, op: &DirOp) {
     }
 }
 
-impl State {
+impl Disk {
     fn check(&self, boot: u64) -> io::Result<()> {
         if self.frozen || boot != self.boot {
             return Err(powered_off());
@@ -184,7 +184,7 @@ impl State {
 }
 
 struct SimFile {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Disk>>,
     ino: u64,
     boot: u64,
     writable: bool,
@@ -278,7 +278,7 @@ impl VFile for SimFile {
 }
 
 struct SimLock {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Disk>>,
     path: PathBuf,
 }
 

@@ -29,7 +29,7 @@ use crate::index::idxfile::{Agg, IdxContents};
 use crate::index::memory::{Placed, SealedTs};
 use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
 use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
-use crate::log::state::{Engine, Shared, WState};
+use crate::log::state::{LogWriter, Published, WState};
 use crate::vfs::{OpenMode, VFile};
 use hashbrown::HashMap;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,10 @@ struct Bad {
     reason: String,
 }
 
-pub(crate) fn open(cfg: StorageConfig, now_ms: i64) -> Result<(Engine, RecoveryReport), OpenError> {
+pub(crate) fn open(
+    cfg: StorageConfig,
+    now_ms: i64,
+) -> Result<(LogWriter, RecoveryReport), OpenError> {
     let started = std::time::Instant::now();
     let mut dir = DataDir::open(Arc::clone(&cfg.vfs), &cfg.data_dir, cfg.shards)?;
     let mut report = RecoveryReport::default();
@@ -55,7 +58,7 @@ pub(crate) fn open(cfg: StorageConfig, now_ms: i64) -> Result<(Engine, RecoveryR
         let (mut engine, pass, removed) = pass(cfg.clone(), dir, now_ms, &mut report)?;
         match pass {
             Pass::Repaired => {
-                let Engine { dir: d, .. } = engine;
+                let LogWriter { dir: d, .. } = engine;
                 dir = d;
             }
             Pass::Done => {
@@ -79,7 +82,7 @@ fn pass(
     dir: DataDir,
     now_ms: i64,
     report: &mut RecoveryReport,
-) -> Result<(Engine, Pass, bool), OpenError> {
+) -> Result<(LogWriter, Pass, bool), OpenError> {
     let vfs = Arc::clone(&cfg.vfs);
     let shards = dir.meta.shards;
     let log_dir = dir.log_dir();
@@ -162,7 +165,7 @@ fn pass(
         segs.push(1);
     }
     let first = segs[0];
-    let shared = Arc::new(Shared::new(
+    let shared = Arc::new(Published::new(
         shards,
         Arc::clone(&vfs),
         log_dir.clone(),
@@ -181,7 +184,7 @@ fn pass(
     let active = vfs
         .open(&first_path, OpenMode::Write)
         .map_err(io_err(format!("opening {}", first_path.display())))?;
-    let mut engine = Engine {
+    let mut engine = LogWriter {
         shared,
         vfs,
         log_dir,
@@ -218,7 +221,7 @@ fn pass(
 }
 
 /// After the last pass: deleted streams to the carry file, counters, and fsyncs.
-fn finish(engine: &mut Engine, removed: bool) -> Result<(), OpenError> {
+fn finish(engine: &mut LogWriter, removed: bool) -> Result<(), OpenError> {
     let shards = engine.shards;
     // Deleted streams whose tombstone is in a sealed segment belong in the carry file.
     let deleted: Vec<crate::index::carry::CarryEntry> = engine
@@ -274,7 +277,7 @@ fn remove(vfs: &dyn crate::vfs::Vfs, path: &Path, what: &str) -> Result<(), Open
 }
 
 struct Recovery<'a> {
-    engine: &'a mut Engine,
+    engine: &'a mut LogWriter,
     report: &'a mut RecoveryReport,
     now_ms: i64,
     window_ms: i64,
@@ -508,7 +511,7 @@ impl Recovery<'_> {
 
     /// A stream's writer state, loaded from the carry file the first time it is seen.
     fn load(&mut self, name: &str) -> Result<WState, OpenError> {
-        // `Engine::load` keeps a state it has already; otherwise it takes the carried one.
+        // `LogWriter::load` keeps a state it has already; otherwise it takes the carried one.
         let carried = self.known(name)?;
         Ok(self.engine.load(name, carried))
     }

@@ -44,7 +44,7 @@ use std::time::Instant;
 use vx_proto::shard::shard_of;
 
 /// State shared between the writer and the [`crate::Store`] handles (readers).
-pub(crate) struct Shared {
+pub(crate) struct Published {
     pub index: Index,
     pub segments: Segments,
     pub carry: RwLock<Carry>,
@@ -63,7 +63,7 @@ pub(crate) struct Shared {
     pub watches: crate::read::watch::Watches,
 }
 
-impl Shared {
+impl Published {
     pub fn new(
         shards: u32,
         vfs: Arc<dyn Vfs>,
@@ -71,8 +71,8 @@ impl Shared {
         active_seg: u64,
         open_files: usize,
         features: Arc<Features>,
-    ) -> Shared {
-        Shared {
+    ) -> Published {
+        Published {
             index: Index::new(shards, active_seg),
             segments: Segments::new(vfs, log_dir, open_files),
             carry: RwLock::new(Carry::default()),
@@ -152,8 +152,8 @@ impl From<&CarryEntry> for WState {
 type SealedStream = (u32, Box<str>, Option<(Head, Agg)>);
 
 /// Everything the writer thread owns.
-pub(crate) struct Engine {
-    pub shared: Arc<Shared>,
+pub(crate) struct LogWriter {
+    pub shared: Arc<Published>,
     pub cfg: StorageConfig,
     pub vfs: Arc<dyn Vfs>,
     pub log_dir: PathBuf,
@@ -186,7 +186,7 @@ pub(crate) struct Engine {
     pub snap_tx: Option<flume::Sender<crate::snapshot::SnapMsg>>,
 }
 
-impl Engine {
+impl LogWriter {
     /// A stream's writer state: in memory, or in the carry file (not loaded).
     pub fn state_of(&self, stream: &str) -> io::Result<Option<WState>> {
         if let Some(s) = self.streams.get(stream) {

@@ -20,7 +20,7 @@
 use crate::api::*;
 use crate::index::memory::Placed;
 use crate::log::record::{RecordBuilder, RecordType};
-use crate::log::state::{Engine, WState};
+use crate::log::state::{LogWriter, WState};
 use hashbrown::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -160,7 +160,7 @@ fn unreadable(context: &str, e: std::io::Error) -> WriteError {
     WriteError::StorageFull(IoFailure::new(context, e))
 }
 
-impl Engine {
+impl LogWriter {
     pub fn run(mut self, rx: flume::Receiver<Msg>) {
         let mode = self.cfg.fsync;
         let mut unsynced = false;

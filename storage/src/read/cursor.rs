@@ -15,7 +15,7 @@ use crate::index::chain;
 use crate::index::idxfile::{self, Entry, IdxHeader, Span};
 use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
 use crate::log::segment;
-use crate::log::state::Shared;
+use crate::log::state::Published;
 use crate::vfs::VFile;
 use std::io;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ const SPAN_CHUNK: u32 = 64;
 const MAX_RETRIES: u32 = 16;
 
 pub struct Cursor {
-    shared: Option<Arc<Shared>>,
+    shared: Option<Arc<Published>>,
     stream: Box<str>,
     shard: u32,
     first_seq: u64,
@@ -261,7 +261,7 @@ fn decode(e: Decode) -> String {
 
 impl Cursor {
     pub(crate) fn open(
-        shared: Arc<Shared>,
+        shared: Arc<Published>,
         shard: u32,
         stream: &str,
         first_seq: u64,
@@ -353,7 +353,7 @@ impl Cursor {
     }
 
     /// The span holding `next_seq` (or the first after it), with its segment.
-    fn next_span(&mut self, shared: &Shared) -> Result<Option<(u64, Span)>, ReadError> {
+    fn next_span(&mut self, shared: &Published) -> Result<Option<(u64, Span)>, ReadError> {
         let mut retries = 0;
         loop {
             if self.next_seq > self.end_seq {
@@ -401,7 +401,7 @@ impl Cursor {
     /// The span holding `next_seq` among the sealed nodes; `None` to look again.
     fn sealed_span(
         &mut self,
-        shared: &Shared,
+        shared: &Published,
         head: Option<chain::Head>,
     ) -> Result<Option<(u64, Span)>, ReadError> {
         let covers = |n: &Node, seq: u64| n.entry.first_seq <= seq && seq <= n.entry.last_seq;
