@@ -7,6 +7,7 @@
 //!   tombstones visible; `seal`: sealing the active segment; `retention`: retention and the
 //!   carry file.
 //! - [`writer`]: the writer thread and group commit.
+//! - [`source`]: the engine's input seam: a durable record at its source position, applied.
 //! - [`recovery`]: start-up, which rebuilds the writer's state from the data dir.
 
 pub mod record;
@@ -14,5 +15,6 @@ pub(crate) mod recovery;
 mod retention;
 mod seal;
 pub(crate) mod segment;
+pub(crate) mod source;
 pub(crate) mod state;
 pub(crate) mod writer;

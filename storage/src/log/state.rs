@@ -10,6 +10,7 @@ use crate::index::carry::{Carry, CarryEntry};
 use crate::index::idxfile::Agg;
 use crate::index::memory::{Index, Placed};
 use crate::log::segment::{self, DataDir, Segments};
+use crate::log::source::SourcePos;
 use crate::vfs::{VFile, Vfs};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
@@ -139,6 +140,8 @@ pub(crate) struct LogWriter {
     /// Events with an id in the active segment.
     pub active_ids: u64,
     pub next_lsn: u64,
+    /// The newest source position applied ([`crate::log::source`]).
+    pub applied: SourcePos,
     /// Per stream in memory: assigned seqs (including not-yet-visible ones).
     pub streams: HashMap<Box<str>, WState>,
     pub dedup: Vec<DedupTable>,

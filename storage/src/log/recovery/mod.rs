@@ -33,6 +33,7 @@ use crate::dedup::DedupTable;
 use crate::index::carry::Carry;
 use crate::index::idxfile::{Agg, IdxContents};
 use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
+use crate::log::source::SourcePos;
 use crate::log::state::{LogWriter, Published};
 use crate::vfs::OpenMode;
 use hashbrown::HashMap;
@@ -197,6 +198,7 @@ fn pass(
         active_append: Agg::EMPTY,
         active_ids: 0,
         next_lsn: first,
+        applied: SourcePos::Lsn(first.saturating_sub(1)),
         streams: HashMap::new(),
         dedup: (0..shards)
             .map(|_| DedupTable::new(per_shard_mem, window_ms))

@@ -4,10 +4,10 @@
 use super::{Bad, Pass, Recovery, Walk, decode_reason, find_valid_after, read_records};
 use crate::api::OpenError;
 use crate::dedup;
-use crate::index::idxfile::Agg;
 use crate::index::memory::Placed;
 use crate::log::record::{self, RecordType};
 use crate::log::segment::{self, io_err};
+use crate::log::source::{Durable, RunAt, SourcePos};
 use crate::log::state::WState;
 use crate::vfs::OpenMode;
 use hashbrown::HashMap;
@@ -228,6 +228,15 @@ impl Recovery<'_> {
         now: i64,
     ) -> Result<Result<(), String>, OpenError> {
         let shards = self.engine.shards;
+        let mut applied = Durable {
+            pos: SourcePos::Lsn(h.lsn),
+            append_ms: h.append_ms,
+            runs: Vec::new(),
+            tombstone: None,
+            ids: &[],
+            id_count: 0,
+        };
+        let mut ids = Vec::new();
         match h.ty {
             // Feature writes change no stream; they are applied to the feature tables after
             // recovery (snapshot.rs). Here they only have to be well-formed.
@@ -255,8 +264,7 @@ impl Recovery<'_> {
                         deleted: true,
                     },
                 );
-                self.engine
-                    .apply_tombstone(shard_of(stream, shards), stream, last);
+                applied.tombstone = Some((shard_of(stream, shards), stream, last));
             }
             RecordType::Events => {
                 // Check every run before applying any, so a bad record leaves nothing behind.
@@ -315,11 +323,11 @@ impl Recovery<'_> {
                         },
                     );
                     let off32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-                    self.engine.apply_run(
+                    applied.runs.push(RunAt {
                         shard,
-                        run.stream,
-                        st.floor,
-                        Placed {
+                        stream: run.stream,
+                        floor: st.floor,
+                        placed: Placed {
                             first_seq: run.base_seq,
                             count: run.count,
                             off: off32(off + run.at as u64),
@@ -329,38 +337,24 @@ impl Recovery<'_> {
                             max_ts,
                             bytes: run.events.len() as u64,
                         },
-                    );
-                    let mut ids = 0u64;
+                    });
                     for (i, ev) in vx_proto::packed::events(run.events, run.stream).enumerate() {
                         let Ok(ev) = ev else { continue };
                         let Some(id) = ev.id else { continue };
-                        ids += 1;
-                        if remember_ids && let Some(t) = self.engine.dedup.get_mut(shard as usize) {
+                        applied.id_count += 1;
+                        if remember_ids {
                             let key = dedup::key(seed, run.stream, id);
-                            t.insert_newer(key, run.base_seq + i as u64, h.append_ms, now);
+                            ids.push((shard, key, run.base_seq + i as u64));
                         }
                     }
-                    self.engine.active_ids += ids;
                     self.report.events += u64::from(run.count);
                 }
             }
         }
+        applied.ids = &ids;
+        self.engine.apply(applied, now);
         self.engine.next_lsn = h.lsn + 1;
-        self.engine.active_len = off + h.len as u64;
-        self.engine.active_append = self.engine.active_append.merge(Agg {
-            min_ts: h.append_ms,
-            max_ts: h.append_ms,
-        });
-        let (lsn, len, append) = (
-            self.engine.active_first,
-            self.engine.active_len,
-            self.engine.active_append,
-        );
-        self.engine.shared.segments.update(lsn, |s| {
-            s.log_len = len;
-            s.min_append_ms = append.min_ts;
-            s.max_append_ms = append.max_ts;
-        });
+        self.engine.appended(off + h.len as u64, h.append_ms);
         self.report.records += 1;
         Ok(Ok(()))
     }
