@@ -6,6 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use vx_proto::Batch;
 
+/// Descriptors of sealed segments and index files kept open for readers, by default.
+pub const FILE_CACHE: usize = 256;
+
+/// Where a batch was made durable first, in the order of its source: the storage engine
+/// applies batches in this order and remembers the last one it applied (the engine's input
+/// seam, `log/source.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourcePos {
+    /// The local log: the LSN of the record holding the batch.
+    Lsn(u64),
+}
+
 /// `storage.fsync`: when the writer fsyncs, and so the default durability of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncMode {
@@ -146,7 +158,7 @@ impl StorageConfig {
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
             snapshot_interval: Duration::from_secs(300),
-            open_files: crate::log::segment::FILE_CACHE,
+            open_files: FILE_CACHE,
             channel_capacity: 4096,
             repair: false,
             observer: None,

@@ -137,7 +137,7 @@ impl Store {
                 .store(k.created_ms, Ordering::Relaxed);
         }
         let (snap_tx, snap_rx) = flume::bounded(16);
-        engine.snap_tx = Some(snap_tx.clone());
+        engine.set_snapshots(take_snapshot(snap_tx.clone()));
         let snap_thread = {
             let shared = Arc::clone(&engine.shared);
             let vfs = Arc::clone(&engine.vfs);
@@ -154,8 +154,8 @@ impl Store {
                 })?
         };
         let shared = Arc::clone(&engine.shared);
-        let shards = engine.shards;
-        let dedup_key = engine.dedup_key;
+        let shards = engine.shards();
+        let dedup_key = engine.dedup_key();
         let (tx, rx) = flume::bounded(capacity);
         let thread = std::thread::Builder::new()
             .name("vx-log-writer".into())
@@ -514,6 +514,19 @@ impl Store {
             last_bytes: s.last_bytes.load(Ordering::Relaxed),
         }
     }
+}
+
+/// How retention asks the snapshot thread for a snapshot: it waits at most a minute.
+fn take_snapshot(tx: flume::Sender<snapshot::SnapMsg>) -> log::state::TakeSnapshot {
+    Box::new(move || {
+        let (reply, rx) = std::sync::mpsc::channel();
+        tx.send(snapshot::SnapMsg::Now(reply))
+            .map_err(|_| std::io::Error::other("the snapshot thread has stopped"))?;
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(done) => done.map(|_| ()),
+            Err(e) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, e)),
+        }
+    })
 }
 
 /// Snapshot counters (metrics).

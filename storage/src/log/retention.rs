@@ -109,20 +109,12 @@ impl LogWriter {
             if lsn <= self.shared.snapshot_floor.load(Ordering::Acquire) {
                 return true;
             }
-            let Some(tx) = &self.snap_tx else {
+            let Some(take) = &self.snapshots else {
                 return false;
             };
-            let (reply, rx) = std::sync::mpsc::channel();
-            if tx.send(crate::snapshot::SnapMsg::Now(reply)).is_err() {
+            if let Err(e) = take() {
+                tracing::warn!(error = %e, "retention waits: the snapshot it needs failed");
                 return false;
-            }
-            match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "retention waits: the snapshot it needs failed");
-                    return false;
-                }
-                Err(_) => return false,
             }
         }
         lsn <= self.shared.snapshot_floor.load(Ordering::Acquire)

@@ -20,8 +20,6 @@ pub const CARRY_FILE: &str = "streams.carry";
 pub const DEFAULT_SHARDS: u32 = 128;
 /// The data-dir format this build writes and reads: 2 (record version 2, index files).
 pub const FORMAT: u32 = 2;
-/// Descriptors of sealed segments and index files kept open for readers.
-pub const FILE_CACHE: usize = 256;
 
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> OpenError {
     let context = context.into();

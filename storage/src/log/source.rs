@@ -9,17 +9,10 @@
 //! at its partition offset through the same entry, deciding `seq`s, dedup and conditional
 //! writes from the record alone (see docs/ARCHITECTURE.md, "The engine's input seam").
 
+pub use crate::api::SourcePos;
 use crate::index::idxfile::Agg;
 use crate::index::memory::Placed;
 use crate::log::state::LogWriter;
-
-/// Where a batch was made durable first, in the order of its source: the engine applies
-/// batches in this order and remembers the last one it applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum SourcePos {
-    /// The local log: the LSN of the record holding the batch.
-    Lsn(u64),
-}
 
 /// One stream's run of a durable record, placed in the active segment with its `seq`s.
 pub(crate) struct RunAt<'a> {

@@ -3,14 +3,13 @@
 //! ([`crate::log::retention`]) change it too. Recovery ([`crate::log::recovery`]) builds the same state by applying the
 //! log through the same functions, so a restart ends where the running process was.
 
-use crate::api::{IoFailure, StorageConfig, WriteError};
+use crate::api::{IoFailure, SourcePos, StorageConfig, WriteError};
 use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
 use crate::index::idxfile::Agg;
 use crate::index::memory::{Index, Placed};
 use crate::log::segment::{self, DataDir, Segments};
-use crate::log::source::SourcePos;
 use crate::vfs::{VFile, Vfs};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
@@ -102,6 +101,10 @@ impl Poison {
     }
 }
 
+/// Takes a snapshot of the feature tables and waits for it (built by the store, which owns
+/// the snapshot thread; the log does not know how snapshots are taken).
+pub(crate) type TakeSnapshot = Box<dyn Fn() -> io::Result<()> + Send>;
+
 /// What the writer knows of a stream's `seq`s, visible or not yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WState {
@@ -123,44 +126,61 @@ impl From<&CarryEntry> for WState {
     }
 }
 
-/// Everything the writer thread owns.
+/// Everything the writer thread owns: its fields are the log's own (`pub(super)`); only what
+/// start-up reads before the writer runs (the feature tables' bootstrap in snapshot.rs) is
+/// visible to the rest of the crate.
 pub(crate) struct LogWriter {
-    pub shared: Arc<Published>,
-    pub cfg: StorageConfig,
-    pub vfs: Arc<dyn Vfs>,
-    pub log_dir: PathBuf,
-    pub shards: u32,
-    pub dedup_key: u64,
-    pub active: Arc<dyn VFile>,
+    pub(crate) shared: Arc<Published>,
+    pub(super) cfg: StorageConfig,
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) log_dir: PathBuf,
+    pub(super) shards: u32,
+    pub(super) dedup_key: u64,
+    pub(super) active: Arc<dyn VFile>,
     /// First LSN of the active segment (its name).
-    pub active_first: u64,
-    pub active_len: u64,
+    pub(super) active_first: u64,
+    pub(super) active_len: u64,
     /// Min/max append time of the active segment's records.
-    pub active_append: Agg,
+    pub(super) active_append: Agg,
     /// Events with an id in the active segment.
-    pub active_ids: u64,
-    pub next_lsn: u64,
+    pub(super) active_ids: u64,
+    pub(crate) next_lsn: u64,
     /// The newest source position applied ([`crate::log::source`]).
-    pub applied: SourcePos,
+    pub(super) applied: SourcePos,
     /// Per stream in memory: assigned seqs (including not-yet-visible ones).
-    pub streams: HashMap<Box<str>, WState>,
-    pub dedup: Vec<DedupTable>,
+    pub(super) streams: HashMap<Box<str>, WState>,
+    pub(super) dedup: Vec<DedupTable>,
     /// Streams with runs or a tombstone in the active segment.
-    pub touched: HashMap<Box<str>, u32>,
+    pub(super) touched: HashMap<Box<str>, u32>,
     /// Spans of the active segment's index in memory.
-    pub active_spans: usize,
+    pub(super) active_spans: usize,
     /// Streams in `streams` that are not deleted; with `carry_orphans`, what
     /// `storage.max_streams` counts.
-    pub live: u64,
+    pub(super) live: u64,
     /// Orphans in the carry file that are not in memory.
-    pub carry_orphans: u64,
+    pub(super) carry_orphans: u64,
     /// Data dir lock and metadata: held as long as the engine lives.
-    pub dir: DataDir,
-    /// The snapshot thread, which retention asks for a snapshot when the floor holds it back.
-    pub snap_tx: Option<flume::Sender<crate::snapshot::SnapMsg>>,
+    pub(crate) dir: DataDir,
+    /// Asks the snapshot thread for a snapshot and waits for it: retention does when the
+    /// snapshot floor holds it back.
+    pub(super) snapshots: Option<TakeSnapshot>,
 }
 
 impl LogWriter {
+    pub(crate) fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// The seed of the dedup keys, recorded in the data dir's metadata.
+    pub(crate) fn dedup_key(&self) -> u64 {
+        self.dedup_key
+    }
+
+    /// Let retention ask for snapshots (see [`TakeSnapshot`]).
+    pub(crate) fn set_snapshots(&mut self, take: TakeSnapshot) {
+        self.snapshots = Some(take);
+    }
+
     /// A stream's writer state: in memory, or in the carry file (not loaded).
     pub fn state_of(&self, stream: &str) -> io::Result<Option<WState>> {
         if let Some(s) = self.streams.get(stream) {

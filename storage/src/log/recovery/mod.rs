@@ -28,12 +28,11 @@ mod walk;
 
 pub(crate) use walk::{Walk, decode_reason, find_valid_after, read_records};
 
-use crate::api::{OpenError, RecoveryReport, StorageConfig};
+use crate::api::{OpenError, RecoveryReport, SourcePos, StorageConfig};
 use crate::dedup::DedupTable;
 use crate::index::carry::Carry;
 use crate::index::idxfile::{Agg, IdxContents};
 use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
-use crate::log::source::SourcePos;
 use crate::log::state::{LogWriter, Published};
 use crate::vfs::OpenMode;
 use hashbrown::HashMap;
@@ -209,7 +208,7 @@ fn pass(
         carry_orphans: 0,
         cfg,
         dir,
-        snap_tx: None,
+        snapshots: None,
     };
     let mut r = Recovery {
         engine: &mut engine,
