@@ -79,6 +79,38 @@ pub enum Decode {
     Bad(&'static str),
 }
 
+impl Decode {
+    /// What is wrong, in words.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Decode::Bad(w) => w,
+            Decode::Incomplete(_) => "truncated",
+        }
+    }
+}
+
+/// Why a record whose checksum holds cannot be applied: recovery and `veltrix check` judge a
+/// record's body the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRecord {
+    #[error("{}", .0.reason())]
+    Decode(Decode),
+    #[error("run length does not match its events")]
+    RunLength,
+    #[error("run of stream {stream:?} starts at seq {base}, expected {expected}")]
+    SeqGap {
+        stream: String,
+        base: u64,
+        expected: u64,
+    },
+}
+
+impl From<Decode> for BadRecord {
+    fn from(e: Decode) -> Self {
+        BadRecord::Decode(e)
+    }
+}
+
 impl From<DecodeError> for Decode {
     fn from(e: DecodeError) -> Self {
         match e {

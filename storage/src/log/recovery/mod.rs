@@ -26,7 +26,7 @@ mod fold;
 mod tail;
 mod walk;
 
-pub(crate) use walk::{Walk, decode_reason, find_valid_after, read_records};
+pub(crate) use walk::{Walk, find_valid_after, read_records};
 
 use crate::api::{OpenError, RecoveryReport, SourcePos, StorageConfig};
 use crate::dedup::DedupTable;

@@ -1,11 +1,11 @@
 //! The active segment at start-up: scanned record by record and applied, a torn tail cut
 //! off, corruption reported (or with `--repair` cut off with everything after it).
 
-use super::{Bad, Pass, Recovery, Walk, decode_reason, find_valid_after, read_records};
+use super::{Bad, Pass, Recovery, Walk, find_valid_after, read_records};
 use crate::api::OpenError;
 use crate::dedup;
 use crate::index::memory::Placed;
-use crate::log::record::{self, RecordType};
+use crate::log::record::{self, BadRecord, Decode, RecordType};
 use crate::log::segment::{self, io_err};
 use crate::log::source::{Durable, RunAt, SourcePos};
 use crate::log::state::WState;
@@ -202,7 +202,7 @@ impl Recovery<'_> {
             match self.apply_record(off, &h, rec, active && h.append_ms >= window_from, now) {
                 Ok(Ok(())) => true,
                 Ok(Err(why)) => {
-                    bad = fail(why);
+                    bad = fail(why.to_string());
                     false
                 }
                 Err(e) => {
@@ -226,7 +226,7 @@ impl Recovery<'_> {
         rec: &[u8],
         remember_ids: bool,
         now: i64,
-    ) -> Result<Result<(), String>, OpenError> {
+    ) -> Result<Result<(), BadRecord>, OpenError> {
         let shards = self.engine.shards;
         let mut applied = Durable {
             pos: SourcePos::Lsn(h.lsn),
@@ -242,18 +242,18 @@ impl Recovery<'_> {
             // recovery (snapshot.rs). Here they only have to be well-formed.
             RecordType::FeaturePut => {
                 if let Err(e) = record::feature_put(rec, h.n) {
-                    return Ok(Err(decode_reason(e)));
+                    return Ok(Err(e.into()));
                 }
             }
             RecordType::FeatureDelete => {
                 if let Err(e) = record::feature_delete(rec) {
-                    return Ok(Err(decode_reason(e)));
+                    return Ok(Err(e.into()));
                 }
             }
             RecordType::Tombstone => {
                 let (stream, last) = match record::tombstone(rec) {
                     Ok(t) => t,
-                    Err(e) => return Ok(Err(decode_reason(e))),
+                    Err(e) => return Ok(Err(e.into())),
                 };
                 let st = self.load(stream)?;
                 self.engine.set_state(
@@ -273,7 +273,7 @@ impl Recovery<'_> {
                 for run in record::runs(rec, h.n) {
                     let run = match run {
                         Ok(r) => r,
-                        Err(e) => return Ok(Err(decode_reason(e))),
+                        Err(e) => return Ok(Err(e.into())),
                     };
                     let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
                     let mut n = 0u32;
@@ -284,11 +284,11 @@ impl Recovery<'_> {
                                 max_ts = max_ts.max(ev.ts);
                                 n += 1;
                             }
-                            Err(e) => return Ok(Err(decode_reason(e.into()))),
+                            Err(e) => return Ok(Err(Decode::from(e).into())),
                         }
                     }
                     if n != run.count || n == 0 {
-                        return Ok(Err("run length does not match its events".into()));
+                        return Ok(Err(BadRecord::RunLength));
                     }
                     let prev = match seen.get(run.stream) {
                         Some(&l) => Some(l),
@@ -299,12 +299,11 @@ impl Recovery<'_> {
                     // earlier events while it still had events in the active segment.
                     let prev = prev.unwrap_or(run.base_seq.saturating_sub(1));
                     if run.base_seq != prev + 1 {
-                        return Ok(Err(format!(
-                            "run of stream {:?} starts at seq {}, expected {}",
-                            run.stream,
-                            run.base_seq,
-                            prev + 1
-                        )));
+                        return Ok(Err(BadRecord::SeqGap {
+                            stream: run.stream.to_string(),
+                            base: run.base_seq,
+                            expected: prev + 1,
+                        }));
                     }
                     seen.insert(run.stream, run.base_seq + u64::from(run.count) - 1);
                     runs.push((run, min_ts, max_ts));

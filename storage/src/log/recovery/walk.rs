@@ -11,13 +11,6 @@ use std::path::Path;
 /// Bytes read at a time when scanning a segment.
 const SCAN_CHUNK: usize = 4 << 20;
 
-pub(crate) fn decode_reason(e: Decode) -> String {
-    match e {
-        Decode::Bad(w) => w.to_string(),
-        Decode::Incomplete(_) => "truncated".to_string(),
-    }
-}
-
 /// What walking a segment finds next.
 pub(crate) enum Walk<'a> {
     /// A record whose length fits the file (its checksum is not checked yet).

@@ -430,13 +430,7 @@ impl LogWriter {
     /// through), and fill in a direct write's outcome.
     fn apply_features(&self, rec: &[u8], answer: &mut Answer) {
         let applied = crate::log::record::parse_header(rec)
-            .map_err(|e| format!("{e:?}"))
-            .and_then(|h| {
-                self.shared
-                    .features
-                    .apply(rec, &h, None)
-                    .map_err(|e| format!("{e:?}"))
-            });
+            .and_then(|h| self.shared.features.apply(rec, &h, None));
         match applied {
             Ok(a) => {
                 if let Answer::Feature(_, o) = answer {
@@ -446,7 +440,7 @@ impl LogWriter {
                 }
             }
             // The writer built the record itself: this is a bug, not bad input.
-            Err(e) => tracing::error!(error = %e, "cannot apply a record to the feature tables"),
+            Err(e) => tracing::error!(error = ?e, "cannot apply a record to the feature tables"),
         }
     }
     /// Forget a group whose write or fsync failed: `seq` assignments, counters and LSNs.
