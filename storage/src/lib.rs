@@ -288,7 +288,7 @@ impl Store {
                     shared
                         .index
                         .set_sealed_ts(shard, name, head, first_depth, agg);
-                    let merged = agg.merge(idxfile::Agg {
+                    let merged = agg.merge(idxfile::TsRange {
                         min_ts: info.first_ts.unwrap_or(i64::MAX),
                         max_ts: info.last_ts.unwrap_or(i64::MIN),
                     });

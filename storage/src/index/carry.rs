@@ -112,7 +112,7 @@ impl Carry {
         let at = HEADER_LEN + self.count * 8 + u64::from_le_bytes(off);
         let mut buf = [0u8; 2 + 256 + 16];
         let n = f.read_full_at(&mut buf, at)?;
-        let mut r = Fields::new(buf.get(..n).unwrap_or_default());
+        let mut r = Fields::new(buf.get(..n).ok_or(Decode::Incomplete(n)).map_err(decode)?);
         let nl = usize::from(r.u16().map_err(decode)?);
         let name = r.str(nl).map_err(decode)?.to_string();
         Ok(CarryEntry {

@@ -78,19 +78,19 @@ impl NodeRef {
 
 /// Min and max `ts` of some events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Agg {
+pub struct TsRange {
     pub min_ts: i64,
     pub max_ts: i64,
 }
 
-impl Agg {
-    pub const EMPTY: Agg = Agg {
+impl TsRange {
+    pub const EMPTY: TsRange = TsRange {
         min_ts: i64::MAX,
         max_ts: i64::MIN,
     };
 
-    pub fn merge(self, o: Agg) -> Agg {
-        Agg {
+    pub fn merge(self, o: TsRange) -> TsRange {
+        TsRange {
             min_ts: self.min_ts.min(o.min_ts),
             max_ts: self.max_ts.max(o.max_ts),
         }
@@ -155,14 +155,14 @@ pub struct Entry {
     pub last_seq: u64,
     pub count: u64,
     pub bytes: u64,
-    pub own: Option<Agg>,
+    pub own: Option<TsRange>,
     pub floor: u64,
     pub depth: u64,
     pub parent: NodeRef,
     pub jump: NodeRef,
     pub jj: NodeRef,
-    pub agg: Option<Agg>,
-    pub jump_agg: Option<Agg>,
+    pub agg: Option<TsRange>,
+    pub jump_agg: Option<TsRange>,
 }
 
 impl Entry {
@@ -190,8 +190,8 @@ fn put_ref(out: &mut Vec<u8>, r: &NodeRef) {
     out.extend_from_slice(&r.first_seq.to_le_bytes());
 }
 
-fn put_agg(out: &mut Vec<u8>, a: Option<Agg>) {
-    let a = a.unwrap_or(Agg::EMPTY);
+fn put_agg(out: &mut Vec<u8>, a: Option<TsRange>) {
+    let a = a.unwrap_or(TsRange::EMPTY);
     out.extend_from_slice(&a.min_ts.to_le_bytes());
     out.extend_from_slice(&a.max_ts.to_le_bytes());
 }
@@ -204,8 +204,8 @@ fn get_ref(r: &mut Fields<'_>) -> Result<NodeRef, Decode> {
     })
 }
 
-fn get_agg(r: &mut Fields<'_>) -> Result<Option<Agg>, Decode> {
-    let a = Agg {
+fn get_agg(r: &mut Fields<'_>) -> Result<Option<TsRange>, Decode> {
+    let a = TsRange {
         min_ts: r.i64()?,
         max_ts: r.i64()?,
     };
@@ -619,7 +619,7 @@ mod tests {
             last_seq: first_seq + 9,
             count: 10,
             bytes: 500,
-            own: Some(Agg {
+            own: Some(TsRange {
                 min_ts: 1,
                 max_ts: 2,
             }),
@@ -634,7 +634,7 @@ mod tests {
                 depth: 1,
                 first_seq: 1,
             },
-            agg: Some(Agg {
+            agg: Some(TsRange {
                 min_ts: 0,
                 max_ts: 2,
             }),

@@ -4,7 +4,7 @@
 //! request handlers under short per-shard read locks.
 //!
 //! What memory holds per stream does not depend on how much of it is stored: counters, the
-//! newest sealed node of its chain ([`crate::index::chain::Head`]), and its spans in the *active*
+//! newest sealed node of its chain ([`crate::index::chain::ChainHead`]), and its spans in the *active*
 //! segment only. Sealed segments' spans live in their index files ([`crate::index::idxfile`]).
 //!
 //! # Spans
@@ -17,8 +17,8 @@
 //! runs inside it.
 
 use crate::api::{StreamInfo, TopStream};
-use crate::index::chain::Head;
-use crate::index::idxfile::{Agg, Span};
+use crate::index::chain::ChainHead;
+use crate::index::idxfile::{Span, TsRange};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub const SPAN_BYTES: usize = std::mem::size_of::<Span>();
 /// Whether the min/max `ts` over a stream's retained sealed nodes is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SealedTs {
-    Known(Agg),
+    Known(TsRange),
     /// Retention removed the node that held the min or the max: recomputed on the next read.
     Stale,
 }
@@ -51,13 +51,13 @@ pub struct StreamIdx {
     pub events: u64,
     pub bytes: u64,
     /// Newest sealed node holding events of the stream above its floor.
-    pub head: Option<Head>,
+    pub head: Option<ChainHead>,
     /// Depth of the oldest retained node above the floor (head's depth + 1 when none).
     pub first_depth: u64,
     pub sealed_ts: SealedTs,
     /// Spans in the active segment, in seq order.
     pub active: Vec<Span>,
-    pub active_agg: Agg,
+    pub active_agg: TsRange,
     pub active_count: u64,
     pub active_bytes: u64,
     /// A tombstone written in the active segment (its floor), for the segment's index.
@@ -75,9 +75,9 @@ impl StreamIdx {
             bytes: 0,
             head: None,
             first_depth: 1,
-            sealed_ts: SealedTs::Known(Agg::EMPTY),
+            sealed_ts: SealedTs::Known(TsRange::EMPTY),
             active: Vec::new(),
-            active_agg: Agg::EMPTY,
+            active_agg: TsRange::EMPTY,
             active_count: 0,
             active_bytes: 0,
             active_tombstone: None,
@@ -129,7 +129,7 @@ pub struct Index {
 pub struct StreamView {
     pub first_seq: u64,
     pub last_seq: u64,
-    pub head: Option<Head>,
+    pub head: Option<ChainHead>,
 }
 
 impl Index {
@@ -191,7 +191,7 @@ impl Index {
             s.bytes += p.bytes;
             s.active_count += u64::from(p.count);
             s.active_bytes += p.bytes;
-            s.active_agg = s.active_agg.merge(Agg {
+            s.active_agg = s.active_agg.merge(TsRange {
                 min_ts: p.min_ts,
                 max_ts: p.max_ts,
             });
@@ -233,9 +233,9 @@ impl Index {
             s.events = 0;
             s.bytes = 0;
             s.first_depth = s.head.map_or(1, |h| h.node.depth + 1);
-            s.sealed_ts = SealedTs::Known(Agg::EMPTY);
+            s.sealed_ts = SealedTs::Known(TsRange::EMPTY);
             s.active.clear();
-            s.active_agg = Agg::EMPTY;
+            s.active_agg = TsRange::EMPTY;
             s.active_count = 0;
             s.active_bytes = 0;
             s.active_tombstone = Some(last_seq);
@@ -289,7 +289,7 @@ impl Index {
         &self,
         shard: u32,
         stream: &str,
-    ) -> Option<(StreamInfo, SealedTs, Option<Head>, u64)> {
+    ) -> Option<(StreamInfo, SealedTs, Option<ChainHead>, u64)> {
         self.with(shard, stream, |s| {
             if s.deleted {
                 return None;
@@ -327,9 +327,9 @@ impl Index {
         &self,
         shard: u32,
         stream: &str,
-        head: Option<Head>,
+        head: Option<ChainHead>,
         first_depth: u64,
-        agg: Agg,
+        agg: TsRange,
     ) {
         if let Some(lock) = self.shard(shard) {
             let mut g = lock.write();

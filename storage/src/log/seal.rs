@@ -14,8 +14,8 @@
 //!
 
 use crate::index::carry::CarryEntry;
-use crate::index::chain::{self, Head};
-use crate::index::idxfile::{self, Agg, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, SegSummary};
+use crate::index::chain::{self, ChainHead};
+use crate::index::idxfile::{self, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, SegSummary, TsRange};
 use crate::index::memory::SealedTs;
 use crate::log::segment::{self, SegInfo};
 use crate::log::state::LogWriter;
@@ -26,7 +26,7 @@ use vx_proto::shard::shard_of;
 
 /// A stream of a segment being sealed: shard, name, and its new head with the new node's
 /// own aggregate (none when it only has a tombstone there).
-type SealedStream = (u32, Box<str>, Option<(Head, Agg)>);
+type SealedStream = (u32, Box<str>, Option<(ChainHead, TsRange)>);
 
 impl LogWriter {
     /// Write the active segment's index file and, with `roll`, start the next segment (see the
@@ -71,7 +71,7 @@ impl LogWriter {
                 let segments = &self.shared.segments;
                 let links = chain::link(head.as_ref(), agg, &mut |r| segments.entry(r, name))?;
                 links.fill(&mut e);
-                new_head = Some((Head::from_entry(seg, &e), agg));
+                new_head = Some((ChainHead::from_entry(seg, &e), agg));
             }
             b.add(&e, &spans)?;
             heads.push((*shard, name.clone(), new_head));
@@ -137,7 +137,7 @@ impl LogWriter {
                     }
                 }
                 s.active = Vec::new();
-                s.active_agg = Agg::EMPTY;
+                s.active_agg = TsRange::EMPTY;
                 s.active_count = 0;
                 s.active_bytes = 0;
                 s.active_tombstone = None;
@@ -158,7 +158,7 @@ impl LogWriter {
             self.active = f;
             self.active_first = self.next_lsn;
             self.active_len = 0;
-            self.active_append = Agg::EMPTY;
+            self.active_append = TsRange::EMPTY;
             self.active_ids = 0;
         }
         if let Some(o) = &self.cfg.observer {

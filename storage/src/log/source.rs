@@ -10,7 +10,7 @@
 //! writes from the record alone (see docs/ARCHITECTURE.md, "The engine's input seam").
 
 pub use crate::api::SourcePos;
-use crate::index::idxfile::Agg;
+use crate::index::idxfile::TsRange;
 use crate::index::memory::Placed;
 use crate::log::state::LogWriter;
 
@@ -67,7 +67,7 @@ impl LogWriter {
     /// readers and retention see its new length and append times.
     pub(crate) fn appended(&mut self, end: u64, append_ms: i64) {
         self.active_len = end;
-        self.active_append = self.active_append.merge(Agg {
+        self.active_append = self.active_append.merge(TsRange {
             min_ts: append_ms,
             max_ts: append_ms,
         });

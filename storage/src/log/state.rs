@@ -7,7 +7,7 @@ use crate::api::{IoFailure, SourcePos, StorageConfig, WriteError};
 use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
-use crate::index::idxfile::Agg;
+use crate::index::idxfile::TsRange;
 use crate::index::memory::{Index, Placed};
 use crate::log::segment::{self, DataDir, Segments};
 use crate::vfs::{VFile, Vfs};
@@ -141,7 +141,7 @@ pub(crate) struct LogWriter {
     pub(super) active_first: u64,
     pub(super) active_len: u64,
     /// Min/max append time of the active segment's records.
-    pub(super) active_append: Agg,
+    pub(super) active_append: TsRange,
     /// Events with an id in the active segment.
     pub(super) active_ids: u64,
     pub(crate) next_lsn: u64,

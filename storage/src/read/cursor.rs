@@ -47,7 +47,7 @@ pub struct Cursor {
     remaining: u64,
     q: ReadQuery,
     node: Option<Node>,
-    walk: Option<Walk>,
+    walk: Option<SpanWalk>,
     /// The buffer of the last finished walk, reused by the next (no allocation per span).
     spare: Vec<u8>,
 }
@@ -83,7 +83,7 @@ enum At {
 }
 
 /// Reading one span.
-struct Walk {
+struct SpanWalk {
     span: Span,
     file: Arc<dyn VFile>,
     path: PathBuf,
@@ -100,7 +100,7 @@ struct Walk {
     chunk: usize,
 }
 
-impl Walk {
+impl SpanWalk {
     fn corrupt(&self, at: u64, reason: impl Into<String>) -> ReadError {
         ReadError::Corrupt {
             file: self.path.clone(),
@@ -402,7 +402,7 @@ impl Cursor {
     fn sealed_span(
         &mut self,
         shared: &Published,
-        head: Option<chain::Head>,
+        head: Option<chain::ChainHead>,
     ) -> Result<Option<(u64, Span)>, ReadError> {
         let covers = |n: &Node, seq: u64| n.entry.first_seq <= seq && seq <= n.entry.last_seq;
         if !self.node.as_ref().is_some_and(|n| covers(n, self.next_seq)) {
@@ -504,7 +504,7 @@ impl Cursor {
                     Err(e) => return Err(e.into()),
                 };
                 let off = u64::from(span.off);
-                self.walk = Some(Walk {
+                self.walk = Some(SpanWalk {
                     span,
                     file,
                     path: segment::segment_path(&shared.segments.log_dir, seg),

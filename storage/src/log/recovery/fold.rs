@@ -4,7 +4,7 @@
 use super::{Bad, Pass, Recovery, Walk, read_records};
 use crate::api::OpenError;
 use crate::dedup::{self, DedupTable};
-use crate::index::idxfile::{Agg, IdxContents};
+use crate::index::idxfile::{IdxContents, TsRange};
 use crate::index::memory::SealedTs;
 use crate::log::record::{self, RecordType};
 use crate::log::segment::{self, io_err};
@@ -53,7 +53,7 @@ impl Recovery<'_> {
                         s.events = 0;
                         s.bytes = 0;
                         s.first_seq = e.floor + 1;
-                        s.sealed_ts = SealedTs::Known(Agg::EMPTY);
+                        s.sealed_ts = SealedTs::Known(TsRange::EMPTY);
                         s.first_depth = s.head.map_or(1, |h| h.node.depth + 1);
                     }
                     if e.has_events() {
@@ -70,7 +70,7 @@ impl Recovery<'_> {
                                 s.sealed_ts = SealedTs::Known(a.merge(own));
                             }
                         }
-                        s.head = Some(crate::index::chain::Head::from_entry(lsn, e));
+                        s.head = Some(crate::index::chain::ChainHead::from_entry(lsn, e));
                     }
                     st = WState {
                         last: s.last_seq,
@@ -187,11 +187,8 @@ impl Recovery<'_> {
                 true
             })?;
             if let Some(b) = bad {
-                let i = kept
-                    .iter()
-                    .position(|&(l, _)| l == lsn)
-                    .unwrap_or(kept.len());
-                let later = kept.get(i + 1..).unwrap_or_default();
+                // `kept` is sorted by LSN: the segments after this one.
+                let later = &kept[kept.partition_point(|&(l, _)| l <= lsn)..];
                 return self.corrupt_or_repair(&(lsn, len), b.offset, b.reason, later, true);
             }
             self.report.scanned_segments += 1;

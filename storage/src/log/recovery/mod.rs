@@ -31,7 +31,7 @@ pub(crate) use walk::{Walk, find_valid_after, read_records};
 use crate::api::{OpenError, RecoveryReport, SourcePos, StorageConfig};
 use crate::dedup::DedupTable;
 use crate::index::carry::Carry;
-use crate::index::idxfile::{Agg, IdxContents};
+use crate::index::idxfile::{IdxContents, TsRange};
 use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
 use crate::log::state::{LogWriter, Published};
 use crate::vfs::OpenMode;
@@ -194,7 +194,7 @@ fn pass(
         active,
         active_first: first,
         active_len: 0,
-        active_append: Agg::EMPTY,
+        active_append: TsRange::EMPTY,
         active_ids: 0,
         next_lsn: first,
         applied: SourcePos::Lsn(first.saturating_sub(1)),
@@ -411,7 +411,7 @@ impl Recovery<'_> {
         self.engine.active = f;
         self.engine.active_first = lsn;
         self.engine.active_len = 0;
-        self.engine.active_append = Agg::EMPTY;
+        self.engine.active_append = TsRange::EMPTY;
         self.engine.active_ids = 0;
         if first {
             self.engine.next_lsn = lsn;
