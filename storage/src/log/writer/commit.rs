@@ -37,6 +37,22 @@ struct Planned {
 }
 
 impl Planned {
+    /// A planned request with nothing to apply yet: the caller fills in what it has.
+    fn new(answer: Answer, guard: Option<Box<dyn Send>>, want: Durability) -> Planned {
+        Planned {
+            answer,
+            guard,
+            want,
+            batch: None,
+            runs: Vec::new(),
+            tombstone: None,
+            rec: None,
+            ids: Vec::new(),
+            span: tracing::Span::none(),
+            lsn: None,
+        }
+    }
+
     fn set_durability(&mut self, d: Durability) {
         match &mut self.answer {
             Answer::Write(_, o) => o.durability = d,
@@ -185,16 +201,16 @@ impl LogWriter {
                     let want = req.durability.unwrap_or(visible_at);
                     match self.plan_write(&req, now, scratch) {
                         Ok(plan) => Planned {
-                            answer: Answer::Write(Some(reply), plan.outcome),
-                            guard: req.guard,
-                            want,
                             batch: Some(req.batch),
                             runs: plan.runs,
-                            tombstone: None,
                             rec: plan.rec,
                             ids: plan.ids,
                             span: caller,
-                            lsn: None,
+                            ..Planned::new(
+                                Answer::Write(Some(reply), plan.outcome),
+                                req.guard,
+                                want,
+                            )
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -214,22 +230,18 @@ impl LogWriter {
                     let want = durability.unwrap_or(visible_at);
                     match self.plan_delete(&stream, now, scratch) {
                         Ok((shard, last_seq)) => Planned {
-                            answer: Answer::Delete(
-                                Some(reply),
-                                DeleteOutcome {
-                                    last_seq,
-                                    durability: Durability::None,
-                                },
-                            ),
-                            guard: None,
-                            want,
-                            batch: None,
-                            runs: Vec::new(),
                             tombstone: Some((shard, stream, last_seq)),
-                            rec: None,
-                            ids: Vec::new(),
-                            span: tracing::Span::none(),
-                            lsn: None,
+                            ..Planned::new(
+                                Answer::Delete(
+                                    Some(reply),
+                                    DeleteOutcome {
+                                        last_seq,
+                                        durability: Durability::None,
+                                    },
+                                ),
+                                None,
+                                want,
+                            )
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -245,24 +257,20 @@ impl LogWriter {
                     let want = fw.durability.unwrap_or(visible_at);
                     match self.plan_feature(&fw, now, scratch) {
                         Ok((rec, found)) => Planned {
-                            answer: Answer::Feature(
-                                Some(reply),
-                                FeatureOutcome {
-                                    set: 0,
-                                    deleted: 0,
-                                    found,
-                                    durability: Durability::None,
-                                },
-                            ),
-                            guard: fw.guard,
-                            want,
-                            batch: None,
-                            runs: Vec::new(),
-                            tombstone: None,
                             rec: Some(rec),
-                            ids: Vec::new(),
-                            span: tracing::Span::none(),
-                            lsn: None,
+                            ..Planned::new(
+                                Answer::Feature(
+                                    Some(reply),
+                                    FeatureOutcome {
+                                        set: 0,
+                                        deleted: 0,
+                                        found,
+                                        durability: Durability::None,
+                                    },
+                                ),
+                                fw.guard,
+                                want,
+                            )
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
