@@ -154,12 +154,7 @@ impl LogWriter {
                 max_append_ms: i64::MIN,
                 idx: None,
             });
-            self.set_active_seg(self.next_lsn);
-            self.active = f;
-            self.active_first = self.next_lsn;
-            self.active_len = 0;
-            self.active_append = TsRange::EMPTY;
-            self.active_ids = 0;
+            self.start_segment(f, self.next_lsn);
         }
         if let Some(o) = &self.cfg.observer {
             o.sealed(started.elapsed());

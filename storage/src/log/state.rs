@@ -263,6 +263,35 @@ impl LogWriter {
                 >= self.cfg.active_index_bytes
     }
 
+    /// `file` (segment `first_lsn`, empty or about to be read back) becomes the active
+    /// segment: sealing starts the next one this way, recovery each one it reads.
+    pub fn start_segment(&mut self, file: Arc<dyn VFile>, first_lsn: u64) {
+        self.set_active_seg(first_lsn);
+        self.active = file;
+        self.active_first = first_lsn;
+        self.active_len = 0;
+        self.active_append = TsRange::EMPTY;
+        self.active_ids = 0;
+    }
+
+    /// The active segment was cut back to `len` bytes (recovery, a torn tail).
+    pub fn truncated(&mut self, len: u64) {
+        self.active_len = len;
+        self.shared
+            .segments
+            .update(self.active_first, |s| s.log_len = len);
+    }
+
+    /// Count the live streams and the carry file's orphans again, from the streams in
+    /// memory and `carried` (every carry entry), after recovery moved streams around.
+    pub fn recount_streams(&mut self, carried: &[CarryEntry]) {
+        self.live = self.streams.values().filter(|s| !s.deleted).count() as u64;
+        self.carry_orphans = carried
+            .iter()
+            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
+            .count() as u64;
+    }
+
     /// Point every shard's active spans at segment `seg`.
     pub fn set_active_seg(&self, seg: u64) {
         for shard in 0..self.shards {

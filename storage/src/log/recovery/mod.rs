@@ -249,13 +249,7 @@ fn finish(engine: &mut LogWriter, removed: bool) -> Result<(), OpenError> {
         }
     }
     let carry = engine.shared.carry.read().clone();
-    engine.live = engine.streams.values().filter(|s| !s.deleted).count() as u64;
-    engine.carry_orphans = carry
-        .all()
-        .map_err(io_err("reading the carry file"))?
-        .iter()
-        .filter(|e| !e.is_tombstone() && !engine.streams.contains_key(e.name.as_str()))
-        .count() as u64;
+    engine.recount_streams(&carry.all().map_err(io_err("reading the carry file"))?);
     // What recovery found becomes durable before anything is acknowledged on top of it
     // (after a kill -9 the page cache may still hold bytes no fsync covered).
     engine.active.sync_data().map_err(io_err(format!(
@@ -408,15 +402,10 @@ impl Recovery<'_> {
             .vfs
             .open(path, OpenMode::Write)
             .map_err(io_err(format!("opening {}", path.display())))?;
-        self.engine.active = f;
-        self.engine.active_first = lsn;
-        self.engine.active_len = 0;
-        self.engine.active_append = TsRange::EMPTY;
-        self.engine.active_ids = 0;
+        self.engine.start_segment(f, lsn);
         if first {
             self.engine.next_lsn = lsn;
         }
-        self.engine.set_active_seg(lsn);
         Ok(())
     }
 }

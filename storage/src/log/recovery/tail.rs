@@ -73,9 +73,7 @@ impl Recovery<'_> {
             .and_then(|()| f.sync_data())
             .map_err(io_err(format!("truncating {}", path.display())))?;
         self.report.truncated_bytes += len - at;
-        self.engine.active_len = at;
-        let lsn = self.engine.active_first;
-        self.engine.shared.segments.update(lsn, |s| s.log_len = at);
+        self.engine.truncated(at);
         Ok(())
     }
 
