@@ -1,99 +1,15 @@
 //! Committing one group: plan every request, append the group's records with one write,
 //! sync if the mode or a request asks for it, apply what became durable, answer.
 
-use super::plan::{PlannedRun, Scratch};
-use super::{DeleteReply, FeatureReply, Msg, Reply};
+use super::Msg;
+use super::plan::Scratch;
+use super::planned::{Answer, Planned};
 use crate::api::*;
 use crate::log::source::{Durable, RunAt, SourcePos};
 use crate::log::state::LogWriter;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use vx_proto::Batch;
 use vx_sys::{EXPORT_SPANS, now_ms, span_int};
-
-/// Who is waiting for a planned request, and with what.
-pub(super) enum Answer {
-    Write(Option<Reply>, WriteOutcome),
-    Delete(Option<DeleteReply>, DeleteOutcome),
-    Feature(Option<FeatureReply>, FeatureOutcome),
-}
-
-/// A request planned within a group.
-struct Planned {
-    answer: Answer,
-    guard: Option<Box<dyn Send>>,
-    want: Durability,
-    batch: Option<Batch>,
-    runs: Vec<PlannedRun>,
-    tombstone: Option<(u32, String, u64)>,
-    /// The request's record in the group buffer (start, end), to apply to the features.
-    rec: Option<(usize, usize)>,
-    /// Dedup entries to commit once the record is visible: (shard, key, seq).
-    ids: Vec<(u32, u128, u64)>,
-    /// The caller's span, for writes (disabled otherwise).
-    span: tracing::Span,
-    /// The LSN of the request's record (none for a request of duplicates only).
-    lsn: Option<u64>,
-}
-
-impl Planned {
-    /// A planned request with nothing to apply yet: the caller fills in what it has.
-    fn new(answer: Answer, guard: Option<Box<dyn Send>>, want: Durability) -> Planned {
-        Planned {
-            answer,
-            guard,
-            want,
-            batch: None,
-            runs: Vec::new(),
-            tombstone: None,
-            rec: None,
-            ids: Vec::new(),
-            span: tracing::Span::none(),
-            lsn: None,
-        }
-    }
-
-    fn set_durability(&mut self, d: Durability) {
-        match &mut self.answer {
-            Answer::Write(_, o) => o.durability = d,
-            Answer::Delete(_, o) => o.durability = d,
-            Answer::Feature(_, o) => o.durability = d,
-        }
-    }
-
-    fn owed(&self) -> bool {
-        match &self.answer {
-            Answer::Write(r, _) => r.is_some(),
-            Answer::Delete(r, _) => r.is_some(),
-            Answer::Feature(r, _) => r.is_some(),
-        }
-    }
-
-    /// Send the answer if it is still owed. A refused request releases its reservation at
-    /// once; an accepted one keeps it until it is applied.
-    fn answer(&mut self, res: Result<(), WriteError>) {
-        if res.is_err() {
-            self.guard = None;
-        }
-        match &mut self.answer {
-            Answer::Write(reply, o) => {
-                if let Some(reply) = reply.take() {
-                    let _ = reply.send(res.map(|()| o.clone()));
-                }
-            }
-            Answer::Delete(reply, o) => {
-                if let Some(reply) = reply.take() {
-                    let _ = reply.send(res.map(|()| o.clone()));
-                }
-            }
-            Answer::Feature(reply, o) => {
-                if let Some(reply) = reply.take() {
-                    let _ = reply.send(res.map(|()| o.clone()));
-                }
-            }
-        }
-    }
-}
 
 /// What undoes a group's planning when its write or fsync fails.
 struct Undo {

@@ -19,6 +19,7 @@
 
 mod commit;
 mod plan;
+mod planned;
 
 use crate::api::*;
 use crate::log::state::LogWriter;
