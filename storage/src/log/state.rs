@@ -1,7 +1,8 @@
 //! The state the log writer thread owns, and what changes it besides appending: making runs
 //! and tombstones visible; sealing ([`crate::log::seal`]) and retention
-//! ([`crate::log::retention`]) change it too. Recovery ([`crate::log::recovery`]) builds the same state by applying the
-//! log through the same functions, so a restart ends where the running process was.
+//! ([`crate::log::retention`]) change it too. Recovery ([`crate::log::recovery`]) builds the
+//! same state by applying the log through the same entry ([`crate::log::source`]), so a
+//! restart ends where the running process was; the writer thread then owns it alone.
 
 use crate::api::{IoFailure, SourcePos, StorageConfig, WriteError};
 use crate::dedup::DedupTable;

@@ -1,14 +1,16 @@
 //! The single log writer thread: group commit.
 //!
 //! It blocks for the first queued request, drains whatever else is queued (bounded), and
-//! commits the group ([`commit`]): per request ([`plan`]), checks ids against the dedup tables and against each other *before*
-//! anything else (a retry whose ids are all stored is a duplicate, whatever else it asks), then
-//! the conditional write and `storage.max_streams`, assigns `seq`s and copies the request's
-//! runs into one record (event by event only where a duplicate is dropped); all records of the
-//! group go out with one `pwrite` and, if the mode or any request asks for it, one fdatasync;
-//! then the group is applied to the reader index (visibility follows durability), dedup entries
-//! are committed, requests are answered and reservations released. After the group the writer
-//! seals the segment if it is full and applies retention (also once a second when idle).
+//! commits the group ([`commit`], one step each): **plan** each request ([`plan`]): check
+//! its ids against the dedup tables and against each other *before* anything else (a retry
+//! whose ids are all stored is a duplicate, whatever else it asks), then the conditional
+//! write and `storage.max_streams`, assign `seq`s and copy the request's runs into one record
+//! (event by event only where a duplicate is dropped); **append** all records of the group
+//! with one `pwrite`; **sync** with one fdatasync if the mode or any request asks for it;
+//! **apply** the group through the engine's input seam ([`crate::log::source`]: the reader
+//! index, dedup entries; visibility follows durability) and the feature tables; **answer**
+//! the requests and release their reservations. After the group the writer seals the segment
+//! if it is full and applies retention (also once a second when idle).
 //!
 //! A failed write truncates the partial bytes and undoes the group's `seq` assignments, so the
 //! requests are answered 507 and a retry is not mistaken for a duplicate. Out of space
