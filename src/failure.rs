@@ -186,8 +186,21 @@ mod tests {
                 "conflict",
                 409,
             ),
-            (WriteError::StorageFull("disk".into()), "storage_full", 507),
-            (WriteError::Poisoned("fsync".into()), "storage_full", 507),
+            (
+                WriteError::StorageFull(vx_storage::IoFailure::new(
+                    "disk",
+                    std::io::ErrorKind::StorageFull.into(),
+                )),
+                "storage_full",
+                507,
+            ),
+            (
+                WriteError::Poisoned(
+                    vx_storage::IoFailure::new("fsync", std::io::ErrorKind::Other.into()).into(),
+                ),
+                "storage_full",
+                507,
+            ),
             (WriteError::TooManyStreams { max: 9 }, "storage_full", 507),
             (WriteError::FeatureBudget { max: 9 }, "storage_full", 507),
             (

@@ -4,7 +4,7 @@
 //! The log filter is an `EnvFilter` directive string from `VX_LOG`, else `RUST_LOG`, else
 //! `info`; the export has its own filter (our crates at `info`), so a verbose log never
 //! floods the collector and the exporter's own HTTP client is never traced into itself. The
-//! hot-path spans (`batch`, `commit`: target [`vx_storage::EXPORT_SPANS`]) go to the export
+//! hot-path spans (`batch`, `commit`: target [`vx_sys::EXPORT_SPANS`]) go to the export
 //! only, so that without one they are disabled (a `VX_LOG` naming `vx_export` puts them in
 //! the log too).
 
@@ -23,7 +23,7 @@ const EXPORTED: [&str; 6] = [
     "vx_storage",
     "vx_ingest",
     "vx_proto",
-    vx_storage::EXPORT_SPANS,
+    vx_sys::EXPORT_SPANS,
 ];
 
 /// Why the logger could not be installed.
@@ -49,8 +49,8 @@ pub fn init(format: LogFormat, telemetry: Option<&Telemetry>) -> Result<(), Logg
         _ => ("default", "info".to_string()),
     };
     // The hot-path spans are off for the log unless the filter names them.
-    let spans_off = format!("{}=off", vx_storage::EXPORT_SPANS);
-    let spec_with_default = if spec.contains(vx_storage::EXPORT_SPANS) {
+    let spans_off = format!("{}=off", vx_sys::EXPORT_SPANS);
+    let spec_with_default = if spec.contains(vx_sys::EXPORT_SPANS) {
         spec.clone()
     } else if spec.trim().is_empty() {
         spans_off

@@ -59,7 +59,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use vx_storage::Observer;
-use vx_storage::now_ms;
+use vx_sys::now_ms;
 
 /// The ingest formats, as metric labels. `unknown`: refused before the format was known.
 /// `otlp_traces`, `otlp_logs`: spans and log records of `POST /v1/traces` and `/v1/logs`.

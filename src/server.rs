@@ -215,7 +215,7 @@ impl Server {
 
         // Sealed segments are opened on demand through a bounded cache, but sockets and
         // followers need descriptors too: take the hard limit rather than the soft default.
-        let nofile = match vx_storage::vfs::raise_nofile_limit() {
+        let nofile = match vx_sys::raise_nofile_limit() {
             Ok((soft, hard)) => {
                 tracing::debug!(soft, hard, "RLIMIT_NOFILE");
                 soft

@@ -243,7 +243,7 @@ async fn a_slow_follower_falls_back_to_storage_and_still_gets_every_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_followers_of_one_stream_all_receive_every_event() {
     // The test process holds a socket per follower.
-    let _ = vx_storage::vfs::raise_nofile_limit();
+    let _ = vx_sys::raise_nofile_limit();
     let tmp = tempfile::tempdir().unwrap();
     let s = server(tmp.path(), &[]);
     let api = s.api.clone();

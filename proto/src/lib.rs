@@ -13,6 +13,8 @@
 //! - [`canonical`]: the canonical JSON form used for replay.
 //! - [`canonical_yaml`]: the same content as YAML documents, for replay in YAML.
 //! - [`shard`]: the stream → shard hash shared by routing and storage.
+//! - [`le`]: the little-endian reader and writers of every binary format (frames, and
+//!   storage's records, index files and carry file).
 //! - [`error`]: [`InputError`] and its classes.
 
 pub mod canonical;
@@ -21,6 +23,7 @@ pub mod decode;
 pub mod error;
 pub mod event;
 pub mod frames;
+pub mod le;
 pub mod packed;
 pub mod rules;
 pub mod shard;

@@ -361,11 +361,11 @@ impl Router {
     /// evaluated only when the span is enabled (an OTLP export), not per request otherwise.
     fn batch_span(&self, req: &Submit) -> tracing::Span {
         tracing::info_span!(
-            target: vx_storage::EXPORT_SPANS,
+            target: vx_sys::EXPORT_SPANS,
             "batch",
-            streams = vx_storage::span_int(req.batch.runs().len()),
-            events = vx_storage::span_int(req.batch.len()),
-            bytes = vx_storage::span_int(req.batch.mem_bytes()),
+            streams = vx_sys::span_int(req.batch.runs().len()),
+            events = vx_sys::span_int(req.batch.len()),
+            bytes = vx_sys::span_int(req.batch.mem_bytes()),
             durability = req
                 .durability
                 .unwrap_or_else(|| self.store().fsync_mode().durability())

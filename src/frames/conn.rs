@@ -60,8 +60,8 @@ use vx_proto::frames::{
     Progress, fill_to_basis_points,
 };
 use vx_router::{Accepted, Router, Submit, SubmitError};
-use vx_storage::now_ms;
 use vx_storage::{Durability, WriteError};
+use vx_sys::now_ms;
 
 /// Read size; also the output size at which acks are written without waiting for a pause.
 const CHUNK: usize = 64 << 10;

@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use vx_router::{Submit, SubmitError};
-use vx_storage::now_ms;
 use vx_storage::{Durability, WriteOutcome};
+use vx_sys::now_ms;
 
 const DURABILITY: &str = "x-vx-durability";
 const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";

@@ -282,8 +282,13 @@ fn input_and_write_errors_map_once() {
         (StatusCode::CONFLICT, "conflict", Some(9))
     );
     for e in [
-        WriteError::StorageFull("disk".into()),
-        WriteError::Poisoned("fsync".into()),
+        WriteError::StorageFull(vx_storage::IoFailure::new(
+            "disk",
+            std::io::ErrorKind::StorageFull.into(),
+        )),
+        WriteError::Poisoned(
+            vx_storage::IoFailure::new("fsync", std::io::ErrorKind::Other.into()).into(),
+        ),
         WriteError::TooManyStreams { max: 5 },
     ] {
         let a = AppError::from(e);

@@ -175,7 +175,7 @@ pub async fn snapshot(state: &AppState) -> Status {
             Phase::Draining => "draining",
         },
         ready: state.is_ready(),
-        time_ms: vx_storage::now_ms(),
+        time_ms: vx_sys::now_ms(),
         ingest: Ingest {
             events: totals.ingested,
             duplicates: totals.duplicates,

@@ -19,11 +19,11 @@
 //! listing is not checked. A bad record followed by a valid one, or any bad record in a
 //! sealed segment, is corruption, named by file and offset.
 
-use crate::carry::Carry;
-use crate::idxfile::IdxContents;
-use crate::record::{self, RecordType};
-use crate::recovery::{self, Walk, decode_reason, find_valid_after};
-use crate::segment::{self, LogFile, META_FILE, Meta};
+use crate::index::carry::Carry;
+use crate::index::idxfile::IdxContents;
+use crate::log::record::{self, BadRecord, Decode, RecordType};
+use crate::log::recovery::{self, Walk, find_valid_after};
+use crate::log::segment::{self, LogFile, META_FILE, Meta};
 use crate::snapshot::{self, SNAPSHOT_DIR};
 use crate::vfs::{OpenMode, RealFs, VFile, Vfs};
 use crate::{CARRY_FILE, LOG_DIR};
@@ -306,7 +306,7 @@ impl LogCheck {
                     h.lsn
                 ))
             } else {
-                self.body(&h, rec)
+                self.body(&h, rec).map_err(|e| e.to_string())
             };
             match checked {
                 Ok(n) => {
@@ -356,16 +356,12 @@ impl LogCheck {
     }
 
     /// Check a checksum-verified record's body; returns its events.
-    fn body(&mut self, h: &record::Header, rec: &[u8]) -> Result<u64, String> {
+    fn body(&mut self, h: &record::Header, rec: &[u8]) -> Result<u64, BadRecord> {
         match h.ty {
-            RecordType::FeaturePut => record::feature_put(rec, h.n)
-                .map(|_| 0)
-                .map_err(decode_reason),
-            RecordType::FeatureDelete => record::feature_delete(rec)
-                .map(|_| 0)
-                .map_err(decode_reason),
+            RecordType::FeaturePut => Ok(record::feature_put(rec, h.n).map(|_| 0)?),
+            RecordType::FeatureDelete => Ok(record::feature_delete(rec).map(|_| 0)?),
             RecordType::Tombstone => {
-                let (stream, last) = record::tombstone(rec).map_err(decode_reason)?;
+                let (stream, last) = record::tombstone(rec)?;
                 let cur = self.streams.get(stream).copied().unwrap_or(last);
                 self.streams.insert(stream.to_string(), cur.max(last));
                 Ok(0)
@@ -373,26 +369,25 @@ impl LogCheck {
             RecordType::Events => {
                 let mut events = 0u64;
                 for run in record::runs(rec, h.n) {
-                    let run = run.map_err(decode_reason)?;
+                    let run = run?;
                     let mut n = 0u32;
                     for ev in vx_proto::packed::events(run.events, run.stream) {
-                        ev.map_err(|e| decode_reason(e.into()))?;
+                        ev.map_err(Decode::from)?;
                         n += 1;
                     }
                     if n != run.count || n == 0 {
-                        return Err("run length does not match its events".into());
+                        return Err(BadRecord::RunLength);
                     }
                     // A stream first seen here may start anywhere (retention removed what
                     // came before); after that its runs follow each other.
                     if let Some(&prev) = self.streams.get(run.stream)
                         && run.base_seq != prev + 1
                     {
-                        return Err(format!(
-                            "run of stream {:?} starts at seq {}, expected {}",
-                            run.stream,
-                            run.base_seq,
-                            prev + 1
-                        ));
+                        return Err(BadRecord::SeqGap {
+                            stream: run.stream.to_string(),
+                            base: run.base_seq,
+                            expected: prev + 1,
+                        });
                     }
                     let last = run.base_seq + u64::from(run.count) - 1;
                     self.streams.insert(run.stream.to_string(), last);

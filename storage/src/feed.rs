@@ -7,7 +7,7 @@ use crate::record::{self, Decode, Header, RecordType};
 
 /// A record the feature tables did not take.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum FeedError {
+pub enum FeedError {
     /// The record does not decode, although its checksum matched: a bug in the writer.
     #[error("the record does not decode: {0:?}")]
     Decode(Decode),

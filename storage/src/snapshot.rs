@@ -13,8 +13,8 @@
 //! (docs/FEATURES.md), and a snapshot would make that permanent.
 
 use crate::api::OpenError;
-use crate::engine::{Engine, Shared};
 use crate::features::snapshot::{self as vxs, ReplayFrom, SnapFile, Unusable};
+use crate::log::state::{LogWriter, Published};
 use crate::segment::{self, io_err};
 use crate::vfs::{OpenMode, VFile, Vfs};
 use std::io;
@@ -114,7 +114,7 @@ pub struct FeatureBoot {
 }
 
 /// Rebuild the feature tables at start-up: the newest usable snapshot, then the log after it.
-pub(crate) fn bootstrap(engine: &Engine) -> Result<(FeatureBoot, Vec<SnapInfo>), OpenError> {
+pub(crate) fn bootstrap(engine: &LogWriter) -> Result<(FeatureBoot, Vec<SnapInfo>), OpenError> {
     let started = Instant::now();
     let shared = &engine.shared;
     let features = &shared.features;
@@ -276,7 +276,7 @@ pub(crate) struct SnapStatus {
 /// The snapshot thread: every `interval`, on request (retention asks when it waits), and at
 /// stop. Keeps the two newest snapshots and publishes the retention floor.
 pub(crate) fn run(
-    shared: Arc<Shared>,
+    shared: Arc<Published>,
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     interval: Duration,
@@ -303,12 +303,12 @@ pub(crate) fn run(
             }
         };
         last = Instant::now();
-        let res = if shared.poisoned.load(Ordering::Acquire) {
+        let res = if shared.poison.is_set() {
             Err(io::Error::other(
                 "the store is poisoned: its feature tables may miss a record of the log, and a snapshot would keep that past a restart",
             ))
         } else {
-            write(&*vfs, &dir, &shared.features, crate::writer::now_ms())
+            write(&*vfs, &dir, &shared.features, vx_sys::now_ms())
         };
         match &res {
             Ok(info) => {
@@ -349,7 +349,7 @@ pub(crate) fn run(
     }
 }
 
-fn publish_floor(shared: &Shared, kept: &[SnapInfo]) {
+fn publish_floor(shared: &Published, kept: &[SnapInfo]) {
     let floor = kept.iter().map(|k| k.covered_min).min().unwrap_or(0);
     shared.snapshot_floor.store(floor, Ordering::Release);
 }

@@ -191,22 +191,6 @@ impl Vfs for RealFs {
     }
 }
 
-/// Raise the soft limit on open descriptors to the hard limit, so that connections and the
-/// descriptor cache never meet a low default. Returns the (soft, hard) limits now in force.
-pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut lim = getrlimit(Resource::Nofile);
-    if lim.current != lim.maximum {
-        lim.current = lim.maximum;
-        setrlimit(Resource::Nofile, lim).map_err(io::Error::from)?;
-    }
-    let lim = getrlimit(Resource::Nofile);
-    Ok((
-        lim.current.unwrap_or(u64::MAX),
-        lim.maximum.unwrap_or(u64::MAX),
-    ))
-}
-
 /// Open descriptors of read-only files (sealed segments, index files), at most `capacity`,
 /// least recently used evicted first. A reader keeps the `Arc` it got for as long as it reads.
 pub struct FileCache {
@@ -303,11 +287,5 @@ mod tests {
         // Evicted but still held: the reader's descriptor stays valid.
         held.read_exact_at(&mut b, 0).unwrap();
         assert_eq!(cache.len(), 2);
-    }
-
-    #[test]
-    fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
-        let (soft, hard) = raise_nofile_limit().unwrap();
-        assert_eq!(soft, hard);
     }
 }

@@ -130,7 +130,7 @@ fn a_failed_feature_apply_poisons_and_a_restart_rebuilds_the_tables() {
     store.features().fail_next_apply();
     assert!(matches!(
         block(store.write(one("s", "2"))),
-        Err(WriteError::Poisoned(reason)) if reason.contains("feature tables")
+        Err(WriteError::Poisoned(reason)) if reason.to_string().contains("feature tables")
     ));
     assert!(store.is_poisoned());
     assert!(matches!(
@@ -197,4 +197,58 @@ fn failed_rolls_keep_appending_and_never_stop_a_start() {
         assert_eq!(got.len(), stored, "{fault:?}");
         assert!(got.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1));
     }
+}
+
+#[test]
+fn out_of_space_is_storage_full_and_writes_resume_when_space_returns() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    fs.fail_next(Fault::NoSpace, 2);
+    for _ in 0..2 {
+        let err = block(store.write(one("s", "2"))).unwrap_err();
+        let WriteError::StorageFull(cause) = &err else {
+            panic!("{err}");
+        };
+        assert!(cause.is_out_of_space(), "{cause}");
+        assert_eq!(cause.kind(), std::io::ErrorKind::StorageFull);
+        assert!(err.to_string().contains("storage full"), "{err}");
+        assert!(!store.is_poisoned());
+    }
+    // Space is back: the write is stored, right after the first.
+    let out = block(store.write(one("s", "2"))).unwrap();
+    assert_eq!((out.accepted, out.last_seq[0].1), (1, 2));
+    assert_eq!(read(&store, "s", all(10)).len(), 2);
+}
+
+#[test]
+fn an_io_error_on_write_poisons_and_later_writes_get_the_poisoned_error() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    block(store.write(one("s", "1"))).unwrap();
+    fs.fail_next(Fault::Write, 1);
+    let err = block(store.write(one("s", "2"))).unwrap_err();
+    let WriteError::Poisoned(PoisonCause::Io(cause)) = &err else {
+        panic!("EIO is not storage full: {err}");
+    };
+    assert!(!cause.is_out_of_space());
+    assert!(cause.context.contains("write to log segment"), "{cause}");
+    assert!(store.is_poisoned());
+    // The disk works again, but what the file holds is unknown: refused until restart, with
+    // the first cause.
+    for later in [
+        block(store.write(one("s", "3"))),
+        block(store.write(one("t", "1"))),
+    ] {
+        assert_eq!(later.unwrap_err(), err);
+    }
+    assert!(matches!(
+        block(store.delete("s", None)),
+        Err(WriteError::Poisoned(_))
+    ));
+    store.shutdown();
+    drop(store);
+    let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
+    assert_eq!(read(&store, "s", all(10)).len(), 1);
+    assert_eq!(block(store.write(one("s", "2"))).unwrap().last_seq[0].1, 2);
 }

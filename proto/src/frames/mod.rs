@@ -27,7 +27,7 @@ pub mod control;
 pub mod event;
 pub mod head;
 pub mod replay;
-mod wire;
+use crate::le as wire;
 
 pub use batch::{BatchDecoder, BatchHead, Progress, encode_batch};
 pub use body::FramesDecoder;

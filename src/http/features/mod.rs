@@ -23,8 +23,8 @@ use serde::Deserialize;
 use vx_proto::ErrorCode;
 use vx_router::SubmitError;
 use vx_storage::features::{self as f, FeatureValue, ReadAt};
-use vx_storage::now_ms;
 use vx_storage::{FeatureOp, FeatureOutcome, FeatureWrite};
+use vx_sys::now_ms;
 
 /// Most entities one batch query may name.
 pub const QUERY_MAX_ENTITIES: usize = 10_000;

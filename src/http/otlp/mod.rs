@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use vx_router::Submit;
-use vx_storage::now_ms;
+use vx_sys::now_ms;
 
 /// The OTLP routes.
 pub const TRACES: &str = "/v1/traces";

@@ -5,7 +5,7 @@
 //! fixed fields in memory; files are opened on demand through a bounded descriptor cache).
 
 use crate::api::OpenError;
-use crate::idxfile::{self, Entry, IdxHeader, NodeRef};
+use crate::index::idxfile::{self, Entry, IdxHeader, NodeRef};
 use crate::vfs::{DirLock, FileCache, OpenMode, VFile, Vfs};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -20,8 +20,6 @@ pub const CARRY_FILE: &str = "streams.carry";
 pub const DEFAULT_SHARDS: u32 = 128;
 /// The data-dir format this build writes and reads: 2 (record version 2, index files).
 pub const FORMAT: u32 = 2;
-/// Descriptors of sealed segments and index files kept open for readers.
-pub const FILE_CACHE: usize = 256;
 
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> OpenError {
     let context = context.into();

@@ -25,8 +25,8 @@
 //! footer: u32 crc32c of every byte before it
 //! ```
 
-use crate::record::{Decode, Rd};
-use crate::segment::write_durably;
+use crate::log::record::{Decode, Fields};
+use crate::log::segment::write_durably;
 use crate::vfs::{OpenMode, VFile, Vfs};
 use std::io;
 use std::path::Path;
@@ -82,7 +82,7 @@ impl Carry {
         if crc32c::crc32c(&bytes[..body]) != crc {
             return Err(bad("checksum mismatch"));
         }
-        let mut r = Rd { b: &bytes, pos: 0 };
+        let mut r = Fields::new(&bytes);
         if r.arr::<4>().map_err(decode)? != MAGIC || r.u16().map_err(decode)? != VERSION {
             return Err(bad("not a carry file of version 1"));
         }
@@ -112,10 +112,7 @@ impl Carry {
         let at = HEADER_LEN + self.count * 8 + u64::from_le_bytes(off);
         let mut buf = [0u8; 2 + 256 + 16];
         let n = f.read_full_at(&mut buf, at)?;
-        let mut r = Rd {
-            b: &buf[..n],
-            pos: 0,
-        };
+        let mut r = Fields::new(buf.get(..n).ok_or(Decode::Incomplete(n)).map_err(decode)?);
         let nl = usize::from(r.u16().map_err(decode)?);
         let name = r.str(nl).map_err(decode)?.to_string();
         Ok(CarryEntry {

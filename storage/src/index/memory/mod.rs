@@ -4,8 +4,8 @@
 //! request handlers under short per-shard read locks.
 //!
 //! What memory holds per stream does not depend on how much of it is stored: counters, the
-//! newest sealed node of its chain ([`crate::chain::Head`]), and its spans in the *active*
-//! segment only. Sealed segments' spans live in their index files ([`crate::idxfile`]).
+//! newest sealed node of its chain ([`crate::index::chain::ChainHead`]), and its spans in the *active*
+//! segment only. Sealed segments' spans live in their index files ([`crate::index::idxfile`]).
 //!
 //! # Spans
 //! A span is a stretch of one segment holding consecutive runs of one stream: it starts at
@@ -17,8 +17,8 @@
 //! runs inside it.
 
 use crate::api::{StreamInfo, TopStream};
-use crate::chain::Head;
-use crate::idxfile::{Agg, Span};
+use crate::index::chain::ChainHead;
+use crate::index::idxfile::{Span, TsRange};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub const SPAN_BYTES: usize = std::mem::size_of::<Span>();
 /// Whether the min/max `ts` over a stream's retained sealed nodes is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SealedTs {
-    Known(Agg),
+    Known(TsRange),
     /// Retention removed the node that held the min or the max: recomputed on the next read.
     Stale,
 }
@@ -51,13 +51,13 @@ pub struct StreamIdx {
     pub events: u64,
     pub bytes: u64,
     /// Newest sealed node holding events of the stream above its floor.
-    pub head: Option<Head>,
+    pub head: Option<ChainHead>,
     /// Depth of the oldest retained node above the floor (head's depth + 1 when none).
     pub first_depth: u64,
     pub sealed_ts: SealedTs,
     /// Spans in the active segment, in seq order.
     pub active: Vec<Span>,
-    pub active_agg: Agg,
+    pub active_agg: TsRange,
     pub active_count: u64,
     pub active_bytes: u64,
     /// A tombstone written in the active segment (its floor), for the segment's index.
@@ -75,9 +75,9 @@ impl StreamIdx {
             bytes: 0,
             head: None,
             first_depth: 1,
-            sealed_ts: SealedTs::Known(Agg::EMPTY),
+            sealed_ts: SealedTs::Known(TsRange::EMPTY),
             active: Vec::new(),
-            active_agg: Agg::EMPTY,
+            active_agg: TsRange::EMPTY,
             active_count: 0,
             active_bytes: 0,
             active_tombstone: None,
@@ -129,7 +129,7 @@ pub struct Index {
 pub struct StreamView {
     pub first_seq: u64,
     pub last_seq: u64,
-    pub head: Option<Head>,
+    pub head: Option<ChainHead>,
 }
 
 impl Index {
@@ -191,7 +191,7 @@ impl Index {
             s.bytes += p.bytes;
             s.active_count += u64::from(p.count);
             s.active_bytes += p.bytes;
-            s.active_agg = s.active_agg.merge(Agg {
+            s.active_agg = s.active_agg.merge(TsRange {
                 min_ts: p.min_ts,
                 max_ts: p.max_ts,
             });
@@ -233,9 +233,9 @@ impl Index {
             s.events = 0;
             s.bytes = 0;
             s.first_depth = s.head.map_or(1, |h| h.node.depth + 1);
-            s.sealed_ts = SealedTs::Known(Agg::EMPTY);
+            s.sealed_ts = SealedTs::Known(TsRange::EMPTY);
             s.active.clear();
-            s.active_agg = Agg::EMPTY;
+            s.active_agg = TsRange::EMPTY;
             s.active_count = 0;
             s.active_bytes = 0;
             s.active_tombstone = Some(last_seq);
@@ -289,7 +289,7 @@ impl Index {
         &self,
         shard: u32,
         stream: &str,
-    ) -> Option<(StreamInfo, SealedTs, Option<Head>, u64)> {
+    ) -> Option<(StreamInfo, SealedTs, Option<ChainHead>, u64)> {
         self.with(shard, stream, |s| {
             if s.deleted {
                 return None;
@@ -327,9 +327,9 @@ impl Index {
         &self,
         shard: u32,
         stream: &str,
-        head: Option<Head>,
+        head: Option<ChainHead>,
         first_depth: u64,
-        agg: Agg,
+        agg: TsRange,
     ) {
         if let Some(lock) = self.shard(shard) {
             let mut g = lock.write();
@@ -425,83 +425,4 @@ fn keep_top(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn placed(first_seq: u64, count: u32, off: u32, len: u32) -> Placed {
-        Placed {
-            first_seq,
-            count,
-            off,
-            len,
-            rec_end: len + 10,
-            min_ts: first_seq as i64,
-            max_ts: first_seq as i64 + 1,
-            bytes: u64::from(len),
-        }
-    }
-
-    #[test]
-    fn runs_coalesce_into_spans_and_names_list() {
-        let ix = Index::new(2, 1);
-        assert!(ix.apply_run(0, "b", 0, placed(1, 3, 0, 100)));
-        // Close behind: same span.
-        assert!(!ix.apply_run(0, "b", 0, placed(4, 2, 200, 100)));
-        // Far away: a new span.
-        assert!(ix.apply_run(0, "b", 0, placed(6, 1, 200 + SPAN_GAP + 500, 100)));
-        ix.apply_run(1, "a", 0, placed(1, 1, 0, 10));
-        ix.apply_run(1, "c", 0, placed(1, 1, 10, 10));
-        let (info, _, _, _) = ix.info(0, "b").unwrap();
-        assert_eq!((info.first_seq, info.last_seq, info.events), (1, 6, 6));
-        assert_eq!((info.first_ts, info.last_ts), (Some(1), Some(7)));
-        let spans = ix.with(0, "b", |s| s.active.clone()).unwrap();
-        assert_eq!(spans.len(), 2);
-        assert_eq!((spans[0].count, spans[0].len), (5, 300));
-        assert_eq!(ix.active_span(0, "b", 5).unwrap().1.first_seq, 1);
-        assert_eq!(ix.active_span(0, "b", 6).unwrap().1.first_seq, 6);
-        assert!(ix.active_span(0, "b", 7).is_none());
-        let (names, more) = ix.names("", None, 2);
-        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), ["a", "b"]);
-        assert!(more);
-        let (names, more) = ix.names("", Some("b"), 2);
-        assert_eq!(names.iter().map(|n| &*n.0).collect::<Vec<_>>(), ["c"]);
-        assert!(!more);
-    }
-
-    #[test]
-    fn a_tombstone_hides_and_a_new_write_continues() {
-        let ix = Index::new(1, 1);
-        ix.apply_run(0, "s", 0, placed(1, 5, 0, 100));
-        ix.apply_tombstone(0, "s", 5);
-        assert!(ix.info(0, "s").is_none());
-        assert!(ix.view(0, "s").is_none());
-        assert_eq!(ix.listed(), 0);
-        ix.apply_run(0, "s", 5, placed(6, 1, 500, 10));
-        let (info, _, _, _) = ix.info(0, "s").unwrap();
-        assert_eq!((info.first_seq, info.last_seq, info.events), (6, 6, 1));
-        assert_eq!(ix.listed(), 1);
-    }
-
-    #[test]
-    fn top_keeps_the_largest_and_skips_deleted_and_empty() {
-        let ix = Index::new(3, 1);
-        for (i, name) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
-            let shard = u32::try_from(i % 3).unwrap();
-            let i = u32::try_from(i).unwrap();
-            // Events grow with the name, bytes shrink.
-            ix.apply_run(shard, name, 0, placed(1, i + 1, i * 1000, 500 - i * 100));
-        }
-        // Same events as "b" (2): ties go by name.
-        ix.apply_run(0, "bb", 0, placed(1, 2, 9000, 1));
-        ix.apply_tombstone(1, "e", 5);
-        let (by_events, by_bytes) = ix.top(3);
-        let names = |v: &[TopStream]| v.iter().map(|t| t.stream.clone()).collect::<Vec<_>>();
-        assert_eq!(names(&by_events), ["d", "c", "b"]);
-        assert_eq!(names(&by_bytes), ["a", "b", "c"]);
-        assert_eq!((by_events[0].events, by_events[0].last_seq), (4, 4));
-        let (by_events, _) = ix.top(10);
-        assert_eq!(names(&by_events), ["d", "c", "b", "bb", "a"]);
-        assert_eq!(ix.top(0), (Vec::new(), Vec::new()));
-    }
-}
+mod tests;

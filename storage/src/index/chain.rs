@@ -2,7 +2,7 @@
 //! whatever the number of segments the stream spans.
 //!
 //! A stream's entries in the index files of the sealed segments that hold its events are the
-//! nodes of a list, newest first; memory keeps only the newest node (the [`Head`]). Each node
+//! nodes of a list, newest first; memory keeps only the newest node (the [`ChainHead`]). Each node
 //! points to its parent (the stream's previous node) and to a *jump* node further back, chosen
 //! as in Myers' applicative random-access lists ("An applicative random-access stack", 1983):
 //! if the parent's jump and the jump's jump are equally far apart, jump to the jump's jump,
@@ -13,34 +13,34 @@
 //! O(log n) reads too.
 //!
 //! Linking a new node needs its parent, the parent's jump and the jump's jump, and their
-//! aggregates: the [`Head`] keeps them, so sealing a segment reads at most one older node per
+//! aggregates: the [`ChainHead`] keeps them, so sealing a segment reads at most one older node per
 //! stream (when the new node jumps, for the new jump's own jump).
 
-use crate::idxfile::{Agg, Entry, NodeRef};
+use crate::index::idxfile::{Entry, NodeRef, TsRange};
 use std::io;
 
 /// The newest node of a stream's chain, with what linking the next node needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Head {
+pub struct ChainHead {
     pub node: NodeRef,
     pub last_seq: u64,
     /// Aggregate over (jump, node].
-    pub agg: Agg,
+    pub agg: TsRange,
     pub jump: NodeRef,
     /// The jump node's own aggregate (over (jump.jump, jump]).
-    pub jump_agg: Agg,
+    pub jump_agg: TsRange,
     pub jj: NodeRef,
 }
 
-impl Head {
+impl ChainHead {
     /// The head for a node read from segment `seg`'s index.
-    pub fn from_entry(seg: u64, e: &Entry) -> Head {
-        Head {
+    pub fn from_entry(seg: u64, e: &Entry) -> ChainHead {
+        ChainHead {
             node: e.node(seg),
             last_seq: e.last_seq,
-            agg: e.agg.unwrap_or(Agg::EMPTY),
+            agg: e.agg.unwrap_or(TsRange::EMPTY),
             jump: e.jump,
-            jump_agg: e.jump_agg.unwrap_or(Agg::EMPTY),
+            jump_agg: e.jump_agg.unwrap_or(TsRange::EMPTY),
             jj: e.jj,
         }
     }
@@ -53,8 +53,8 @@ pub struct Links {
     pub parent: NodeRef,
     pub jump: NodeRef,
     pub jj: NodeRef,
-    pub agg: Agg,
-    pub jump_agg: Agg,
+    pub agg: TsRange,
+    pub jump_agg: TsRange,
 }
 
 impl Links {
@@ -70,8 +70,8 @@ impl Links {
 
 /// Link a new node (events `own`) after `prev`; `read` fetches an older node's entry.
 pub fn link(
-    prev: Option<&Head>,
-    own: Agg,
+    prev: Option<&ChainHead>,
+    own: TsRange,
     read: &mut dyn FnMut(NodeRef) -> io::Result<Entry>,
 ) -> io::Result<Links> {
     let Some(p) = prev else {
@@ -81,7 +81,7 @@ pub fn link(
             jump: NodeRef::default(),
             jj: NodeRef::default(),
             agg: own,
-            jump_agg: Agg::EMPTY,
+            jump_agg: TsRange::EMPTY,
         });
     };
     let skew = !p.jump.is_none()
@@ -97,7 +97,7 @@ pub fn link(
                     jump: p.jj,
                     jj: far.jump,
                     agg: own.merge(p.agg).merge(p.jump_agg),
-                    jump_agg: far.agg.unwrap_or(Agg::EMPTY),
+                    jump_agg: far.agg.unwrap_or(TsRange::EMPTY),
                 });
             }
             // Retention removed that node: nothing will ever look that far back, so link
@@ -120,7 +120,7 @@ pub fn link(
 /// greatest `first_seq ≤ seq`, or the oldest reachable one. `None` when `seq` is past the
 /// head's last seq.
 pub fn locate(
-    head: &Head,
+    head: &ChainHead,
     seq: u64,
     read: &mut dyn FnMut(NodeRef) -> io::Result<Entry>,
 ) -> io::Result<Option<(NodeRef, Entry)>> {
@@ -146,23 +146,23 @@ pub fn locate(
 /// Min/max `ts` over the nodes of depth ≥ `min_depth` (the retained ones); never reads a node
 /// below that depth.
 pub fn aggregate(
-    head: &Head,
+    head: &ChainHead,
     min_depth: u64,
     read: &mut dyn FnMut(NodeRef) -> io::Result<Entry>,
-) -> io::Result<Agg> {
-    let mut acc = Agg::EMPTY;
+) -> io::Result<TsRange> {
+    let mut acc = TsRange::EMPTY;
     let mut at = head.node;
     while !at.is_none() && at.depth >= min_depth {
         let e = read(at)?;
         if e.jump.is_none() {
             // A chain's first node: its aggregate is its own.
-            return Ok(acc.merge(e.agg.unwrap_or(Agg::EMPTY)));
+            return Ok(acc.merge(e.agg.unwrap_or(TsRange::EMPTY)));
         }
         if e.jump.depth + 1 >= min_depth {
-            acc = acc.merge(e.agg.unwrap_or(Agg::EMPTY));
+            acc = acc.merge(e.agg.unwrap_or(TsRange::EMPTY));
             at = e.jump;
         } else {
-            acc = acc.merge(e.own.unwrap_or(Agg::EMPTY));
+            acc = acc.merge(e.own.unwrap_or(TsRange::EMPTY));
             at = e.parent;
         }
     }
@@ -173,16 +173,16 @@ pub fn aggregate(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::idxfile::F_EVENTS;
+    use crate::index::idxfile::F_EVENTS;
     use std::collections::HashMap;
 
     /// A chain of `n` nodes, node i (1-based, segment i) holding seqs [10i, 10i+9] and ts
     /// i*3..i*3+2, but with node 7's min ts very small.
-    fn build(n: u64) -> (Head, HashMap<u64, Entry>) {
+    fn build(n: u64) -> (ChainHead, HashMap<u64, Entry>) {
         let mut store: HashMap<u64, Entry> = HashMap::new();
-        let mut head: Option<Head> = None;
+        let mut head: Option<ChainHead> = None;
         for i in 1..=n {
-            let own = Agg {
+            let own = TsRange {
                 min_ts: if i == 7 { -100 } else { i as i64 * 3 },
                 max_ts: i as i64 * 3 + 2,
             };
@@ -197,7 +197,7 @@ mod tests {
                 ..Entry::default()
             };
             links.fill(&mut e);
-            head = Some(Head::from_entry(i, &e));
+            head = Some(ChainHead::from_entry(i, &e));
             store.insert(i, e);
         }
         (head.unwrap(), store)
@@ -241,7 +241,8 @@ mod tests {
                     Ok(store[&r.seg].clone())
                 })
                 .unwrap();
-                let want = (min_depth..=n).fold(Agg::EMPTY, |a, i| a.merge(store[&i].own.unwrap()));
+                let want =
+                    (min_depth..=n).fold(TsRange::EMPTY, |a, i| a.merge(store[&i].own.unwrap()));
                 assert_eq!(got, want, "suffix from {min_depth} of {n}");
                 assert!(reads <= 4 * (64 - n.leading_zeros() as u64) + 4);
             }

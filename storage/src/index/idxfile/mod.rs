@@ -2,9 +2,9 @@
 //! segment is sealed, fsynced, and read with `pread` (never loaded whole, except to verify
 //! and fold them at start-up). In the spirit of Kafka's offset and time indexes, but for a
 //! log shared by every stream: per stream, sparse *spans* of the segment (a span covers
-//! consecutive runs of the stream that lie close together, see [`crate::index`]), and per
+//! consecutive runs of the stream that lie close together, see [`crate::index::memory`]), and per
 //! stream a *node* linking to the stream's previous index entries, so that memory keeps only
-//! the newest node of each stream (see [`crate::chain`]).
+//! the newest node of each stream (see [`crate::index::chain`]).
 //!
 //! # Layout of `log/<first LSN, 20 digits>.idx` (all integers little-endian)
 //!
@@ -47,7 +47,7 @@
 //!   u32 crc32c of every byte before it
 //! ```
 
-use crate::record::{Decode, Rd};
+use crate::log::record::{Decode, Fields};
 use crate::vfs::VFile;
 use std::io;
 
@@ -78,19 +78,19 @@ impl NodeRef {
 
 /// Min and max `ts` of some events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Agg {
+pub struct TsRange {
     pub min_ts: i64,
     pub max_ts: i64,
 }
 
-impl Agg {
-    pub const EMPTY: Agg = Agg {
+impl TsRange {
+    pub const EMPTY: TsRange = TsRange {
         min_ts: i64::MAX,
         max_ts: i64::MIN,
     };
 
-    pub fn merge(self, o: Agg) -> Agg {
-        Agg {
+    pub fn merge(self, o: TsRange) -> TsRange {
+        TsRange {
             min_ts: self.min_ts.min(o.min_ts),
             max_ts: self.max_ts.max(o.max_ts),
         }
@@ -102,7 +102,7 @@ impl Agg {
 }
 
 /// Where some events of a stream lie in a segment: the runs of the stream from the run header
-/// at `off` to `off + len`, with other streams' runs in between (see [`crate::index`]).
+/// at `off` to `off + len`, with other streams' runs in between (see [`crate::index::memory`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
     pub first_seq: u64,
@@ -131,7 +131,7 @@ impl Span {
     }
 
     fn parse(b: &[u8]) -> Result<Span, Decode> {
-        let mut r = Rd { b, pos: 0 };
+        let mut r = Fields::new(b);
         Ok(Span {
             first_seq: r.u64()?,
             min_ts: r.i64()?,
@@ -155,14 +155,14 @@ pub struct Entry {
     pub last_seq: u64,
     pub count: u64,
     pub bytes: u64,
-    pub own: Option<Agg>,
+    pub own: Option<TsRange>,
     pub floor: u64,
     pub depth: u64,
     pub parent: NodeRef,
     pub jump: NodeRef,
     pub jj: NodeRef,
-    pub agg: Option<Agg>,
-    pub jump_agg: Option<Agg>,
+    pub agg: Option<TsRange>,
+    pub jump_agg: Option<TsRange>,
 }
 
 impl Entry {
@@ -190,13 +190,13 @@ fn put_ref(out: &mut Vec<u8>, r: &NodeRef) {
     out.extend_from_slice(&r.first_seq.to_le_bytes());
 }
 
-fn put_agg(out: &mut Vec<u8>, a: Option<Agg>) {
-    let a = a.unwrap_or(Agg::EMPTY);
+fn put_agg(out: &mut Vec<u8>, a: Option<TsRange>) {
+    let a = a.unwrap_or(TsRange::EMPTY);
     out.extend_from_slice(&a.min_ts.to_le_bytes());
     out.extend_from_slice(&a.max_ts.to_le_bytes());
 }
 
-fn get_ref(r: &mut Rd<'_>) -> Result<NodeRef, Decode> {
+fn get_ref(r: &mut Fields<'_>) -> Result<NodeRef, Decode> {
     Ok(NodeRef {
         seg: r.u64()?,
         depth: r.u64()?,
@@ -204,8 +204,8 @@ fn get_ref(r: &mut Rd<'_>) -> Result<NodeRef, Decode> {
     })
 }
 
-fn get_agg(r: &mut Rd<'_>) -> Result<Option<Agg>, Decode> {
-    let a = Agg {
+fn get_agg(r: &mut Fields<'_>) -> Result<Option<TsRange>, Decode> {
+    let a = TsRange {
         min_ts: r.i64()?,
         max_ts: r.i64()?,
     };
@@ -246,7 +246,7 @@ impl IdxHeader {
     }
 
     fn parse(b: &[u8]) -> Result<IdxHeader, Decode> {
-        let mut r = Rd { b, pos: 0 };
+        let mut r = Fields::new(b);
         if r.arr::<4>()? != MAGIC {
             return Err(Decode::Bad("not an index file"));
         }
@@ -400,7 +400,7 @@ fn bad(e: Decode) -> io::Error {
 }
 
 fn parse_entry(b: &[u8]) -> Result<(Entry, usize), Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let name_len = usize::from(r.u16()?);
     let flags = r.u16()?;
     let spans_n = r.u32()?;
@@ -437,7 +437,7 @@ fn parse_entry(b: &[u8]) -> Result<(Entry, usize), Decode> {
             agg,
             jump_agg,
         },
-        r.pos,
+        r.pos(),
     ))
 }
 
@@ -544,8 +544,8 @@ pub fn lookup(file: &dyn VFile, h: &IdxHeader, name: &str) -> io::Result<Option<
             block_at = blk;
         }
         let at = (i % 8) as usize * SLOT_LEN;
-        let slot_tag = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
-        let off = u32::from_le_bytes([block[at + 4], block[at + 5], block[at + 6], block[at + 7]]);
+        let mut slot = Fields::at(&block, at);
+        let (slot_tag, off) = (slot.u32().map_err(bad)?, slot.u32().map_err(bad)?);
         if off == 0 {
             return Ok(None);
         }
@@ -582,165 +582,4 @@ pub fn read_spans(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::vfs::{OpenMode, Vfs};
-    use std::path::Path;
-
-    fn span(first_seq: u64, count: u32) -> Span {
-        Span {
-            first_seq,
-            min_ts: 1,
-            max_ts: 2,
-            count,
-            off: 100,
-            len: 50,
-            rec_end: 60,
-        }
-    }
-
-    fn summary() -> SegSummary {
-        SegSummary {
-            segment: 5,
-            next_lsn: 9,
-            log_len: 4096,
-            min_append_ms: 10,
-            max_append_ms: 20,
-            ids: 3,
-        }
-    }
-
-    fn entry(name: &str, first_seq: u64) -> Entry {
-        Entry {
-            name: name.into(),
-            flags: F_EVENTS,
-            first_seq,
-            last_seq: first_seq + 9,
-            count: 10,
-            bytes: 500,
-            own: Some(Agg {
-                min_ts: 1,
-                max_ts: 2,
-            }),
-            depth: 3,
-            parent: NodeRef {
-                seg: 2,
-                depth: 2,
-                first_seq: 1,
-            },
-            jump: NodeRef {
-                seg: 1,
-                depth: 1,
-                first_seq: 1,
-            },
-            agg: Some(Agg {
-                min_ts: 0,
-                max_ts: 2,
-            }),
-            ..Entry::default()
-        }
-    }
-
-    #[test]
-    fn write_read_lookup() {
-        let fs = crate::sim::SimFs::new();
-        fs.create_dir_all(Path::new("/d")).unwrap();
-        let mut b = IdxBuilder::new();
-        let names: Vec<String> = (0..100).map(|i| format!("stream-{i}")).collect();
-        for (i, n) in names.iter().enumerate() {
-            let spans: Vec<Span> = (0..i % 3 + 1)
-                .map(|k| span(k as u64 * 10 + 1, 10))
-                .collect();
-            let mut e = entry(n, 1);
-            e.spans_n = spans.len() as u32;
-            b.add(&e, &spans).unwrap();
-        }
-        let bytes = b.finish(&summary()).unwrap();
-        let f = fs.open(Path::new("/d/x.idx"), OpenMode::CreateNew).unwrap();
-        f.write_all_at(&bytes, 0).unwrap();
-        let all = IdxContents::read(&*f).unwrap();
-        assert_eq!(all.header.entries, 100);
-        let entries = all.entries().unwrap();
-        assert_eq!(entries[7].name, "stream-7");
-        assert_eq!(all.spans(&entries[8]).unwrap().len(), 3);
-        let h = read_header(&*f).unwrap();
-        assert_eq!(h, all.header);
-        for (i, n) in names.iter().enumerate() {
-            let e = lookup(&*f, &h, n).unwrap().unwrap();
-            assert_eq!(e.name, *n);
-            assert_eq!(e.spans_n as usize, i % 3 + 1);
-            assert_eq!(e.parent.seg, 2);
-            let spans = read_spans(&*f, &h, &e, 0, 10).unwrap();
-            assert_eq!(spans.len(), i % 3 + 1);
-            assert_eq!(spans.last().unwrap().first_seq, (i % 3) as u64 * 10 + 1);
-        }
-        assert_eq!(lookup(&*f, &h, "missing").unwrap(), None);
-        let mut bad = bytes.clone();
-        bad[100] ^= 1;
-        f.write_all_at(&bad, 0).unwrap();
-        assert!(IdxContents::read(&*f).is_err());
-    }
-
-    #[test]
-    fn golden_bytes_of_an_empty_index() {
-        let bytes = IdxBuilder::new().finish(&summary()).unwrap();
-        let mut want = b"VXIX".to_vec();
-        want.extend_from_slice(&[1, 0, 0, 0]);
-        for v in [5u64, 9, 4096] {
-            want.extend_from_slice(&v.to_le_bytes());
-        }
-        want.extend_from_slice(&10i64.to_le_bytes());
-        want.extend_from_slice(&20i64.to_le_bytes());
-        want.extend_from_slice(&3u64.to_le_bytes());
-        want.extend_from_slice(&0u32.to_le_bytes()); // entries
-        want.extend_from_slice(&1u32.to_le_bytes()); // slots
-        want.extend_from_slice(&0u64.to_le_bytes()); // entries_len
-        want.extend_from_slice(&0u64.to_le_bytes()); // spans
-        want.extend_from_slice(&[0u8; 8]); // one empty slot
-        let crc = crc32c::crc32c(&want);
-        want.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(bytes, want);
-    }
-
-    #[test]
-    fn golden_bytes_of_one_entry() {
-        let mut b = IdxBuilder::new();
-        let mut e = entry("ab", 11);
-        e.floor = 4;
-        e.flags = F_EVENTS | F_TOMBSTONE;
-        b.add(&e, &[span(11, 10)]).unwrap();
-        let bytes = b.finish(&summary()).unwrap();
-        let h = IdxHeader::parse(&bytes).unwrap();
-        assert_eq!((h.entries, h.slots, h.spans), (1, 2, 1));
-        let at = HEADER_LEN + 2 * SLOT_LEN;
-        let mut want = Vec::new();
-        want.extend_from_slice(&2u16.to_le_bytes());
-        want.extend_from_slice(&3u16.to_le_bytes());
-        want.extend_from_slice(&1u32.to_le_bytes());
-        want.extend_from_slice(&0u64.to_le_bytes());
-        for v in [11u64, 20, 10, 500] {
-            want.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [1i64, 2] {
-            want.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [4u64, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0] {
-            want.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [0i64, 2, i64::MAX, i64::MIN] {
-            want.extend_from_slice(&v.to_le_bytes());
-        }
-        want.extend_from_slice(b"ab");
-        assert_eq!(bytes[at..at + want.len()], want[..]);
-        let s = &bytes[at + want.len()..at + want.len() + SPAN_LEN];
-        let mut ws = Vec::new();
-        ws.extend_from_slice(&11u64.to_le_bytes());
-        ws.extend_from_slice(&1i64.to_le_bytes());
-        ws.extend_from_slice(&2i64.to_le_bytes());
-        for v in [10u32, 100, 50, 60] {
-            ws.extend_from_slice(&v.to_le_bytes());
-        }
-        assert_eq!(s, &ws[..]);
-    }
-}
+mod tests;

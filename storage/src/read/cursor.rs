@@ -2,7 +2,7 @@
 //! (`pread`), with a bounded buffer (a window of the current span, never the whole range).
 //!
 //! A cursor finds the span holding the next `seq` in the active segment's spans in memory, or
-//! else through the stream's chain of sealed nodes ([`crate::chain::locate`], O(log n) index
+//! else through the stream's chain of sealed nodes ([`crate::index::chain::locate`], O(log n) index
 //! reads) and a binary search of that node's spans in its index file. Reading a span starts at
 //! the stream's run header; after that run it jumps to the end of its record and then walks
 //! whole records, skipping other streams' runs, to the span's end.
@@ -11,11 +11,11 @@
 //! retained `seq` (SPEC §5: replay starts at the first retained seq).
 
 use crate::api::{ReadError, ReadQuery};
-use crate::chain;
-use crate::engine::Shared;
-use crate::idxfile::{self, Entry, IdxHeader, Span};
-use crate::record::{self, Decode, HEADER_LEN, RecordType};
-use crate::segment;
+use crate::index::chain;
+use crate::index::idxfile::{self, Entry, IdxHeader, Span};
+use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
+use crate::log::segment;
+use crate::log::state::Published;
 use crate::vfs::VFile;
 use std::io;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ const SPAN_CHUNK: u32 = 64;
 const MAX_RETRIES: u32 = 16;
 
 pub struct Cursor {
-    shared: Option<Arc<Shared>>,
+    shared: Option<Arc<Published>>,
     stream: Box<str>,
     shard: u32,
     first_seq: u64,
@@ -47,7 +47,7 @@ pub struct Cursor {
     remaining: u64,
     q: ReadQuery,
     node: Option<Node>,
-    walk: Option<Walk>,
+    walk: Option<SpanWalk>,
     /// The buffer of the last finished walk, reused by the next (no allocation per span).
     spare: Vec<u8>,
 }
@@ -83,7 +83,7 @@ enum At {
 }
 
 /// Reading one span.
-struct Walk {
+struct SpanWalk {
     span: Span,
     file: Arc<dyn VFile>,
     path: PathBuf,
@@ -100,7 +100,7 @@ struct Walk {
     chunk: usize,
 }
 
-impl Walk {
+impl SpanWalk {
     fn corrupt(&self, at: u64, reason: impl Into<String>) -> ReadError {
         ReadError::Corrupt {
             file: self.path.clone(),
@@ -261,7 +261,7 @@ fn decode(e: Decode) -> String {
 
 impl Cursor {
     pub(crate) fn open(
-        shared: Arc<Shared>,
+        shared: Arc<Published>,
         shard: u32,
         stream: &str,
         first_seq: u64,
@@ -353,7 +353,7 @@ impl Cursor {
     }
 
     /// The span holding `next_seq` (or the first after it), with its segment.
-    fn next_span(&mut self, shared: &Shared) -> Result<Option<(u64, Span)>, ReadError> {
+    fn next_span(&mut self, shared: &Published) -> Result<Option<(u64, Span)>, ReadError> {
         let mut retries = 0;
         loop {
             if self.next_seq > self.end_seq {
@@ -401,8 +401,8 @@ impl Cursor {
     /// The span holding `next_seq` among the sealed nodes; `None` to look again.
     fn sealed_span(
         &mut self,
-        shared: &Shared,
-        head: Option<chain::Head>,
+        shared: &Published,
+        head: Option<chain::ChainHead>,
     ) -> Result<Option<(u64, Span)>, ReadError> {
         let covers = |n: &Node, seq: u64| n.entry.first_seq <= seq && seq <= n.entry.last_seq;
         if !self.node.as_ref().is_some_and(|n| covers(n, self.next_seq)) {
@@ -504,7 +504,7 @@ impl Cursor {
                     Err(e) => return Err(e.into()),
                 };
                 let off = u64::from(span.off);
-                self.walk = Some(Walk {
+                self.walk = Some(SpanWalk {
                     span,
                     file,
                     path: segment::segment_path(&shared.segments.log_dir, seg),

@@ -1,84 +1,90 @@
-//! Little-endian primitives of the frames protocol: a bounds-checked reader over a byte slice
-//! (every read is an `Option`, so a short input can never index out of bounds) and the
-//! matching writers. All multi-byte integers on the wire are little-endian.
+//! Little-endian primitives: a bounds-checked reader over a byte slice (every read is an
+//! `Option`, so a short input can never index out of bounds) and the matching writers. The
+//! one reader of every binary format: the frames protocol here, and storage's records, index
+//! files and carry file. All their multi-byte integers are little-endian.
 
 /// Reads fields off the front of a byte slice.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
+    /// A reader of `buf` whose first read starts at `pos` (a body after a header).
+    pub fn at(buf: &'a [u8], pos: usize) -> Reader<'a> {
+        Reader { buf, pos }
+    }
+
     /// Bytes read so far.
-    pub(crate) fn pos(&self) -> usize {
+    pub fn pos(&self) -> usize {
         self.pos
     }
 
     /// Bytes not read yet.
-    pub(crate) fn remaining(&self) -> usize {
+    pub fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }
 
-    pub(crate) fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let b = self.buf.get(self.pos..end)?;
         self.pos = end;
         Some(b)
     }
 
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+    pub fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
         self.bytes(N)?.try_into().ok()
     }
 
-    pub(crate) fn u8(&mut self) -> Option<u8> {
+    pub fn u8(&mut self) -> Option<u8> {
         self.array::<1>().map(|[b]| b)
     }
 
-    pub(crate) fn u16(&mut self) -> Option<u16> {
+    pub fn u16(&mut self) -> Option<u16> {
         self.array().map(u16::from_le_bytes)
     }
 
-    pub(crate) fn u32(&mut self) -> Option<u32> {
+    pub fn u32(&mut self) -> Option<u32> {
         self.array().map(u32::from_le_bytes)
     }
 
-    pub(crate) fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         self.array().map(u64::from_le_bytes)
     }
 
-    pub(crate) fn i64(&mut self) -> Option<i64> {
+    pub fn i64(&mut self) -> Option<i64> {
         self.array().map(i64::from_le_bytes)
     }
 }
 
-pub(crate) fn put_u8(out: &mut Vec<u8>, v: u8) {
+pub fn put_u8(out: &mut Vec<u8>, v: u8) {
     out.push(v);
 }
 
-pub(crate) fn put_u16(out: &mut Vec<u8>, v: u16) {
+pub fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
+pub fn put_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
 /// `s` cut to at most `max` bytes at a character boundary: for human-readable text (error
 /// messages) that must fit its length prefix rather than fail the whole frame.
-pub(crate) fn clip(s: &str, max: usize) -> &str {
+pub fn clip(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

@@ -39,6 +39,7 @@
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
 use crate::features::FeatureValue;
+use vx_proto::le::Reader;
 use vx_proto::packed::DecodeError;
 
 pub const HEADER_LEN: usize = 32;
@@ -76,6 +77,38 @@ pub enum Decode {
     Incomplete(usize),
     /// The bytes are not a valid item.
     Bad(&'static str),
+}
+
+impl Decode {
+    /// What is wrong, in words.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Decode::Bad(w) => w,
+            Decode::Incomplete(_) => "truncated",
+        }
+    }
+}
+
+/// Why a record whose checksum holds cannot be applied: recovery and `veltrix check` judge a
+/// record's body the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRecord {
+    #[error("{}", .0.reason())]
+    Decode(Decode),
+    #[error("run length does not match its events")]
+    RunLength,
+    #[error("run of stream {stream:?} starts at seq {base}, expected {expected}")]
+    SeqGap {
+        stream: String,
+        base: u64,
+        expected: u64,
+    },
+}
+
+impl From<Decode> for BadRecord {
+    fn from(e: Decode) -> Self {
+        BadRecord::Decode(e)
+    }
 }
 
 impl From<DecodeError> for Decode {
@@ -240,39 +273,58 @@ fn name_bytes(buf: &mut Vec<u8>, name: &str) {
     buf.extend_from_slice(&name.as_bytes()[..usize::from(len).min(name.len())]);
 }
 
-/// A little cursor over a byte slice.
-pub(crate) struct Rd<'a> {
-    pub b: &'a [u8],
-    pub pos: usize,
-}
+/// Fields of a record, index file or carry file, read with vx-proto's little-endian
+/// [`Reader`]: a short read is [`Decode::Incomplete`] with the length it needed.
+pub(crate) struct Fields<'a>(Reader<'a>);
 
-impl<'a> Rd<'a> {
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+impl<'a> Fields<'a> {
+    pub fn new(b: &'a [u8]) -> Fields<'a> {
+        Fields(Reader::new(b))
+    }
+
+    /// Fields of `b` from `pos` on (a record's body after its header).
+    pub fn at(b: &'a [u8], pos: usize) -> Fields<'a> {
+        Fields(Reader::at(b, pos))
+    }
+
+    /// Bytes read so far, from the start of the slice.
+    pub fn pos(&self) -> usize {
+        self.0.pos()
+    }
+
+    fn need<T>(
+        &mut self,
+        n: usize,
+        read: impl FnOnce(&mut Reader<'a>) -> Option<T>,
+    ) -> Result<T, Decode> {
         let end = self
-            .pos
+            .0
+            .pos()
             .checked_add(n)
             .ok_or(Decode::Bad("length overflow"))?;
-        let s = self.b.get(self.pos..end).ok_or(Decode::Incomplete(end))?;
-        self.pos = end;
-        Ok(s)
+        read(&mut self.0).ok_or(Decode::Incomplete(end))
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+        self.need(n, |r| r.bytes(n))
     }
     pub fn arr<const N: usize>(&mut self) -> Result<[u8; N], Decode> {
-        let s = self.take(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
+        self.need(N, Reader::array)
+    }
+    pub fn u8(&mut self) -> Result<u8, Decode> {
+        self.need(1, Reader::u8)
     }
     pub fn u16(&mut self) -> Result<u16, Decode> {
-        Ok(u16::from_le_bytes(self.arr()?))
+        self.need(2, Reader::u16)
     }
     pub fn u32(&mut self) -> Result<u32, Decode> {
-        Ok(u32::from_le_bytes(self.arr()?))
+        self.need(4, Reader::u32)
     }
     pub fn u64(&mut self) -> Result<u64, Decode> {
-        Ok(u64::from_le_bytes(self.arr()?))
+        self.need(8, Reader::u64)
     }
     pub fn i64(&mut self) -> Result<i64, Decode> {
-        Ok(i64::from_le_bytes(self.arr()?))
+        self.need(8, Reader::i64)
     }
     pub fn str(&mut self, n: usize) -> Result<&'a str, Decode> {
         std::str::from_utf8(self.take(n)?).map_err(|_| Decode::Bad("invalid UTF-8"))
@@ -291,11 +343,11 @@ pub struct Header {
 }
 
 pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let len = usize::try_from(r.u32()?).map_err(|_| Decode::Bad("record length"))?;
     let crc = r.u32()?;
-    let version = r.arr::<1>()?[0];
-    let ty = r.arr::<1>()?[0];
+    let version = r.u8()?;
+    let ty = r.u8()?;
     let flags = r.u16()?;
     let lsn = r.u64()?;
     let append_ms = r.i64()?;
@@ -349,7 +401,7 @@ impl RunHead<'_> {
 
 /// Parse a run header at the start of `b`.
 pub fn parse_run(b: &[u8]) -> Result<RunHead<'_>, Decode> {
-    let mut r = Rd { b, pos: 0 };
+    let mut r = Fields::new(b);
     let sl = usize::from(r.u16()?);
     let stream = r.str(sl)?;
     let base_seq = r.u64()?;
@@ -359,7 +411,7 @@ pub fn parse_run(b: &[u8]) -> Result<RunHead<'_>, Decode> {
         stream,
         base_seq,
         count,
-        head_len: r.pos,
+        head_len: r.pos(),
         events_len,
     })
 }
@@ -416,14 +468,11 @@ pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>>
 
 /// The body of a tombstone record: the stream and its last seq.
 pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let sl = usize::from(r.u16()?);
     let stream = r.str(sl)?;
     let last_seq = r.u64()?;
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("tombstone record length"));
     }
     Ok((stream, last_seq))
@@ -434,17 +483,14 @@ pub type FeaturePut<'a> = (&'a str, Vec<(&'a str, Option<FeatureValue>)>);
 
 /// The body of a feature put record.
 pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
     let mut set = Vec::with_capacity((n as usize).min(1024));
     for _ in 0..n {
-        let nl = usize::from(r.arr::<1>()?[0]);
+        let nl = usize::from(r.u8()?);
         let name = r.str(nl)?;
-        let v = match r.arr::<1>()?[0] {
+        let v = match r.u8()? {
             0 => None,
             1 => Some(FeatureValue::Int(r.i64()?)),
             2 => {
@@ -454,7 +500,7 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
                 }
                 Some(FeatureValue::Float(f))
             }
-            3 => match r.arr::<1>()?[0] {
+            3 => match r.u8()? {
                 0 => Some(FeatureValue::Bool(false)),
                 1 => Some(FeatureValue::Bool(true)),
                 _ => return Err(Decode::Bad("feature bool")),
@@ -467,7 +513,7 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
         };
         set.push((name, v));
     }
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("feature put record length"));
     }
     Ok((entity, set))
@@ -475,205 +521,16 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
 
 /// The body of a feature delete record: the entity, and the feature (`None`: all of them).
 pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
-    let mut r = Rd {
-        b: rec,
-        pos: HEADER_LEN,
-    };
+    let mut r = Fields::at(rec, HEADER_LEN);
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
-    let nl = usize::from(r.arr::<1>()?[0]);
+    let nl = usize::from(r.u8()?);
     let name = if nl == 0 { None } else { Some(r.str(nl)?) };
-    if r.pos != rec.len() {
+    if r.pos() != rec.len() {
         return Err(Decode::Bad("feature delete record length"));
     }
     Ok((entity, name))
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use vx_proto::{EventView, Kind, Num};
-
-    fn ev(id: Option<&str>) -> EventView<'_> {
-        EventView {
-            stream: "s1",
-            entity: Some("p1"),
-            ty: "hit",
-            ts: 42,
-            kind: Kind::Counter,
-            value: Some(Num::Int(-5)),
-            id,
-            data: Some("{\"a\":1}"),
-        }
-    }
-
-    fn sample() -> Vec<u8> {
-        let mut buf = Vec::new();
-        let mut rb = RecordBuilder::begin(&mut buf, RecordType::Events, 7, 1000);
-        rb.begin_run(&mut buf, "s1", 10, 2);
-        vx_proto::packed::encode_event(&mut buf, &ev(Some("a"))).unwrap();
-        vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
-        rb.end_run(&mut buf).unwrap();
-        rb.begin_run(&mut buf, "s2", 1, 1);
-        vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
-        rb.end_run(&mut buf).unwrap();
-        rb.finish(&mut buf).unwrap();
-        buf
-    }
-
-    #[test]
-    fn record_round_trip() {
-        let mut buf = vec![9u8; 3]; // records are appended after existing bytes
-        buf.extend_from_slice(&sample());
-        let rec = &buf[3..];
-        let h = parse_header(rec).unwrap();
-        assert_eq!((h.lsn, h.append_ms, h.n, h.len), (7, 1000, 2, rec.len()));
-        assert!(crc_ok(&h, rec));
-        let runs: Vec<_> = runs(rec, h.n).collect::<Result<_, _>>().unwrap();
-        assert_eq!(runs[0].stream, "s1");
-        assert_eq!((runs[0].base_seq, runs[0].count, runs[0].at), (10, 2, 32));
-        let evs: Vec<_> = vx_proto::packed::events(runs[0].events, "s1")
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(evs, vec![ev(Some("a")), ev(None)]);
-        assert_eq!(runs[1].stream, "s2");
-        assert_eq!(runs[1].at, runs[0].at + runs[0].len);
-        let mut bad = rec.to_vec();
-        bad[40] ^= 1;
-        assert!(!crc_ok(&h, &bad));
-    }
-
-    #[test]
-    fn tombstone_round_trip() {
-        let mut buf = Vec::new();
-        let mut rb = RecordBuilder::begin(&mut buf, RecordType::Tombstone, 3, 5);
-        rb.tombstone(&mut buf, "gone", 41);
-        let len = rb.finish(&mut buf).unwrap();
-        let h = parse_header(&buf).unwrap();
-        assert_eq!((h.ty, h.len, h.n), (RecordType::Tombstone, len, 1));
-        assert_eq!(tombstone(&buf).unwrap(), ("gone", 41));
-        // Byte by byte: the 32-byte header (type 4, one "run"), then the stream and last seq.
-        let mut want = Vec::new();
-        want.extend_from_slice(&46u32.to_le_bytes());
-        want.extend_from_slice(&buf[4..8]);
-        want.extend_from_slice(&[2, 4, 0, 0]);
-        want.extend_from_slice(&3u64.to_le_bytes());
-        want.extend_from_slice(&5i64.to_le_bytes());
-        want.extend_from_slice(&1u32.to_le_bytes());
-        want.extend_from_slice(&4u16.to_le_bytes());
-        want.extend_from_slice(b"gone");
-        want.extend_from_slice(&41u64.to_le_bytes());
-        assert_eq!(buf, want);
-        assert_eq!(
-            u32::from_le_bytes(buf[4..8].try_into().unwrap()),
-            crc32c::crc32c(&buf[8..])
-        );
-    }
-
-    /// The record of `sample()` byte by byte, as docs/ARCHITECTURE.md describes it.
-    #[test]
-    fn golden_bytes() {
-        let rec = sample();
-        let mut want: Vec<u8> = Vec::new();
-        let body_len = rec.len() as u32;
-        want.extend_from_slice(&body_len.to_le_bytes());
-        want.extend_from_slice(&rec[4..8]); // crc, checked below
-        want.extend_from_slice(&[2, 1, 0, 0]);
-        want.extend_from_slice(&7u64.to_le_bytes());
-        want.extend_from_slice(&1000i64.to_le_bytes());
-        want.extend_from_slice(&2u32.to_le_bytes());
-        let event = |id: Option<&str>| {
-            let mut e = vec![1u8, 1 | 8 | 16 | if id.is_some() { 4 } else { 0 }, 3];
-            e.push(id.map_or(0, |i| i.len() as u8));
-            e.extend_from_slice(&2u16.to_le_bytes());
-            e.extend_from_slice(&7u32.to_le_bytes());
-            e.extend_from_slice(&42i64.to_le_bytes());
-            e.extend_from_slice(&(-5i64).to_le_bytes());
-            e.extend_from_slice(b"hitp1");
-            e.extend_from_slice(id.unwrap_or("").as_bytes());
-            e.extend_from_slice(b"{\"a\":1}");
-            e
-        };
-        let run = |stream: &str, base: u64, evs: &[Vec<u8>]| {
-            let mut r = Vec::new();
-            r.extend_from_slice(&(stream.len() as u16).to_le_bytes());
-            r.extend_from_slice(stream.as_bytes());
-            r.extend_from_slice(&base.to_le_bytes());
-            r.extend_from_slice(&(evs.len() as u32).to_le_bytes());
-            let body: Vec<u8> = evs.concat();
-            r.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            r.extend_from_slice(&body);
-            r
-        };
-        want.extend_from_slice(&run("s1", 10, &[event(Some("a")), event(None)]));
-        want.extend_from_slice(&run("s2", 1, &[event(None)]));
-        assert_eq!(rec, want);
-        assert_eq!(
-            u32::from_le_bytes(rec[4..8].try_into().unwrap()),
-            crc32c::crc32c(&rec[8..])
-        );
-    }
-
-    /// Feature put and delete records byte by byte (the module docs' layout).
-    #[test]
-    fn feature_records_golden_bytes() {
-        let mut buf = Vec::new();
-        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeaturePut, 9, 77);
-        let set = vec![
-            ("a".to_string(), Some(FeatureValue::Int(-2))),
-            ("b".to_string(), Some(FeatureValue::Float(0.5))),
-            ("c".to_string(), Some(FeatureValue::Bool(true))),
-            ("d".to_string(), Some(FeatureValue::Str("xy".into()))),
-            ("e".to_string(), None),
-        ];
-        rb.feature_put(&mut buf, "p7", &set);
-        let len = rb.finish(&mut buf).unwrap();
-        let mut want = Vec::new();
-        want.extend_from_slice(&(len as u32).to_le_bytes());
-        want.extend_from_slice(&buf[4..8]);
-        want.extend_from_slice(&[2, 2, 0, 0]);
-        want.extend_from_slice(&9u64.to_le_bytes());
-        want.extend_from_slice(&77i64.to_le_bytes());
-        want.extend_from_slice(&5u32.to_le_bytes());
-        want.extend_from_slice(&2u16.to_le_bytes());
-        want.extend_from_slice(b"p7");
-        want.extend_from_slice(&[1, b'a', 1]);
-        want.extend_from_slice(&(-2i64).to_le_bytes());
-        want.extend_from_slice(&[1, b'b', 2]);
-        want.extend_from_slice(&0.5f64.to_bits().to_le_bytes());
-        want.extend_from_slice(&[1, b'c', 3, 1]);
-        want.extend_from_slice(&[1, b'd', 4]);
-        want.extend_from_slice(&2u32.to_le_bytes());
-        want.extend_from_slice(b"xy");
-        want.extend_from_slice(&[1, b'e', 0]);
-        assert_eq!(buf, want);
-        assert_eq!(
-            u32::from_le_bytes(buf[4..8].try_into().unwrap()),
-            crc32c::crc32c(&buf[8..])
-        );
-        let h = parse_header(&buf).unwrap();
-        let (entity, got) = feature_put(&buf, h.n).unwrap();
-        assert_eq!(entity, "p7");
-        let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, ["a", "b", "c", "d", "e"]);
-        assert_eq!(got[3].1, Some(FeatureValue::Str("xy".into())));
-        assert_eq!(got[4].1, None);
-
-        let mut buf = Vec::new();
-        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 10, 78);
-        rb.feature_delete(&mut buf, "p7", Some("hp"));
-        rb.finish(&mut buf).unwrap();
-        assert_eq!(&buf[8..10], &[2, 3]);
-        assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 2, b'h', b'p']);
-        assert_eq!(feature_delete(&buf).unwrap(), ("p7", Some("hp")));
-        let mut buf = Vec::new();
-        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 11, 79);
-        rb.feature_delete(&mut buf, "p7", None);
-        rb.finish(&mut buf).unwrap();
-        assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 0]);
-        assert_eq!(feature_delete(&buf).unwrap(), ("p7", None));
-        // A truncated or padded body is refused.
-        assert!(feature_delete(&buf[..buf.len() - 1]).is_err());
-    }
-}
+mod tests;

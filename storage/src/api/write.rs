@@ -1,0 +1,70 @@
+//! Writes: requests, their outcomes, and where a durable batch came from.
+
+use super::Durability;
+use vx_proto::Batch;
+
+/// Where a batch was made durable first, in the order of its source: the storage engine
+/// applies batches in this order and remembers the last one it applied (the engine's input
+/// seam, `log/source.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourcePos {
+    /// The local log: the LSN of the record holding the batch.
+    Lsn(u64),
+}
+
+/// One request to append: all of its events are stored in one record, or none is.
+pub struct WriteRequest {
+    pub batch: Batch,
+    /// Requested level (`X-Vx-Durability`); `None` means the mode's default.
+    pub durability: Option<Durability>,
+    /// `X-Vx-Expected-Last-Seq`: only valid when the batch holds a single stream.
+    pub expected_last_seq: Option<u64>,
+    /// Dropped once the request is applied (or refused): releases the admission reservation.
+    pub guard: Option<Box<dyn Send>>,
+}
+
+/// Result of a stored request: SPEC §3's 200 body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub accepted: u64,
+    pub duplicates: u64,
+    /// Per stream, in first-appearance order: highest `seq` newly assigned, or the stored `seq`
+    /// of the duplicate when all of the stream's events were duplicates.
+    pub last_seq: Vec<(String, u64)>,
+    pub durability: Durability,
+}
+
+/// A direct feature write (SPEC §6 `PUT` / `DELETE /v1/features/...`): one log record.
+pub struct FeatureWrite {
+    pub entity: String,
+    pub op: FeatureOp,
+    pub durability: Option<Durability>,
+    /// Dropped once the request is applied (or refused): releases the admission reservation.
+    pub guard: Option<Box<dyn Send>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeatureOp {
+    /// Set values; `None` deletes that feature.
+    Put(Vec<(String, Option<crate::features::FeatureValue>)>),
+    /// Delete one feature, or (`None`) the whole entity.
+    Delete(Option<String>),
+}
+
+/// What a direct feature write did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureOutcome {
+    pub set: u64,
+    pub deleted: u64,
+    /// The entity (for a delete of one feature: the feature) existed.
+    pub found: bool,
+    pub durability: Durability,
+}
+
+/// A stream deleted (SPEC §5 `DELETE /v1/streams/{stream}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// The stream's last seq: a later write continues at `last_seq + 1`.
+    pub last_seq: u64,
+    pub durability: Durability,
+}

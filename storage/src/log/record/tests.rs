@@ -1,0 +1,188 @@
+//! Golden bytes and round trips of the format.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use vx_proto::{EventView, Kind, Num};
+
+fn ev(id: Option<&str>) -> EventView<'_> {
+    EventView {
+        stream: "s1",
+        entity: Some("p1"),
+        ty: "hit",
+        ts: 42,
+        kind: Kind::Counter,
+        value: Some(Num::Int(-5)),
+        id,
+        data: Some("{\"a\":1}"),
+    }
+}
+
+fn sample() -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::Events, 7, 1000);
+    rb.begin_run(&mut buf, "s1", 10, 2);
+    vx_proto::packed::encode_event(&mut buf, &ev(Some("a"))).unwrap();
+    vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
+    rb.end_run(&mut buf).unwrap();
+    rb.begin_run(&mut buf, "s2", 1, 1);
+    vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
+    rb.end_run(&mut buf).unwrap();
+    rb.finish(&mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn record_round_trip() {
+    let mut buf = vec![9u8; 3]; // records are appended after existing bytes
+    buf.extend_from_slice(&sample());
+    let rec = &buf[3..];
+    let h = parse_header(rec).unwrap();
+    assert_eq!((h.lsn, h.append_ms, h.n, h.len), (7, 1000, 2, rec.len()));
+    assert!(crc_ok(&h, rec));
+    let runs: Vec<_> = runs(rec, h.n).collect::<Result<_, _>>().unwrap();
+    assert_eq!(runs[0].stream, "s1");
+    assert_eq!((runs[0].base_seq, runs[0].count, runs[0].at), (10, 2, 32));
+    let evs: Vec<_> = vx_proto::packed::events(runs[0].events, "s1")
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(evs, vec![ev(Some("a")), ev(None)]);
+    assert_eq!(runs[1].stream, "s2");
+    assert_eq!(runs[1].at, runs[0].at + runs[0].len);
+    let mut bad = rec.to_vec();
+    bad[40] ^= 1;
+    assert!(!crc_ok(&h, &bad));
+}
+
+#[test]
+fn tombstone_round_trip() {
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::Tombstone, 3, 5);
+    rb.tombstone(&mut buf, "gone", 41);
+    let len = rb.finish(&mut buf).unwrap();
+    let h = parse_header(&buf).unwrap();
+    assert_eq!((h.ty, h.len, h.n), (RecordType::Tombstone, len, 1));
+    assert_eq!(tombstone(&buf).unwrap(), ("gone", 41));
+    // Byte by byte: the 32-byte header (type 4, one "run"), then the stream and last seq.
+    let mut want = Vec::new();
+    want.extend_from_slice(&46u32.to_le_bytes());
+    want.extend_from_slice(&buf[4..8]);
+    want.extend_from_slice(&[2, 4, 0, 0]);
+    want.extend_from_slice(&3u64.to_le_bytes());
+    want.extend_from_slice(&5i64.to_le_bytes());
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&4u16.to_le_bytes());
+    want.extend_from_slice(b"gone");
+    want.extend_from_slice(&41u64.to_le_bytes());
+    assert_eq!(buf, want);
+    assert_eq!(
+        u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+        crc32c::crc32c(&buf[8..])
+    );
+}
+
+/// The record of `sample()` byte by byte, as docs/ARCHITECTURE.md describes it.
+#[test]
+fn golden_bytes() {
+    let rec = sample();
+    let mut want: Vec<u8> = Vec::new();
+    let body_len = rec.len() as u32;
+    want.extend_from_slice(&body_len.to_le_bytes());
+    want.extend_from_slice(&rec[4..8]); // crc, checked below
+    want.extend_from_slice(&[2, 1, 0, 0]);
+    want.extend_from_slice(&7u64.to_le_bytes());
+    want.extend_from_slice(&1000i64.to_le_bytes());
+    want.extend_from_slice(&2u32.to_le_bytes());
+    let event = |id: Option<&str>| {
+        let mut e = vec![1u8, 1 | 8 | 16 | if id.is_some() { 4 } else { 0 }, 3];
+        e.push(id.map_or(0, |i| i.len() as u8));
+        e.extend_from_slice(&2u16.to_le_bytes());
+        e.extend_from_slice(&7u32.to_le_bytes());
+        e.extend_from_slice(&42i64.to_le_bytes());
+        e.extend_from_slice(&(-5i64).to_le_bytes());
+        e.extend_from_slice(b"hitp1");
+        e.extend_from_slice(id.unwrap_or("").as_bytes());
+        e.extend_from_slice(b"{\"a\":1}");
+        e
+    };
+    let run = |stream: &str, base: u64, evs: &[Vec<u8>]| {
+        let mut r = Vec::new();
+        r.extend_from_slice(&(stream.len() as u16).to_le_bytes());
+        r.extend_from_slice(stream.as_bytes());
+        r.extend_from_slice(&base.to_le_bytes());
+        r.extend_from_slice(&(evs.len() as u32).to_le_bytes());
+        let body: Vec<u8> = evs.concat();
+        r.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        r.extend_from_slice(&body);
+        r
+    };
+    want.extend_from_slice(&run("s1", 10, &[event(Some("a")), event(None)]));
+    want.extend_from_slice(&run("s2", 1, &[event(None)]));
+    assert_eq!(rec, want);
+    assert_eq!(
+        u32::from_le_bytes(rec[4..8].try_into().unwrap()),
+        crc32c::crc32c(&rec[8..])
+    );
+}
+
+/// Feature put and delete records byte by byte (the module docs' layout).
+#[test]
+fn feature_records_golden_bytes() {
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeaturePut, 9, 77);
+    let set = vec![
+        ("a".to_string(), Some(FeatureValue::Int(-2))),
+        ("b".to_string(), Some(FeatureValue::Float(0.5))),
+        ("c".to_string(), Some(FeatureValue::Bool(true))),
+        ("d".to_string(), Some(FeatureValue::Str("xy".into()))),
+        ("e".to_string(), None),
+    ];
+    rb.feature_put(&mut buf, "p7", &set);
+    let len = rb.finish(&mut buf).unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(&(len as u32).to_le_bytes());
+    want.extend_from_slice(&buf[4..8]);
+    want.extend_from_slice(&[2, 2, 0, 0]);
+    want.extend_from_slice(&9u64.to_le_bytes());
+    want.extend_from_slice(&77i64.to_le_bytes());
+    want.extend_from_slice(&5u32.to_le_bytes());
+    want.extend_from_slice(&2u16.to_le_bytes());
+    want.extend_from_slice(b"p7");
+    want.extend_from_slice(&[1, b'a', 1]);
+    want.extend_from_slice(&(-2i64).to_le_bytes());
+    want.extend_from_slice(&[1, b'b', 2]);
+    want.extend_from_slice(&0.5f64.to_bits().to_le_bytes());
+    want.extend_from_slice(&[1, b'c', 3, 1]);
+    want.extend_from_slice(&[1, b'd', 4]);
+    want.extend_from_slice(&2u32.to_le_bytes());
+    want.extend_from_slice(b"xy");
+    want.extend_from_slice(&[1, b'e', 0]);
+    assert_eq!(buf, want);
+    assert_eq!(
+        u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+        crc32c::crc32c(&buf[8..])
+    );
+    let h = parse_header(&buf).unwrap();
+    let (entity, got) = feature_put(&buf, h.n).unwrap();
+    assert_eq!(entity, "p7");
+    let names: Vec<&str> = got.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+    assert_eq!(got[3].1, Some(FeatureValue::Str("xy".into())));
+    assert_eq!(got[4].1, None);
+
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 10, 78);
+    rb.feature_delete(&mut buf, "p7", Some("hp"));
+    rb.finish(&mut buf).unwrap();
+    assert_eq!(&buf[8..10], &[2, 3]);
+    assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 2, b'h', b'p']);
+    assert_eq!(feature_delete(&buf).unwrap(), ("p7", Some("hp")));
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 11, 79);
+    rb.feature_delete(&mut buf, "p7", None);
+    rb.finish(&mut buf).unwrap();
+    assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 0]);
+    assert_eq!(feature_delete(&buf).unwrap(), ("p7", None));
+    // A truncated or padded body is refused.
+    assert!(feature_delete(&buf[..buf.len() - 1]).is_err());
+}

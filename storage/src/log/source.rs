@@ -1,0 +1,81 @@
+//! The engine's input seam: what the storage engine applies, and where it came from.
+//!
+//! Whatever makes a batch durable first, the engine's state changes the same way: a durable
+//! record's runs (with their `seq`s), its tombstone and its ids are applied by
+//! [`LogWriter::apply`], in the order of their [`SourcePos`]. Today there is one source, the
+//! local log: the group commit applies each record it just wrote and synced, and recovery
+//! applies the active segment's records as it reads them back, both through this entry. In
+//! cluster mode a shard is a Kafka partition: its owner's consumer will apply each record
+//! at its partition offset through the same entry, deciding `seq`s, dedup and conditional
+//! writes from the record alone (see docs/ARCHITECTURE.md, "The engine's input seam").
+
+pub use crate::api::SourcePos;
+use crate::index::idxfile::TsRange;
+use crate::index::memory::Placed;
+use crate::log::state::LogWriter;
+
+/// One stream's run of a durable record, placed in the active segment with its `seq`s.
+pub(crate) struct RunAt<'a> {
+    pub shard: u32,
+    pub stream: &'a str,
+    /// Every seq ≤ floor of the stream is deleted.
+    pub floor: u64,
+    pub placed: Placed,
+}
+
+/// A durable record as the engine applies it.
+pub(crate) struct Durable<'a, R> {
+    pub pos: SourcePos,
+    /// When it was appended (ms since the epoch): the dedup window counts from here.
+    pub append_ms: i64,
+    pub runs: R,
+    /// A deleted stream: (shard, stream, its last seq).
+    pub tombstone: Option<(u32, &'a str, u64)>,
+    /// Ids to remember for dedup: (shard, key, seq).
+    pub ids: &'a [(u32, u128, u64)],
+    /// Events with an id in the record, remembered or not (recovery forgets those older
+    /// than the dedup window).
+    pub id_count: u64,
+}
+
+impl LogWriter {
+    /// Apply a durable record: its runs and tombstone become visible to readers and
+    /// followers, its ids are remembered. The `seq`s were assigned before (by the planning
+    /// of the group, or in the record read back); nothing here can fail.
+    pub(crate) fn apply<'a>(
+        &mut self,
+        input: Durable<'a, impl IntoIterator<Item = RunAt<'a>>>,
+        now: i64,
+    ) {
+        debug_assert!(input.pos > self.applied, "applied out of order");
+        for r in input.runs {
+            self.apply_run(r.shard, r.stream, r.floor, r.placed);
+        }
+        if let Some((shard, stream, last_seq)) = input.tombstone {
+            self.apply_tombstone(shard, stream, last_seq);
+        }
+        for &(shard, key, seq) in input.ids {
+            if let Some(t) = self.dedup.get_mut(shard as usize) {
+                t.insert_newer(key, seq, input.append_ms, now);
+            }
+        }
+        self.active_ids += input.id_count;
+        self.applied = input.pos;
+    }
+
+    /// The active segment now ends at `end`, its newest record appended at `append_ms`:
+    /// readers and retention see its new length and append times.
+    pub(crate) fn appended(&mut self, end: u64, append_ms: i64) {
+        self.active_len = end;
+        self.active_append = self.active_append.merge(TsRange {
+            min_ts: append_ms,
+            max_ts: append_ms,
+        });
+        let (len, append) = (self.active_len, self.active_append);
+        self.shared.segments.update(self.active_first, |s| {
+            s.log_len = len;
+            s.min_append_ms = append.min_ts;
+            s.max_append_ms = append.max_ts;
+        });
+    }
+}

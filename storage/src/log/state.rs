@@ -1,0 +1,314 @@
+//! The state the log writer thread owns, and what changes it besides appending: making runs
+//! and tombstones visible; sealing ([`crate::log::seal`]) and retention
+//! ([`crate::log::retention`]) change it too. Recovery ([`crate::log::recovery`]) builds the
+//! same state by applying the log through the same entry ([`crate::log::source`]), so a
+//! restart ends where the running process was; the writer thread then owns it alone.
+
+use crate::api::{PoisonCause, SourcePos, StorageConfig, WriteError};
+use crate::dedup::DedupTable;
+use crate::features::Features;
+use crate::index::carry::{Carry, CarryEntry};
+use crate::index::idxfile::TsRange;
+use crate::index::memory::{Index, Placed};
+use crate::log::segment::{self, DataDir, Segments};
+use crate::vfs::{VFile, Vfs};
+use hashbrown::HashMap;
+use parking_lot::{Mutex, RwLock};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+/// State shared between the writer and the [`crate::Store`] handles (readers).
+pub(crate) struct Published {
+    pub index: Index,
+    pub segments: Segments,
+    pub carry: RwLock<Carry>,
+    /// Set by a failed write, fsync or truncation of the log: every later write is refused.
+    pub poison: Poison,
+    /// Per shard: append time of the oldest remembered id (`i64::MIN`: none).
+    pub horizons: Vec<AtomicI64>,
+    pub retained_segments: AtomicU64,
+    pub retained_bytes: AtomicU64,
+    /// The feature tables (changed by the writer only).
+    pub features: Arc<Features>,
+    /// Retention keeps every record after this LSN: the oldest kept snapshot covers the
+    /// feature tables up to it, so state rebuilt from a snapshot never misses a record.
+    pub snapshot_floor: AtomicU64,
+    /// Followers' notifications of newly visible events and deletes.
+    pub watches: crate::read::watch::Watches,
+}
+
+impl Published {
+    pub fn new(
+        shards: u32,
+        vfs: Arc<dyn Vfs>,
+        log_dir: PathBuf,
+        active_seg: u64,
+        open_files: usize,
+        features: Arc<Features>,
+    ) -> Published {
+        Published {
+            index: Index::new(shards, active_seg),
+            segments: Segments::new(vfs, log_dir, open_files),
+            carry: RwLock::new(Carry::default()),
+            poison: Poison::default(),
+            horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),
+            retained_segments: AtomicU64::new(0),
+            retained_bytes: AtomicU64::new(0),
+            features,
+            snapshot_floor: AtomicU64::new(0),
+            watches: crate::read::watch::Watches::default(),
+        }
+    }
+
+    pub fn carry_path(&self) -> PathBuf {
+        self.segments.log_dir.join(segment::CARRY_FILE)
+    }
+
+    pub fn carry_get(&self, stream: &str) -> io::Result<Option<CarryEntry>> {
+        let carry = self.carry.read().clone();
+        carry.get(stream)
+    }
+}
+
+/// Whether the store refuses writes until restart, and why: set once the log's file is in a
+/// state nobody knows (a write or truncation failed for a reason other than space, or an
+/// fsync failed, after which the page cache may have dropped what it could not write).
+#[derive(Default)]
+pub(crate) struct Poison {
+    set: AtomicBool,
+    cause: Mutex<Option<PoisonCause>>,
+}
+
+impl Poison {
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// The error every write gets once the store is poisoned.
+    pub fn error(&self) -> Option<WriteError> {
+        if !self.is_set() {
+            return None;
+        }
+        self.cause.lock().clone().map(WriteError::Poisoned)
+    }
+
+    /// Refuse writes from now on; the first cause is the one reported.
+    pub fn set(&self, cause: impl Into<PoisonCause>) {
+        let cause = cause.into();
+        tracing::error!(error = %cause, "refusing writes until restart");
+        self.cause.lock().get_or_insert(cause);
+        self.set.store(true, Ordering::Release);
+    }
+}
+
+/// Takes a snapshot of the feature tables and waits for it (built by the store, which owns
+/// the snapshot thread; the log does not know how snapshots are taken).
+pub(crate) type TakeSnapshot = Box<dyn Fn() -> io::Result<()> + Send>;
+
+/// What the writer knows of a stream's `seq`s, visible or not yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WState {
+    /// Last assigned seq.
+    pub last: u64,
+    /// Every seq ≤ floor is deleted.
+    pub floor: u64,
+    /// Tombstoned and not written since.
+    pub deleted: bool,
+}
+
+impl From<&CarryEntry> for WState {
+    fn from(e: &CarryEntry) -> Self {
+        WState {
+            last: e.last_seq,
+            floor: e.floor,
+            deleted: e.is_tombstone(),
+        }
+    }
+}
+
+/// Everything the writer thread owns: its fields are the log's own (`pub(super)`); only what
+/// start-up reads before the writer runs (the feature tables' bootstrap in snapshot.rs) is
+/// visible to the rest of the crate.
+pub(crate) struct LogWriter {
+    pub(crate) shared: Arc<Published>,
+    pub(super) cfg: StorageConfig,
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) log_dir: PathBuf,
+    pub(super) shards: u32,
+    pub(super) dedup_key: u64,
+    pub(super) active: Arc<dyn VFile>,
+    /// First LSN of the active segment (its name).
+    pub(super) active_first: u64,
+    pub(super) active_len: u64,
+    /// Min/max append time of the active segment's records.
+    pub(super) active_append: TsRange,
+    /// Events with an id in the active segment.
+    pub(super) active_ids: u64,
+    pub(crate) next_lsn: u64,
+    /// The newest source position applied ([`crate::log::source`]).
+    pub(super) applied: SourcePos,
+    /// Per stream in memory: assigned seqs (including not-yet-visible ones).
+    pub(super) streams: HashMap<Box<str>, WState>,
+    pub(super) dedup: Vec<DedupTable>,
+    /// Streams with runs or a tombstone in the active segment.
+    pub(super) touched: HashMap<Box<str>, u32>,
+    /// Spans of the active segment's index in memory.
+    pub(super) active_spans: usize,
+    /// Streams in `streams` that are not deleted; with `carry_orphans`, what
+    /// `storage.max_streams` counts.
+    pub(super) live: u64,
+    /// Orphans in the carry file that are not in memory.
+    pub(super) carry_orphans: u64,
+    /// Data dir lock and metadata: held as long as the engine lives.
+    pub(crate) dir: DataDir,
+    /// Asks the snapshot thread for a snapshot and waits for it: retention does when the
+    /// snapshot floor holds it back.
+    pub(super) snapshots: Option<TakeSnapshot>,
+}
+
+impl LogWriter {
+    pub(crate) fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// The seed of the dedup keys, recorded in the data dir's metadata.
+    pub(crate) fn dedup_key(&self) -> u64 {
+        self.dedup_key
+    }
+
+    /// Let retention ask for snapshots (see [`TakeSnapshot`]).
+    pub(crate) fn set_snapshots(&mut self, take: TakeSnapshot) {
+        self.snapshots = Some(take);
+    }
+
+    /// A stream's writer state: in memory, or in the carry file (not loaded).
+    pub fn state_of(&self, stream: &str) -> io::Result<Option<WState>> {
+        if let Some(s) = self.streams.get(stream) {
+            return Ok(Some(*s));
+        }
+        Ok(self.shared.carry_get(stream)?.map(|e| WState::from(&e)))
+    }
+
+    /// Bring a stream into memory before its first write or delete: from the carry file
+    /// (`from_carry`), or new. Keeps `live` and `carry_orphans` in step. Returns its state.
+    pub fn load(&mut self, stream: &str, from_carry: Option<WState>) -> WState {
+        if let Some(s) = self.streams.get(stream) {
+            return *s;
+        }
+        let st = match from_carry {
+            Some(s) if !s.deleted => {
+                // An orphan: it moves from the carry's count to the live one.
+                self.carry_orphans = self.carry_orphans.saturating_sub(1);
+                self.live += 1;
+                s
+            }
+            Some(s) => s,
+            None => WState {
+                last: 0,
+                floor: 0,
+                deleted: true,
+            },
+        };
+        self.streams.insert(stream.into(), st);
+        st
+    }
+
+    /// Set a stream's writer state, counting it live or not.
+    pub fn set_state(&mut self, stream: &str, st: WState) {
+        let was_live = self.streams.get(stream).is_some_and(|s| !s.deleted);
+        match (was_live, st.deleted) {
+            (false, false) => self.live += 1,
+            (true, true) => self.live = self.live.saturating_sub(1),
+            _ => {}
+        }
+        if let Some(s) = self.streams.get_mut(stream) {
+            *s = st;
+        } else {
+            self.streams.insert(stream.into(), st);
+        }
+    }
+
+    /// A run became visible.
+    pub fn apply_run(&mut self, shard: u32, stream: &str, floor: u64, p: Placed) {
+        if self.shared.index.apply_run(shard, stream, floor, p) {
+            self.active_spans += 1;
+        }
+        self.shared
+            .watches
+            .published(stream, p.first_seq + u64::from(p.count) - 1);
+        if !self.touched.contains_key(stream) {
+            self.touched.insert(stream.into(), shard);
+        }
+    }
+
+    /// A tombstone became visible.
+    pub fn apply_tombstone(&mut self, shard: u32, stream: &str, last_seq: u64) {
+        let dropped = self
+            .shared
+            .index
+            .with(shard, stream, |s| s.active.len())
+            .unwrap_or(0);
+        self.active_spans = self.active_spans.saturating_sub(dropped);
+        self.shared.index.apply_tombstone(shard, stream, last_seq);
+        self.shared.watches.deleted(stream, last_seq);
+        if !self.touched.contains_key(stream) {
+            self.touched.insert(stream.into(), shard);
+        }
+    }
+
+    /// The active segment's spans passed the memory budget or its size the segment size.
+    pub fn wants_roll(&self) -> bool {
+        self.active_len >= self.cfg.segment_bytes
+            || (self.active_spans * crate::index::memory::SPAN_BYTES) as u64
+                >= self.cfg.active_index_bytes
+    }
+
+    /// `file` (segment `first_lsn`, empty or about to be read back) becomes the active
+    /// segment: sealing starts the next one this way, recovery each one it reads.
+    pub fn start_segment(&mut self, file: Arc<dyn VFile>, first_lsn: u64) {
+        self.set_active_seg(first_lsn);
+        self.active = file;
+        self.active_first = first_lsn;
+        self.active_len = 0;
+        self.active_append = TsRange::EMPTY;
+        self.active_ids = 0;
+    }
+
+    /// The active segment was cut back to `len` bytes (recovery, a torn tail).
+    pub fn truncated(&mut self, len: u64) {
+        self.active_len = len;
+        self.shared
+            .segments
+            .update(self.active_first, |s| s.log_len = len);
+    }
+
+    /// Count the live streams and the carry file's orphans again, from the streams in
+    /// memory and `carried` (every carry entry), after recovery moved streams around.
+    pub fn recount_streams(&mut self, carried: &[CarryEntry]) {
+        self.live = self.streams.values().filter(|s| !s.deleted).count() as u64;
+        self.carry_orphans = carried
+            .iter()
+            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
+            .count() as u64;
+    }
+
+    /// Point every shard's active spans at segment `seg`.
+    pub fn set_active_seg(&self, seg: u64) {
+        for shard in 0..self.shards {
+            if let Some(lock) = self.shared.index.shard(shard) {
+                lock.write().active_seg = seg;
+            }
+        }
+    }
+
+    /// Publish the dedup horizons for metrics.
+    pub fn publish_horizons(&self) {
+        for (i, t) in self.dedup.iter().enumerate() {
+            if let Some(h) = self.shared.horizons.get(i) {
+                h.store(t.oldest_ms().unwrap_or(i64::MIN), Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! Committing one group: plan every request, append the group's records with one write,
+//! sync if the mode or a request asks for it, apply what became durable, answer.
+
+use super::Msg;
+use super::plan::Scratch;
+use super::planned::{Answer, Planned};
+use crate::api::*;
+use crate::log::source::{Durable, RunAt, SourcePos};
+use crate::log::state::LogWriter;
+use std::time::{Duration, Instant};
+use vx_sys::{EXPORT_SPANS, now_ms, span_int};
+
+/// What undoes a group's planning when its write or fsync fails.
+struct Undo {
+    first_lsn: u64,
+    /// `live` and `carry_orphans` before the group.
+    counters: (u64, u64),
+}
+
+impl LogWriter {
+    /// Commit one group: [`plan`](Self::plan_group) every request, [`append`](Self::append)
+    /// the group's records with one write, [`sync`](Self::sync_group) if the mode or a
+    /// request asks for it, [`apply`](Self::apply_group) what became durable, and
+    /// [`answer`](Self::answer_group). A failed append or sync undoes the group and refuses
+    /// every request in it.
+    pub(super) fn commit_group(
+        &mut self,
+        group: &mut Vec<Msg>,
+        scratch: &mut Scratch,
+        unsynced: &mut bool,
+        last_sync: &mut Instant,
+    ) {
+        let now = now_ms();
+        scratch.buf.clear();
+        scratch.undo.clear();
+        scratch.pending.clear();
+        let undo = Undo {
+            first_lsn: self.next_lsn,
+            counters: (self.live, self.carry_orphans),
+        };
+        // One span per group, not per request: a group commit serves many requests, so it
+        // is linked to each request's span (follows-from) rather than a child of one.
+        let span = tracing::info_span!(
+            target: EXPORT_SPANS,
+            "commit",
+            requests = span_int(group.len()),
+            records = tracing::field::Empty,
+            events = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            fsync = tracing::field::Empty,
+            fsync_us = tracing::field::Empty,
+        );
+        let _entered = span.enter();
+        let mut planned = self.plan_group(group, now, scratch, &span);
+        let records = self.next_lsn - undo.first_lsn;
+        let events: u64 = planned
+            .iter()
+            .map(|p| match &p.answer {
+                Answer::Write(_, o) => o.accepted,
+                Answer::Delete(..) | Answer::Feature(..) => 0,
+            })
+            .sum();
+        let need_sync = self.needs_sync(&planned, scratch.buf.is_empty(), *unsynced);
+        let at = self.active_len;
+        if let Err(err) = self.append(&scratch.buf, at, records, events, &mut planned) {
+            self.abort_group(undo, scratch);
+            refuse(&mut planned, &err);
+            return;
+        }
+        if !scratch.buf.is_empty() {
+            *unsynced = true;
+        }
+        let fsync_took = match self.sync_group(need_sync, unsynced, last_sync) {
+            Ok(took) => took,
+            Err(failure) => {
+                // Never pretend: the unsynced group is cut off and refused.
+                if !scratch.buf.is_empty() {
+                    let _ = self.active.set_len(at);
+                    self.active_len = at;
+                }
+                self.abort_group(undo, scratch);
+                refuse(&mut planned, &WriteError::Poisoned(failure.into()));
+                return;
+            }
+        };
+        let fsync_us = u64::try_from(fsync_took.as_micros()).unwrap_or(u64::MAX);
+        span.record("records", span_int(records))
+            .record("events", span_int(events))
+            .record("bytes", span_int(scratch.buf.len()))
+            .record("fsync", need_sync)
+            .record("fsync_us", span_int(fsync_us));
+        self.apply_group(&mut planned, &scratch.buf, at, now);
+        answer_group(&mut planned, need_sync, fsync_us);
+    }
+
+    /// Plan step: each request checked and turned into its record in the group buffer, or
+    /// refused at once. A request that asked for no durability is answered here.
+    fn plan_group(
+        &mut self,
+        group: &mut Vec<Msg>,
+        now: i64,
+        scratch: &mut Scratch,
+        span: &tracing::Span,
+    ) -> Vec<Planned> {
+        let visible_at = self.cfg.fsync.durability();
+        let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
+        for msg in group.drain(..) {
+            let lsn = self.next_lsn;
+            let p = match msg {
+                Msg::Write(req, reply, caller) => {
+                    span.follows_from(&caller);
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    let want = req.durability.unwrap_or(visible_at);
+                    match self.plan_write(&req, now, scratch) {
+                        Ok(plan) => Planned {
+                            batch: Some(req.batch),
+                            runs: plan.runs,
+                            rec: plan.rec,
+                            ids: plan.ids,
+                            span: caller,
+                            ..Planned::new(
+                                Answer::Write(Some(reply), plan.outcome),
+                                req.guard,
+                                want,
+                            )
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::Delete {
+                    stream,
+                    durability,
+                    reply,
+                } => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    let want = durability.unwrap_or(visible_at);
+                    match self.plan_delete(&stream, now, scratch) {
+                        Ok((shard, last_seq)) => Planned {
+                            tombstone: Some((shard, stream, last_seq)),
+                            ..Planned::new(
+                                Answer::Delete(
+                                    Some(reply),
+                                    DeleteOutcome {
+                                        last_seq,
+                                        durability: Durability::None,
+                                    },
+                                ),
+                                None,
+                                want,
+                            )
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::Feature(fw, reply) => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    let want = fw.durability.unwrap_or(visible_at);
+                    match self.plan_feature(&fw, now, scratch) {
+                        Ok((rec, found)) => Planned {
+                            rec: Some(rec),
+                            ..Planned::new(
+                                Answer::Feature(
+                                    Some(reply),
+                                    FeatureOutcome {
+                                        set: 0,
+                                        deleted: 0,
+                                        found,
+                                        durability: Durability::None,
+                                    },
+                                ),
+                                fw.guard,
+                                want,
+                            )
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::Shutdown => continue,
+            };
+            let mut p = p;
+            // The record's LSN, if the request wrote one (a request of duplicates only
+            // writes none).
+            p.lsn = (self.next_lsn > lsn).then_some(lsn);
+            if p.want == Durability::None {
+                p.set_durability(Durability::None);
+                p.answer(Ok(()));
+            }
+            planned.push(p);
+        }
+        planned
+    }
+
+    /// Whether the group needs an fsync: every group with records under `always`, and any
+    /// group where a request asks for `fsync`. A request whose events were all duplicates
+    /// wrote nothing, but `fsync` must still mean an fsync covers the originals: under
+    /// `interval` they may be unsynced.
+    fn needs_sync(&self, planned: &[Planned], empty: bool, unsynced: bool) -> bool {
+        let wants_fsync = planned
+            .iter()
+            .any(|p| p.want == Durability::Fsync && p.owed());
+        (!empty && self.cfg.fsync == FsyncMode::Always) || (wants_fsync && (!empty || unsynced))
+    }
+
+    /// Append step: the group's records with one write at `at`, the end of the active
+    /// segment. A failure cuts off whatever reached the file; out of space the store stays
+    /// writable, any other failure poisons it (see the module docs of [`super`]).
+    fn append(
+        &mut self,
+        buf: &[u8],
+        at: u64,
+        records: u64,
+        events: u64,
+        planned: &mut [Planned],
+    ) -> Result<(), WriteError> {
+        // Index offsets within a segment are 32-bit: a segment that cannot be rolled (its
+        // seal keeps failing) stops taking writes before it outgrows them.
+        if at.saturating_add(buf.len() as u64) > u64::from(u32::MAX) {
+            let full = IoFailure::new(
+                format!("log segment {}", self.active_first),
+                std::io::Error::new(
+                    std::io::ErrorKind::FileTooLarge,
+                    "it cannot be rolled and has reached the 4GiB a segment can index",
+                ),
+            );
+            tracing::error!(error = %full, "refusing a group");
+            return Err(WriteError::StorageFull(full));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.active.write_all_at(buf, at) {
+            let failure = IoFailure::new(format!("write to log segment {}", self.active_first), e);
+            tracing::error!(error = %failure, "a group's write failed");
+            // Cut off whatever part of the group reached the file; if even that fails, the
+            // file's tail is unknown and nothing more may be appended. A failure other than
+            // space (EIO, …) leaves the file's state unknown too.
+            if let Err(t) = self.active.set_len(at) {
+                self.shared.poison.set(IoFailure::new(
+                    format!("{failure}; truncating the partial write"),
+                    t,
+                ));
+            } else if !failure.is_out_of_space() {
+                self.shared.poison.set(failure.clone());
+            }
+            return Err(self.poisoned().unwrap_or(WriteError::StorageFull(failure)));
+        }
+        self.active_len += buf.len() as u64;
+        if let Some(o) = &self.cfg.observer {
+            o.appended(records, events, buf.len() as u64);
+        }
+        // Requests that asked for `write` below the visibility level (mode `always`) are
+        // answered now; the rest wait until they are applied, so an acknowledged write is
+        // always visible to the reader who acknowledged it (read-your-writes).
+        let visible_at = self.cfg.fsync.durability();
+        for p in planned {
+            if p.want == Durability::Write && p.want < visible_at {
+                p.set_durability(Durability::Write);
+                p.answer(Ok(()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sync step: fdatasync when the group needs it; how long it took.
+    fn sync_group(
+        &mut self,
+        need_sync: bool,
+        unsynced: &mut bool,
+        last_sync: &mut Instant,
+    ) -> Result<Duration, IoFailure> {
+        if need_sync {
+            self.sync(unsynced, last_sync)
+        } else {
+            Ok(Duration::ZERO)
+        }
+    }
+
+    /// Apply step: what is durable becomes visible, through the engine's input seam
+    /// ([`LogWriter::apply`]) — the same entry recovery applies the log through.
+    fn apply_group(&mut self, planned: &mut [Planned], buf: &[u8], at: u64, now: i64) {
+        if !buf.is_empty() {
+            self.appended(self.active_len, now);
+        }
+        for p in planned.iter_mut() {
+            if let Some(lsn) = p.lsn {
+                let runs = p.batch.as_ref().map(|batch| {
+                    p.runs.iter().filter_map(move |r| {
+                        let run = batch.runs().get(r.run)?;
+                        let mut placed = r.placed;
+                        let off = at + r.head_rel as u64;
+                        let rec_end = (r.rec_end_rel - r.head_rel) as u64;
+                        // Segments stay below 4 GiB (storage.segment_bytes is checked at
+                        // start-up).
+                        placed.off = u32::try_from(off).unwrap_or(u32::MAX);
+                        placed.rec_end = u32::try_from(rec_end).unwrap_or(u32::MAX);
+                        Some(RunAt {
+                            shard: r.shard,
+                            stream: batch.stream(run),
+                            floor: r.floor,
+                            placed,
+                        })
+                    })
+                });
+                self.apply(
+                    Durable {
+                        pos: SourcePos::Lsn(lsn),
+                        append_ms: now,
+                        runs: runs.into_iter().flatten(),
+                        tombstone: p
+                            .tombstone
+                            .as_ref()
+                            .map(|(shard, s, last)| (*shard, s.as_str(), *last)),
+                        ids: &p.ids,
+                        id_count: p.ids.len() as u64,
+                    },
+                    now,
+                );
+            }
+            if let Some((start, end)) = p.rec
+                && let Some(rec) = buf.get(start..end)
+                && let Err(err) = self.apply_features(rec, &mut p.answer)
+            {
+                p.answer(Err(err));
+            }
+            p.batch = None;
+        }
+        let features = &self.shared.features;
+        features.end_group();
+        features.applied_through(self.next_lsn.saturating_sub(1));
+        self.publish_horizons();
+    }
+
+    /// Apply a written record to the feature tables (the same path recovery replays it
+    /// through), and fill in a direct write's outcome. A record the tables do not take
+    /// poisons the store: the tables no longer follow the log, and only a restart, which
+    /// rebuilds them from the log, may write again (docs/FEATURES.md).
+    fn apply_features(&self, rec: &[u8], answer: &mut Answer) -> Result<(), WriteError> {
+        let header = crate::log::record::parse_header(rec).map_err(crate::feed::FeedError::from);
+        let lsn = header.as_ref().map_or(0, |h| h.lsn);
+        let result =
+            header.and_then(|h| crate::feed::apply_record(&self.shared.features, rec, &h, None));
+        match result {
+            Ok(a) => {
+                if let Answer::Feature(_, o) = answer {
+                    o.set = a.set;
+                    o.deleted = a.deleted;
+                    o.found = a.found;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let cause = PoisonCause::Features {
+                    lsn,
+                    source: std::sync::Arc::new(e),
+                };
+                self.shared.poison.set(cause.clone());
+                Err(WriteError::Poisoned(cause))
+            }
+        }
+    }
+
+    /// Forget a group whose write or fsync failed: `seq` assignments, counters and LSNs.
+    fn abort_group(&mut self, undo: Undo, scratch: &mut Scratch) {
+        self.shared.features.end_group();
+        self.next_lsn = undo.first_lsn;
+        (self.live, self.carry_orphans) = undo.counters;
+        for (stream, prior) in scratch.undo.drain(..).rev() {
+            match prior {
+                Some(st) => {
+                    self.streams.insert(stream, st);
+                }
+                None => {
+                    self.streams.remove(&stream);
+                }
+            }
+        }
+    }
+}
+
+/// Answer step: every request still owed its answer gets it, at the durability the group
+/// reached. The admission reservation is released once the request is applied and before
+/// it is answered, so a producer never finds its own finished request still queued.
+fn answer_group(planned: &mut [Planned], need_sync: bool, fsync_us: u64) {
+    let n_planned = planned.len();
+    for p in planned {
+        p.guard = None;
+        p.span
+            .record("group", span_int(n_planned))
+            .record("fsync_us", span_int(fsync_us));
+        if p.owed() {
+            let reached = if need_sync {
+                Durability::Fsync
+            } else if p.want == Durability::Fsync {
+                // Only a duplicate-only request in a group that needed no sync gets here:
+                // nothing was unsynced, so its originals are covered by an earlier fsync.
+                Durability::Fsync
+            } else {
+                Durability::Write
+            };
+            p.set_durability(reached);
+            p.answer(Ok(()));
+        }
+    }
+}
+
+/// Every request of a group that could not be stored gets the error.
+fn refuse(planned: &mut [Planned], err: &WriteError) {
+    for p in planned {
+        p.answer(Err(err.clone()));
+    }
+}
