@@ -12,6 +12,7 @@
 //! - [`canonical`]: the canonical JSON form used for replay.
 //! - [`canonical_yaml`]: the same content as YAML documents, for replay in YAML.
 //! - [`shard`]: the stream → shard hash shared by routing and storage.
+//! - [`sse`]: the incremental, bounded Server-Sent Events parser of every follow client.
 //! - [`error`]: [`InputError`] and its classes.
 
 pub mod canonical;
@@ -22,6 +23,7 @@ pub mod event;
 pub mod frames;
 pub mod packed;
 pub mod shard;
+pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
 
