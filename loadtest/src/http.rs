@@ -165,6 +165,12 @@ where
 }
 
 /// A path segment, percent-encoded (stream names may hold `/`).
+/// How long to hold off after a 429 (or a frames `busy`): what the server asked, else a
+/// second.
+pub fn retry_pause(retry_after: Option<Duration>) -> Duration {
+    retry_after.unwrap_or(Duration::from_secs(1))
+}
+
 pub fn segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

@@ -13,10 +13,9 @@
 //! that time and not retried. Closed loop: latency runs from the actual send; a 429 pauses the
 //! lane for the server's `Retry-After` (`X-Vx-Retry-After-Ms` when given).
 
+use crate::acks::{AckTable, parse_ack};
 use crate::endpoint::Endpoint;
-use crate::fanout::{AckTable, parse_ack};
-use crate::http::Reply;
-use crate::http::{HttpConn, segment};
+use crate::http::{HttpConn, Reply, retry_pause, segment};
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, ReplayOp, StreamInfo};
 use crate::recorder::{LaneRecorder, Op, Outcome};
 use crate::resp;
@@ -39,11 +38,6 @@ use tokio::time::{sleep, sleep_until, timeout};
 const SCAN_PAGE: u32 = 100_000;
 /// Wait between attempts to reopen a broken connection.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
-
-/// How long to hold off after a 429: what the server asked, else a second.
-pub fn retry_pause(retry_after: Option<Duration>) -> Duration {
-    retry_after.unwrap_or(Duration::from_secs(1))
-}
 
 /// What every lane shares with the run.
 #[derive(Clone)]

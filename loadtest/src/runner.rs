@@ -5,11 +5,10 @@
 //! once the followers have drained and been checked).
 
 use crate::endpoint::Endpoint;
+pub use crate::error::RunError;
 use crate::fanout::Fanout;
-use crate::http::{HttpConn, segment};
-use crate::lanes::{
-    LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane, retry_pause,
-};
+use crate::http::{HttpConn, retry_pause, segment};
+use crate::lanes::{LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane};
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, StreamInfo, kv_key};
 use crate::recorder::{LaneRecorder, LateAcc, OpAcc, OpAccs, named};
 use crate::report::{
@@ -17,7 +16,7 @@ use crate::report::{
 };
 use crate::resp;
 use crate::schedule::{Pacer, Schedule};
-use crate::workload::{Durability, Scenario, Workload, WorkloadError};
+use crate::workload::{Durability, Scenario, Workload};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -27,20 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("{0}")]
-    Workload(#[from] WorkloadError),
-    #[error("{0}")]
-    Endpoint(#[from] crate::endpoint::EndpointError),
-    #[error("preparing the run: {0}")]
-    Prepare(String),
-    #[error("{0}")]
-    Connect(String),
-    #[error("{0}")]
-    Generator(#[from] crate::dist::DistError),
-}
 
 /// Where progress lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
