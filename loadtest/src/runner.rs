@@ -140,7 +140,10 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
             }
             (Scenario::Ingest, _) => LaneGen::Ingest(IngestGen::new(&w, lane, &run_tag)?),
             (Scenario::Replay, _) => {
-                let s = streams.clone().unwrap_or_default();
+                // prepare_replay listed them above; without, the lanes would have nothing to read.
+                let Some(s) = streams.clone() else {
+                    return Err(RunError::Prepare("replay: no streams were listed".into()));
+                };
                 LaneGen::Replay(ReplayGen::new(&w, lane, s.len())?, s)
             }
             (Scenario::Features, _) => LaneGen::Features(KvGen::new(&w, lane)?),

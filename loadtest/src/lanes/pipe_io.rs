@@ -1,0 +1,232 @@
+//! The two pipelined protocols' connections, writers and readers: binary frames (ingest) and
+//! RESP (kv).
+
+use super::pipe::{Answer, Pending, PipeReader, PipeWriter};
+use super::*;
+
+/// A connected pipelined connection, split.
+pub enum PipeConn {
+    Frames(FramesWriter, FramesReader),
+    Resp(RespWriter, RespReader),
+}
+
+/// Open a frames or RESP connection.
+pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("cannot connect to {ep}: {e}");
+    let opts = vx_client::Options {
+        token: token.map(str::to_string),
+        ..vx_client::Options::default()
+    };
+    match ep {
+        Endpoint::Frames(addr) => {
+            let c = vx_client::Client::connect_tcp(addr.as_str(), &opts)
+                .await
+                .map_err(|e| fail(&e))?;
+            let (tx, rx) = c.split();
+            Ok(PipeConn::Frames(FramesWriter::new(tx), FramesReader { rx }))
+        }
+        Endpoint::FramesUnix(path) => {
+            let c = vx_client::Client::connect_unix(path, &opts)
+                .await
+                .map_err(|e| fail(&e))?;
+            let (tx, rx) = c.split();
+            Ok(PipeConn::Frames(FramesWriter::new(tx), FramesReader { rx }))
+        }
+        Endpoint::Resp(addr) => {
+            let tcp = TcpStream::connect(addr.as_str())
+                .await
+                .map_err(|e| fail(&e))?;
+            tcp.set_nodelay(true).map_err(|e| fail(&e))?;
+            let (rd, wr) = tcp.into_split();
+            Ok(PipeConn::Resp(
+                RespWriter {
+                    wr,
+                    out: Vec::new(),
+                    next: 0,
+                    source: None,
+                },
+                RespReader {
+                    rd,
+                    buf: BytesMut::with_capacity(64 << 10),
+                    next: 0,
+                },
+            ))
+        }
+        other => Err(format!("{other} does not pipeline")),
+    }
+}
+
+/// The frames writer; it owns an ingest generator while connected.
+pub struct FramesWriter {
+    tx: vx_client::Sender,
+    pub(super) source: Option<IngestGen>,
+    pub(super) durability: Option<vx_client::Durability>,
+}
+
+impl FramesWriter {
+    fn new(tx: vx_client::Sender) -> FramesWriter {
+        FramesWriter {
+            tx,
+            source: None,
+            durability: None,
+        }
+    }
+}
+
+impl PipeWriter for FramesWriter {
+    fn op(&self) -> Op {
+        Op::Ingest
+    }
+
+    fn queue(&mut self) -> Result<(u64, Pending), String> {
+        let g = self
+            .source
+            .as_mut()
+            .ok_or_else(|| "frames carry the ingest scenario only".to_string())?;
+        let batch = g.next_batch();
+        let wire = batch.wire();
+        let opts = vx_client::BatchOptions {
+            durability: self.durability,
+            expected_last_seq: None,
+        };
+        let id = self
+            .tx
+            .queue_batch(&wire, opts)
+            .map_err(|e| e.to_string())?;
+        Ok((
+            id,
+            Pending {
+                op: Op::Ingest,
+                started: Instant::now(),
+                events: batch.len() as u64,
+                bytes: 0,
+            },
+        ))
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        self.tx.flush().await.map_err(|e| e.to_string())
+    }
+
+    async fn close(&mut self) {
+        let _ = self.tx.close().await;
+    }
+}
+
+pub struct FramesReader {
+    rx: vx_client::Receiver,
+}
+
+impl PipeReader for FramesReader {
+    async fn next(&mut self) -> Result<(u64, Answer), String> {
+        loop {
+            match self.rx.next_reply().await.map_err(|e| e.to_string())? {
+                vx_client::Reply::Ack(a) => {
+                    return Ok((
+                        a.request_id,
+                        Answer::Ok {
+                            events: Some(a.accepted + a.duplicates),
+                        },
+                    ));
+                }
+                vx_client::Reply::Rejected(e) if e.code == "backpressure" => {
+                    return Ok((
+                        e.request_id,
+                        Answer::Refused(e.retry_after_ms.map(Duration::from_millis)),
+                    ));
+                }
+                vx_client::Reply::Rejected(e) => {
+                    return Ok((e.request_id, Answer::Error(format!("frames {}", e.code))));
+                }
+                vx_client::Reply::Pong(_) => continue,
+            }
+        }
+    }
+}
+
+/// The RESP writer; it owns a kv generator while connected.
+pub struct RespWriter {
+    wr: OwnedWriteHalf,
+    out: Vec<u8>,
+    next: u64,
+    pub(super) source: Option<KvGen>,
+}
+
+impl PipeWriter for RespWriter {
+    fn op(&self) -> Op {
+        Op::Get
+    }
+
+    fn queue(&mut self) -> Result<(u64, Pending), String> {
+        let g = self
+            .source
+            .as_mut()
+            .ok_or_else(|| "RESP carries the kv scenario only".to_string())?;
+        let op = g.next_op();
+        g.encode_resp(&op, &mut self.out);
+        let n = self.next;
+        self.next += 1;
+        Ok((
+            n,
+            Pending {
+                op: op.op(),
+                started: Instant::now(),
+                events: op.events(),
+                bytes: g.bytes_of(&op),
+            },
+        ))
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        if !self.out.is_empty() {
+            self.wr
+                .write_all(&self.out)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        let _ = self.wr.shutdown().await;
+    }
+}
+
+pub struct RespReader {
+    rd: OwnedReadHalf,
+    buf: BytesMut,
+    next: u64,
+}
+
+impl PipeReader for RespReader {
+    async fn next(&mut self) -> Result<(u64, Answer), String> {
+        loop {
+            if let Some((reply, n)) = resp::parse(&self.buf).map_err(|e| e.to_string())? {
+                let _ = self.buf.split_to(n);
+                let key = self.next;
+                self.next += 1;
+                let answer = match reply {
+                    resp::Reply::Error(e) => Answer::Error(format!(
+                        "RESP {}",
+                        e.split_whitespace().next().unwrap_or("error")
+                    )),
+                    _ => Answer::Ok { events: None },
+                };
+                return Ok((key, answer));
+            }
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(64 << 10);
+            }
+            if self
+                .rd
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|e| e.to_string())?
+                == 0
+            {
+                return Err("the server closed the connection".into());
+            }
+        }
+    }
+}
