@@ -14,5 +14,7 @@ pub enum RunError {
     #[error("{0}")]
     Connect(String),
     #[error("{0}")]
+    Http(#[from] crate::http::HttpError),
+    #[error("{0}")]
     Generator(#[from] crate::dist::DistError),
 }

@@ -7,7 +7,7 @@
 use crate::endpoint::Endpoint;
 pub use crate::error::RunError;
 use crate::fanout::Fanout;
-use crate::http::{HttpConn, retry_pause, segment};
+use crate::http::{HttpConn, HttpError, retry_pause, segment};
 use crate::lanes::{LaneCtx, LaneGen, PipeConn, connect_pipe, http_lane, pipelined_lane};
 use crate::ops::{IngestGen, KvGen, KvOp, ReplayGen, StreamInfo, kv_key};
 use crate::recorder::{LaneRecorder, LateAcc, OpAcc, OpAccs, named};
@@ -98,16 +98,12 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
     let mut conns = Vec::with_capacity(plans.len());
     for ep in &plans {
         conns.push(if ep.is_http() {
-            Conn::Http(
-                HttpConn::connect(ep, w.token.as_deref())
-                    .await
-                    .map_err(RunError::Connect)?,
-            )
+            Conn::Http(HttpConn::connect(ep, w.token.as_deref()).await?)
         } else {
             Conn::Pipe(Box::new(
                 connect_pipe(ep, w.token.as_deref())
                     .await
-                    .map_err(RunError::Connect)?,
+                    .map_err(|e| RunError::Connect(e.to_string()))?,
             ))
         });
     }
@@ -325,15 +321,13 @@ async fn prepare_replay(
     say: &impl Fn(&str),
 ) -> Result<Vec<StreamInfo>, RunError> {
     let prep = |e: String| RunError::Prepare(e);
-    let mut conn = HttpConn::connect(ep, w.token.as_deref())
-        .await
-        .map_err(RunError::Connect)?;
+    let mut conn = HttpConn::connect(ep, w.token.as_deref()).await?;
     if w.preload_events > 0 {
         let mut g = IngestGen::new(w, u32::MAX, "preload")?;
         let mut written = 0u64;
         for s in 0..w.streams {
             let name = format!("{}{s}", w.stream_prefix);
-            let have = stream_events(&mut conn, &name).await.map_err(prep)?;
+            let have = stream_events(&mut conn, &name).await?;
             let mut need = w.preload_events.saturating_sub(have);
             while need > 0 {
                 let n = need.min(1000) as u32;
@@ -347,7 +341,7 @@ async fn prepare_replay(
                         false,
                     )
                     .await
-                    .map_err(prep)?;
+                    .map_err(|e| prep(e.to_string()))?;
                 match reply.status.as_u16() {
                     200 => {
                         need -= u64::from(n);
@@ -378,7 +372,7 @@ async fn prepare_replay(
         let reply = conn
             .call("GET", &path, &[], Bytes::new(), true)
             .await
-            .map_err(prep)?;
+            .map_err(|e| prep(e.to_string()))?;
         if !reply.status.is_success() {
             return Err(prep(format!("listing streams: {}", reply.failure())));
         }
@@ -424,7 +418,7 @@ async fn prepare_replay(
 }
 
 /// Retained events of a stream (0 if unknown).
-async fn stream_events(conn: &mut HttpConn, name: &str) -> Result<u64, String> {
+async fn stream_events(conn: &mut HttpConn, name: &str) -> Result<u64, RunError> {
     let reply = conn
         .call(
             "GET",
@@ -441,8 +435,13 @@ async fn stream_events(conn: &mut HttpConn, name: &str) -> Result<u64, String> {
             .as_ref()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
             .and_then(|v| v["events"].as_u64())
-            .ok_or_else(|| format!("the metadata of {name} is not what SPEC §5 says")),
-        _ => Err(format!("reading {name}: {}", reply.failure())),
+            .ok_or_else(|| {
+                RunError::Prepare(format!("the metadata of {name} is not what SPEC §5 says"))
+            }),
+        _ => Err(RunError::Prepare(format!(
+            "reading {name}: {}",
+            reply.failure()
+        ))),
     }
 }
 
@@ -515,9 +514,7 @@ async fn prepare_features(
     let prep = RunError::Prepare;
     let timeout = Duration::from_secs_f64(w.timeout_s);
     let g = Arc::new(KvGen::new(w, u32::MAX)?);
-    let mut first = HttpConn::connect(ep, w.token.as_deref())
-        .await
-        .map_err(RunError::Connect)?;
+    let mut first = HttpConn::connect(ep, w.token.as_deref()).await?;
     // A server without the feature API answers every path under /v1/features with 404
     // not_found, which the lanes would count as GET misses: a run of "successes" that
     // measured nothing. Refuse it here instead.
@@ -553,11 +550,7 @@ async fn prepare_features(
     let parallel = u64::from(w.connections.min(PRELOAD_PARALLEL)).min(n);
     let mut conns = vec![first];
     for _ in 1..parallel {
-        conns.push(
-            HttpConn::connect(ep, w.token.as_deref())
-                .await
-                .map_err(RunError::Connect)?,
-        );
+        conns.push(HttpConn::connect(ep, w.token.as_deref()).await?);
     }
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -574,7 +567,7 @@ async fn prepare_features(
     }
     // The first failure ends the preload; dropping the set aborts the other connections.
     while let Some(joined) = tasks.join_next().await {
-        let done = joined.map_err(|e| e.to_string()).and_then(|r| r);
+        let done = joined.map_err(PutError::from).and_then(|r| r);
         if let Err(e) = done {
             return Err(prep(format!("preloading entities at {ep}: {e}")));
         }
@@ -586,6 +579,19 @@ async fn prepare_features(
     Ok(())
 }
 
+/// Why preloading entities stopped.
+#[derive(Debug, thiserror::Error)]
+enum PutError {
+    #[error("PUT {entity}: no answer within {secs} s")]
+    Timeout { entity: String, secs: f64 },
+    #[error("PUT {entity}: {failure}")]
+    Refused { entity: String, failure: String },
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+}
+
 /// PUT entities on one connection, taking the next index from `next` until `n`; a 429 waits
 /// the pause the server asks and sends the same PUT again.
 async fn put_entities(
@@ -595,7 +601,7 @@ async fn put_entities(
     n: u64,
     durability: Option<Durability>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), PutError> {
     let mut headers = vec![("content-type", "application/json")];
     if let Some(d) = durability {
         headers.push(("x-vx-durability", d.as_str()));
@@ -613,17 +619,19 @@ async fn put_entities(
                 conn.call(req.method, &req.path, headers, req.body.clone(), false),
             )
             .await
-            .map_err(|_| {
-                format!(
-                    "PUT {}: no answer within {} s",
-                    g.entity(k),
-                    timeout.as_secs_f64()
-                )
+            .map_err(|_| PutError::Timeout {
+                entity: g.entity(k),
+                secs: timeout.as_secs_f64(),
             })??;
             match reply.status.as_u16() {
                 200 => break,
                 429 => tokio::time::sleep(retry_pause(reply.retry_after())).await,
-                _ => return Err(format!("PUT {}: {}", g.entity(k), reply.failure())),
+                _ => {
+                    return Err(PutError::Refused {
+                        entity: g.entity(k),
+                        failure: reply.failure(),
+                    });
+                }
             }
         }
     }

@@ -37,14 +37,12 @@ pub async fn last_seq_or_create(
 ) -> Result<u64, RunError> {
     let prep = |e: String| RunError::Prepare(format!("fanout: {stream} at {ep}: {e}"));
     let timeout = Duration::from_secs_f64(w.timeout_s);
-    let mut conn = HttpConn::connect(ep, w.token.as_deref())
-        .await
-        .map_err(RunError::Connect)?;
+    let mut conn = HttpConn::connect(ep, w.token.as_deref()).await?;
     let path = format!("/v1/streams/{}", segment(stream));
     let reply = tokio::time::timeout(timeout, conn.call("GET", &path, &[], Bytes::new(), true))
         .await
         .map_err(|_| prep("no answer to GET".into()))?
-        .map_err(prep)?;
+        .map_err(|e| prep(e.to_string()))?;
     match reply.status.as_u16() {
         200 => {
             return reply
@@ -78,7 +76,7 @@ pub async fn last_seq_or_create(
         )
         .await
         .map_err(|_| prep("no answer to the first event's POST".into()))?
-        .map_err(prep)?;
+        .map_err(|e| prep(e.to_string()))?;
         match reply.status.as_u16() {
             200 => {
                 return reply

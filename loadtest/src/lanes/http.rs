@@ -2,6 +2,18 @@
 //! features), each outcome recorded against its intended start.
 
 use super::*;
+use crate::http::HttpError;
+
+/// Why an HTTP operation has no outcome from the server.
+#[derive(Debug, thiserror::Error)]
+enum OpError {
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("no answer within {0} s")]
+    Timeout(f64),
+    #[error("the kv scenario runs over RESP, not HTTP")]
+    KvOverHttp,
+}
 
 /// Run one HTTP lane to the end of the run.
 pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: LaneGen) {
@@ -13,7 +25,7 @@ pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: 
             None => match HttpConn::connect(&ctx.endpoint, ctx.workload.token.as_deref()).await {
                 Ok(c) => conn.insert(c),
                 Err(e) => {
-                    ctx.record(op_of(&generator), &Outcome::Error(e), start);
+                    ctx.record(op_of(&generator), &Outcome::Error(e.to_string()), start);
                     sleep(RECONNECT_PAUSE).await;
                     continue;
                 }
@@ -25,7 +37,7 @@ pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: 
                 Ok(r) => r,
                 Err(_) => (
                     op_of(&generator),
-                    Err(format!("no answer within {} s", ctx.timeout.as_secs_f64())),
+                    Err(OpError::Timeout(ctx.timeout.as_secs_f64())),
                 ),
             };
         let outcome = match result {
@@ -33,7 +45,7 @@ pub async fn http_lane(ctx: LaneCtx, mut conn: Option<HttpConn>, mut generator: 
             Err(e) => {
                 // The connection is in an unknown state: open a new one.
                 conn = None;
-                Outcome::Error(e)
+                Outcome::Error(e.to_string())
             }
         };
         ctx.record(op, &outcome, start);
@@ -49,7 +61,7 @@ async fn http_op(
     conn: &mut HttpConn,
     generator: &mut LaneGen,
     start: Instant,
-) -> (Op, Result<Outcome, String>) {
+) -> (Op, Result<Outcome, OpError>) {
     match generator {
         LaneGen::Fanout(g, acks) => {
             let (events, bytes, body, headers) = ctx.ingest_request(g);
@@ -81,7 +93,7 @@ async fn http_op(
                         _ => Outcome::Error(reply.failure()),
                     }
                 });
-            (Op::Ingest, r)
+            (Op::Ingest, r.map_err(OpError::from))
         }
         LaneGen::Ingest(g) => {
             let (events, bytes, body, headers) = ctx.ingest_request(g);
@@ -95,7 +107,7 @@ async fn http_op(
                     },
                     _ => Outcome::Error(reply.failure()),
                 });
-            (Op::Ingest, r)
+            (Op::Ingest, r.map_err(OpError::from))
         }
         LaneGen::Replay(g, streams) => match g.next(streams) {
             ReplayOp::Page {
@@ -106,10 +118,16 @@ async fn http_op(
                 let s = &streams[stream];
                 (
                     Op::Page,
-                    page(conn, &s.name, from, limit).await.map(|(o, _)| o),
+                    page(conn, &s.name, from, limit)
+                        .await
+                        .map(|(o, _)| o)
+                        .map_err(OpError::from),
                 )
             }
-            ReplayOp::Scan { stream } => (Op::Scan, scan(conn, &streams[stream]).await),
+            ReplayOp::Scan { stream } => (
+                Op::Scan,
+                scan(conn, &streams[stream]).await.map_err(OpError::from),
+            ),
         },
         LaneGen::Features(g) => {
             let op = g.next_op();
@@ -127,12 +145,9 @@ async fn http_op(
                 .call(req.method, &req.path, &headers, req.body, false)
                 .await
                 .map(|reply| feature_outcome(&op, &reply, events, bytes));
-            (op.op(), r)
+            (op.op(), r.map_err(OpError::from))
         }
-        LaneGen::Kv(_) => (
-            Op::Get,
-            Err("the kv scenario runs over RESP, not HTTP".into()),
-        ),
+        LaneGen::Kv(_) => (Op::Get, Err(OpError::KvOverHttp)),
     }
 }
 
@@ -168,7 +183,7 @@ async fn page(
     stream: &str,
     from: u64,
     limit: u32,
-) -> Result<(Outcome, Option<(u64, u64)>), String> {
+) -> Result<(Outcome, Option<(u64, u64)>), HttpError> {
     let path = format!(
         "/v1/streams/{}/events?from={from}&limit={limit}",
         segment(stream)
@@ -206,7 +221,7 @@ async fn page(
 }
 
 /// A whole stream, page after page, up to its last seq when the scan began.
-async fn scan(conn: &mut HttpConn, s: &StreamInfo) -> Result<Outcome, String> {
+async fn scan(conn: &mut HttpConn, s: &StreamInfo) -> Result<Outcome, HttpError> {
     let (mut events, mut bytes) = (0u64, 0u64);
     let mut from = s.first_seq;
     let mut last = None;

@@ -148,7 +148,7 @@ mod pipe;
 mod pipe_io;
 
 pub use self::http::{feature_outcome, http_lane};
-pub use self::pipe::pipelined_lane;
+pub use self::pipe::{PipeError, pipelined_lane};
 pub use self::pipe_io::{
     FramesReader, FramesWriter, PipeConn, RespReader, RespWriter, connect_pipe,
 };

@@ -4,6 +4,29 @@
 use super::pipe_io::PipeConn;
 use super::*;
 
+/// Why a pipelined connection cannot go on, or an operation could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum PipeError {
+    #[error("cannot connect to {endpoint}: {cause}")]
+    Connect {
+        endpoint: String,
+        cause: Box<PipeError>,
+    },
+    #[error("{0} does not pipeline")]
+    NotPipelined(String),
+    /// The lane's generator is not one the protocol carries.
+    #[error("{0}")]
+    Scenario(&'static str),
+    #[error("{0}")]
+    Frames(#[from] vx_client::ClientError),
+    #[error("{0}")]
+    Resp(#[from] resp::RespError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server closed the connection")]
+    Closed,
+}
+
 /// An operation sent on a pipelined connection and not answered yet.
 pub(super) struct Pending {
     pub(super) op: Op,
@@ -27,14 +50,14 @@ pub(super) trait PipeWriter: Send {
     /// The operation it sends (for errors before anything is queued).
     fn op(&self) -> Op;
     /// Encode the next operation into the send buffer; returns its key and what to record.
-    fn queue(&mut self) -> Result<(u64, Pending), String>;
-    fn flush(&mut self) -> impl Future<Output = Result<(), String>> + Send;
+    fn queue(&mut self) -> Result<(u64, Pending), PipeError>;
+    fn flush(&mut self) -> impl Future<Output = Result<(), PipeError>> + Send;
     fn close(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// The receiving side: the next answer, with the key of the operation it answers.
 pub(super) trait PipeReader: Send + 'static {
-    fn next(&mut self) -> impl Future<Output = Result<(u64, Answer), String>> + Send;
+    fn next(&mut self) -> impl Future<Output = Result<(u64, Answer), PipeError>> + Send;
 }
 
 pub(super) enum Answer {
@@ -62,7 +85,7 @@ pub async fn pipelined_lane(ctx: LaneCtx, first: Option<PipeConn>, generator: La
             None => match connect_pipe(&ctx.endpoint, ctx.workload.token.as_deref()).await {
                 Ok(c) => c,
                 Err(e) => {
-                    ctx.record(op, &Outcome::Error(e), Instant::now());
+                    ctx.record(op, &Outcome::Error(e.to_string()), Instant::now());
                     sleep(RECONNECT_PAUSE).await;
                     continue;
                 }
@@ -155,7 +178,7 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
         let pause = pipe.pause_until.lock().take();
         if let Some(until) = pause {
             if let Err(e) = w.flush().await {
-                return lost(ctx, op, i, &e, start);
+                return lost(ctx, op, i, &e.to_string(), start);
             }
             sleep_until(until.min(ctx.end).into()).await;
         }
@@ -163,7 +186,7 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
             Ok(p) => p,
             Err(_) => {
                 if let Err(e) = w.flush().await {
-                    return lost(ctx, op, i, &e, start);
+                    return lost(ctx, op, i, &e.to_string(), start);
                 }
                 match pipe.slots.acquire().await {
                     Ok(p) => p,
@@ -192,7 +215,7 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
             }
             Err(e) => {
                 pipe.slots.add_permits(1);
-                ctx.record(op, &Outcome::Error(e), start);
+                ctx.record(op, &Outcome::Error(e.to_string()), start);
             }
         }
     }
@@ -213,7 +236,7 @@ async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
             Ok(Err(e)) => {
                 pipe.broken.store(true, Ordering::Release);
                 pipe.slots.close();
-                fail_pending(&ctx, &pipe, &e);
+                fail_pending(&ctx, &pipe, &e.to_string());
                 return;
             }
             Err(_) if owed => {

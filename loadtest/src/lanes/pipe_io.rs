@@ -1,7 +1,7 @@
 //! The two pipelined protocols' connections, writers and readers: binary frames (ingest) and
 //! RESP (kv).
 
-use super::pipe::{Answer, Pending, PipeReader, PipeWriter};
+use super::pipe::{Answer, Pending, PipeError, PipeReader, PipeWriter};
 use super::*;
 
 /// A connected pipelined connection, split.
@@ -11,8 +11,11 @@ pub enum PipeConn {
 }
 
 /// Open a frames or RESP connection.
-pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn, String> {
-    let fail = |e: &dyn std::fmt::Display| format!("cannot connect to {ep}: {e}");
+pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn, PipeError> {
+    let fail = |cause: PipeError| PipeError::Connect {
+        endpoint: ep.to_string(),
+        cause: Box::new(cause),
+    };
     let opts = vx_client::Options {
         token: token.map(str::to_string),
         ..vx_client::Options::default()
@@ -21,22 +24,22 @@ pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn
         Endpoint::Frames(addr) => {
             let c = vx_client::Client::connect_tcp(addr.as_str(), &opts)
                 .await
-                .map_err(|e| fail(&e))?;
+                .map_err(|e| fail(e.into()))?;
             let (tx, rx) = c.split();
             Ok(PipeConn::Frames(FramesWriter::new(tx), FramesReader { rx }))
         }
         Endpoint::FramesUnix(path) => {
             let c = vx_client::Client::connect_unix(path, &opts)
                 .await
-                .map_err(|e| fail(&e))?;
+                .map_err(|e| fail(e.into()))?;
             let (tx, rx) = c.split();
             Ok(PipeConn::Frames(FramesWriter::new(tx), FramesReader { rx }))
         }
         Endpoint::Resp(addr) => {
             let tcp = TcpStream::connect(addr.as_str())
                 .await
-                .map_err(|e| fail(&e))?;
-            tcp.set_nodelay(true).map_err(|e| fail(&e))?;
+                .map_err(|e| fail(e.into()))?;
+            tcp.set_nodelay(true).map_err(|e| fail(e.into()))?;
             let (rd, wr) = tcp.into_split();
             Ok(PipeConn::Resp(
                 RespWriter {
@@ -52,7 +55,7 @@ pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn
                 },
             ))
         }
-        other => Err(format!("{other} does not pipeline")),
+        other => Err(PipeError::NotPipelined(other.to_string())),
     }
 }
 
@@ -78,21 +81,18 @@ impl PipeWriter for FramesWriter {
         Op::Ingest
     }
 
-    fn queue(&mut self) -> Result<(u64, Pending), String> {
+    fn queue(&mut self) -> Result<(u64, Pending), PipeError> {
         let g = self
             .source
             .as_mut()
-            .ok_or_else(|| "frames carry the ingest scenario only".to_string())?;
+            .ok_or(PipeError::Scenario("frames carry the ingest scenario only"))?;
         let batch = g.next_batch();
         let wire = batch.wire();
         let opts = vx_client::BatchOptions {
             durability: self.durability,
             expected_last_seq: None,
         };
-        let id = self
-            .tx
-            .queue_batch(&wire, opts)
-            .map_err(|e| e.to_string())?;
+        let id = self.tx.queue_batch(&wire, opts)?;
         Ok((
             id,
             Pending {
@@ -104,8 +104,8 @@ impl PipeWriter for FramesWriter {
         ))
     }
 
-    async fn flush(&mut self) -> Result<(), String> {
-        self.tx.flush().await.map_err(|e| e.to_string())
+    async fn flush(&mut self) -> Result<(), PipeError> {
+        Ok(self.tx.flush().await?)
     }
 
     async fn close(&mut self) {
@@ -118,9 +118,9 @@ pub struct FramesReader {
 }
 
 impl PipeReader for FramesReader {
-    async fn next(&mut self) -> Result<(u64, Answer), String> {
+    async fn next(&mut self) -> Result<(u64, Answer), PipeError> {
         loop {
-            match self.rx.next_reply().await.map_err(|e| e.to_string())? {
+            match self.rx.next_reply().await? {
                 vx_client::Reply::Ack(a) => {
                     return Ok((
                         a.request_id,
@@ -157,11 +157,11 @@ impl PipeWriter for RespWriter {
         Op::Get
     }
 
-    fn queue(&mut self) -> Result<(u64, Pending), String> {
+    fn queue(&mut self) -> Result<(u64, Pending), PipeError> {
         let g = self
             .source
             .as_mut()
-            .ok_or_else(|| "RESP carries the kv scenario only".to_string())?;
+            .ok_or(PipeError::Scenario("RESP carries the kv scenario only"))?;
         let op = g.next_op();
         g.encode_resp(&op, &mut self.out);
         let n = self.next;
@@ -177,12 +177,9 @@ impl PipeWriter for RespWriter {
         ))
     }
 
-    async fn flush(&mut self) -> Result<(), String> {
+    async fn flush(&mut self) -> Result<(), PipeError> {
         if !self.out.is_empty() {
-            self.wr
-                .write_all(&self.out)
-                .await
-                .map_err(|e| e.to_string())?;
+            self.wr.write_all(&self.out).await?;
             self.out.clear();
         }
         Ok(())
@@ -200,9 +197,9 @@ pub struct RespReader {
 }
 
 impl PipeReader for RespReader {
-    async fn next(&mut self) -> Result<(u64, Answer), String> {
+    async fn next(&mut self) -> Result<(u64, Answer), PipeError> {
         loop {
-            if let Some((reply, n)) = resp::parse(&self.buf).map_err(|e| e.to_string())? {
+            if let Some((reply, n)) = resp::parse(&self.buf)? {
                 let _ = self.buf.split_to(n);
                 let key = self.next;
                 self.next += 1;
@@ -218,14 +215,8 @@ impl PipeReader for RespReader {
             if self.buf.capacity() - self.buf.len() < 4096 {
                 self.buf.reserve(64 << 10);
             }
-            if self
-                .rd
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(|e| e.to_string())?
-                == 0
-            {
-                return Err("the server closed the connection".into());
+            if self.rd.read_buf(&mut self.buf).await? == 0 {
+                return Err(PipeError::Closed);
             }
         }
     }

@@ -46,7 +46,7 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
             acc.late = r.late_sends.late;
             acc.hist
                 .add(&h)
-                .map_err(|e| ReportError::Histogram(origin.clone(), format!("{e:?}")))?;
+                .map_err(|e| ReportError::Histogram(origin.clone(), HistogramError::Add(e)))?;
             late.add(&acc);
         }
         for iv in &r.intervals {

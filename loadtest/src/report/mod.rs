@@ -264,7 +264,7 @@ pub enum ReportError {
     #[error("{0}: report format {1}, this vx-loadtest reads format {REPORT_FORMAT}")]
     Format(String, u32),
     #[error("{0}: a histogram does not decode: {1}")]
-    Histogram(String, String),
+    Histogram(String, HistogramError),
     #[error("nothing to merge")]
     Empty,
 }
@@ -278,14 +278,28 @@ pub fn encode_histogram(h: &Histogram<u64>) -> String {
     }
 }
 
-pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
+/// Why a report's histogram does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum HistogramError {
+    #[error("empty")]
+    Empty,
+    #[error("{0}")]
+    Base64(#[from] base64::DecodeError),
+    // hdrhistogram's error Display is terse; its Debug names the cause.
+    #[error("{0:?}")]
+    Decode(hdrhistogram::serialization::DeserializeError),
+    #[error("{0:?}")]
+    Add(hdrhistogram::errors::AdditionError),
+}
+
+pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, HistogramError> {
     if text.is_empty() {
-        return Err("empty".into());
+        return Err(HistogramError::Empty);
     }
-    let bytes = STANDARD.decode(text).map_err(|e| e.to_string())?;
+    let bytes = STANDARD.decode(text)?;
     Deserializer::new()
         .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("{e:?}"))
+        .map_err(HistogramError::Decode)
 }
 
 impl OpReport {
@@ -324,7 +338,7 @@ fn acc_of(histogram: &str, origin: &str, sigfig: u8) -> Result<OpAcc, ReportErro
     let h = decode_histogram(histogram).map_err(|e| ReportError::Histogram(origin.into(), e))?;
     acc.hist
         .add(&h)
-        .map_err(|e| ReportError::Histogram(origin.into(), format!("{e:?}")))?;
+        .map_err(|e| ReportError::Histogram(origin.into(), HistogramError::Add(e)))?;
     Ok(acc)
 }
 
