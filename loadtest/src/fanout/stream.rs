@@ -39,10 +39,14 @@ pub async fn last_seq_or_create(
     let timeout = Duration::from_secs_f64(w.timeout_s);
     let mut conn = HttpConn::connect(ep, w.token.as_deref()).await?;
     let path = format!("/v1/streams/{}", segment(stream));
-    let reply = tokio::time::timeout(timeout, conn.call("GET", &path, &[], Bytes::new(), true))
-        .await
-        .map_err(|_| prep("no answer to GET".into()))?
-        .map_err(|e| prep(e.to_string()))?;
+    // One request, its timeout and its failure in the terms of the run.
+    let mut call = async |method, path: &str, headers: &[(&'static str, &str)], body, late| {
+        match tokio::time::timeout(timeout, conn.call(method, path, headers, body, true)).await {
+            Ok(reply) => reply.map_err(|e| prep(e.to_string())),
+            Err(_) => Err(prep(format!("no answer to {late}"))),
+        }
+    };
+    let reply = call("GET", &path, &[], Bytes::new(), "GET").await?;
     match reply.status.as_u16() {
         200 => {
             return reply
@@ -70,13 +74,14 @@ pub async fn last_seq_or_create(
         headers.push(("x-vx-durability", d.as_str()));
     }
     loop {
-        let reply = tokio::time::timeout(
-            timeout,
-            conn.call("POST", "/v1/events", &headers, body.clone(), true),
+        let reply = call(
+            "POST",
+            "/v1/events",
+            &headers,
+            body.clone(),
+            "the first event's POST",
         )
-        .await
-        .map_err(|_| prep("no answer to the first event's POST".into()))?
-        .map_err(|e| prep(e.to_string()))?;
+        .await?;
         match reply.status.as_u16() {
             200 => {
                 return reply

@@ -31,14 +31,25 @@ fn parse(keep: KeepData, pieces: &[&[u8]]) -> Result<Vec<Owned>, SseError> {
     parse_with(&mut SseParser::new(keep, 1 << 10), pieces)
 }
 
-/// Every split of `input` into two pieces, byte by byte, and in pieces of 7.
+/// `input` cut at `cuts` (ascending offsets).
+fn cut<'a>(input: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for &at in cuts {
+        pieces.push(&input[start..at]);
+        start = at;
+    }
+    pieces.push(&input[start..]);
+    pieces
+}
+
+/// `input` cut in two at every offset, then into pieces of one byte and of seven.
 fn splits(input: &[u8]) -> Vec<Vec<&[u8]>> {
-    let mut all: Vec<Vec<&[u8]>> = (0..=input.len())
-        .map(|i| vec![&input[..i], &input[i..]])
-        .collect();
-    all.push(input.chunks(1).collect());
-    all.push(input.chunks(7).collect());
-    all
+    let every = |n: usize| (n..input.len()).step_by(n).collect::<Vec<_>>();
+    (0..=input.len())
+        .map(|at| cut(input, &[at]))
+        .chain([cut(input, &every(1)), cut(input, &every(7))])
+        .collect()
 }
 
 fn ev(id: Option<Id>, name: Option<&str>, data: &str) -> Owned {
@@ -292,13 +303,7 @@ proptest! {
         prop_assert_eq!(&whole, &Ok(reference(&body, keep)));
         let mut at: Vec<usize> = cuts.iter().map(|i| i.index(body.len() + 1)).collect();
         at.sort_unstable();
-        let mut pieces = Vec::new();
-        let mut start = 0;
-        for a in at {
-            pieces.push(&body[start..a]);
-            start = a;
-        }
-        pieces.push(&body[start..]);
+        let pieces = cut(&body, &at);
         prop_assert_eq!(parse(keep, &pieces), whole);
     }
 }
