@@ -183,25 +183,36 @@ fn dispatch(
             Ok(None)
         }
         Some("retained") => {
-            let v: serde_json::Value = serde_json::from_slice(event.data).unwrap_or_default();
-            let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-            eprintln!(
-                "tail: events {}..{} were removed by retention before they could be read; going on at {}",
-                n("from"),
-                n("first_seq").saturating_sub(1),
-                n("first_seq")
-            );
+            match (field(event, "from"), field(event, "first_seq")) {
+                (Some(from), Some(first)) => eprintln!(
+                    "tail: events {from}..{} were removed by retention before they could be read; going on at {first}",
+                    first.saturating_sub(1)
+                ),
+                // Not the notice SPEC §5 describes: say what came rather than make up numbers.
+                _ => eprintln!(
+                    "tail: events were removed by retention before they could be read ({})",
+                    String::from_utf8_lossy(event.data)
+                ),
+            }
             Ok(None)
         }
         Some("deleted") => {
-            let v: serde_json::Value = serde_json::from_slice(event.data).unwrap_or_default();
-            let last_seq = v
-                .get("last_seq")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0);
-            eprintln!("tail: the stream was deleted (its last seq was {last_seq})");
+            match field(event, "last_seq") {
+                Some(last_seq) => {
+                    eprintln!("tail: the stream was deleted (its last seq was {last_seq})")
+                }
+                None => eprintln!("tail: the stream was deleted"),
+            }
             Ok(Some(End::Deleted))
         }
         _ => Ok(None),
     }
+}
+
+/// A number of a notice's JSON data.
+fn field(event: &Event<'_>, key: &str) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(event.data)
+        .ok()?
+        .get(key)?
+        .as_u64()
 }
