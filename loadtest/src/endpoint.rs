@@ -1,9 +1,33 @@
 //! Endpoint addresses of a workload (`http://`, `unix:`, `frames://`, `frames+unix:`,
-//! `resp://`) and the scenarios each can carry.
+//! `resp://`), the [`Scenario`]s, and which scenarios each endpoint can carry. The workload
+//! ([`crate::workload`]) imports both from here; nothing here imports the workload.
 
-use crate::workload::Scenario;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
+
+/// What a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    Ingest,
+    Replay,
+    Kv,
+    Features,
+    Fanout,
+}
+
+impl Scenario {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::Ingest => "ingest",
+            Scenario::Replay => "replay",
+            Scenario::Kv => "kv",
+            Scenario::Features => "features",
+            Scenario::Fanout => "fanout",
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Endpoint {

@@ -16,6 +16,35 @@ use tokio::net::{TcpStream, UnixStream};
 /// as they stream.
 const MAX_KEPT_BODY: usize = 64 << 10;
 
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot connect to {endpoint}: {cause}")]
+    Connect {
+        endpoint: String,
+        cause: ConnectCause,
+    },
+    #[error("{0} is not an HTTP endpoint")]
+    NotHttp(String),
+    #[error("{0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("{0}")]
+    Send(#[from] hyper::Error),
+    #[error("the body broke off: {0}")]
+    Body(hyper::Error),
+}
+
+/// What failed while connecting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectCause {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("{0}")]
+    Handshake(hyper::Error),
+    #[error("{0}")]
+    Header(hyper::header::InvalidHeaderValue),
+}
+
 pub struct HttpConn {
     send: SendRequest<Full<Bytes>>,
     host: HeaderValue,
@@ -64,29 +93,42 @@ impl Reply {
 }
 
 impl HttpConn {
-    pub async fn connect(ep: &Endpoint, token: Option<&str>) -> Result<HttpConn, String> {
-        let fail = |e: &dyn std::fmt::Display| format!("cannot connect to {ep}: {e}");
+    pub async fn connect(ep: &Endpoint, token: Option<&str>) -> Result<HttpConn, HttpError> {
+        let fail = |cause: ConnectCause| HttpError::Connect {
+            endpoint: ep.to_string(),
+            cause,
+        };
         let (send, host) = match ep {
             Endpoint::Http(addr) => {
-                let tcp = TcpStream::connect(addr).await.map_err(|e| fail(&e))?;
-                tcp.set_nodelay(true).map_err(|e| fail(&e))?;
+                let tcp = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| fail(ConnectCause::Io(e)))?;
+                tcp.set_nodelay(true)
+                    .map_err(|e| fail(ConnectCause::Io(e)))?;
                 (
-                    handshake(TokioIo::new(tcp)).await.map_err(|e| fail(&e))?,
+                    handshake(TokioIo::new(tcp))
+                        .await
+                        .map_err(|e| fail(ConnectCause::Handshake(e)))?,
                     addr.as_str(),
                 )
             }
             Endpoint::Unix(path) => {
-                let uds = UnixStream::connect(path).await.map_err(|e| fail(&e))?;
+                let uds = UnixStream::connect(path)
+                    .await
+                    .map_err(|e| fail(ConnectCause::Io(e)))?;
                 (
-                    handshake(TokioIo::new(uds)).await.map_err(|e| fail(&e))?,
+                    handshake(TokioIo::new(uds))
+                        .await
+                        .map_err(|e| fail(ConnectCause::Handshake(e)))?,
                     "localhost",
                 )
             }
-            other => return Err(format!("{other} is not an HTTP endpoint")),
+            other => return Err(HttpError::NotHttp(other.to_string())),
         };
-        let host = HeaderValue::from_str(host).map_err(|e| fail(&e))?;
+        let header = |v: &str| HeaderValue::from_str(v).map_err(|e| fail(ConnectCause::Header(e)));
+        let host = header(host)?;
         let auth = match token {
-            Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| fail(&e))?),
+            Some(t) => Some(header(&format!("Bearer {t}"))?),
             None => None,
         };
         Ok(HttpConn { send, host, auth })
@@ -101,7 +143,7 @@ impl HttpConn {
         headers: &[(&'static str, &str)],
         body: Bytes,
         keep_body: bool,
-    ) -> Result<Reply, String> {
+    ) -> Result<Reply, HttpError> {
         let mut req = Request::builder()
             .method(method)
             .uri(path)
@@ -112,13 +154,9 @@ impl HttpConn {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
-        self.send.ready().await.map_err(|e| e.to_string())?;
-        let resp = self
-            .send
-            .send_request(req)
-            .await
-            .map_err(|e| e.to_string())?;
+        let req = req.body(Full::new(body))?;
+        self.send.ready().await?;
+        let resp = self.send.send_request(req).await?;
         let status = resp.status();
         let (parts, mut body) = resp.into_parts();
         let keep = keep_body || !status.is_success();
@@ -127,7 +165,7 @@ impl HttpConn {
         let mut bytes = 0u64;
         let mut lines = 0u64;
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| format!("the body broke off: {e}"))?;
+            let frame = frame.map_err(HttpError::Body)?;
             if let Ok(data) = frame.into_data() {
                 bytes += data.len() as u64;
                 lines += memchr::memchr_iter(b'\n', &data).count() as u64;
@@ -165,6 +203,12 @@ where
 }
 
 /// A path segment, percent-encoded (stream names may hold `/`).
+/// How long to hold off after a 429 (or a frames `busy`): what the server asked, else a
+/// second.
+pub fn retry_pause(retry_after: Option<Duration>) -> Duration {
+    retry_after.unwrap_or(Duration::from_secs(1))
+}
+
 pub fn segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

@@ -11,9 +11,10 @@
 //! - [`cli`]: the command line (`run`, `merge`).
 //! - [`workload`]: the keys, their defaults and help, `--set`, validation.
 //! - [`endpoint`]: endpoint addresses and which scenario each carries.
-//! - [`runner`]: preparing, running and sampling a run.
+//! - [`runner`]: preparing, running and sampling a run; [`error`]: why a run failed.
 //! - [`lanes`]: the load lanes (HTTP one-at-a-time, frames and RESP pipelined).
-//! - [`fanout`]: the fanout scenario's followers (SSE), ack table and ordering check.
+//! - [`fanout`]: the fanout scenario's followers (SSE) and their ordering check.
+//! - [`acks`]: the fanout scenario's ack table, written by the lanes, read by the followers.
 //! - [`ops`]: what the lanes send (seeded per lane).
 //! - [`dist`]: uniform and Zipfian key choice.
 //! - [`schedule`]: intended send times and lateness.
@@ -22,9 +23,11 @@
 //! - [`plot`]: the SVG.
 //! - [`http`], [`resp`]: the HTTP/1.1 connection and the RESP codec.
 
+pub mod acks;
 pub mod cli;
 pub mod dist;
 pub mod endpoint;
+pub mod error;
 pub mod fanout;
 pub mod http;
 pub mod lanes;

@@ -15,6 +15,7 @@
 //! - [`shard`]: the stream → shard hash shared by routing and storage.
 //! - [`le`]: the little-endian reader and writers of every binary format (frames, and
 //!   storage's records, index files and carry file).
+//! - [`sse`]: the incremental, bounded Server-Sent Events parser of every follow client.
 //! - [`error`]: [`InputError`] and its classes.
 
 pub mod canonical;
@@ -27,6 +28,7 @@ pub mod le;
 pub mod packed;
 pub mod rules;
 pub mod shard;
+pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
 

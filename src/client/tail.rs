@@ -16,6 +16,7 @@ use super::{Client, ClientArgs, ClientError, Timeouts, backoff, error_of, query_
 use futures_util::StreamExt;
 use std::io::Write;
 use std::time::Duration;
+use vx_proto::sse::{Event, Id, KeepData, SseParser};
 
 #[derive(Debug, clap::Args)]
 pub struct TailArgs {
@@ -33,8 +34,8 @@ pub struct TailArgs {
     pub entity: Option<String>,
 }
 
-/// A line of an SSE body longer than this is not from our server.
-const MAX_LINE: usize = 64 << 20;
+/// An SSE event's data longer than this is not from our server.
+const MAX_DATA: usize = 64 << 20;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How one connection ended.
@@ -127,14 +128,6 @@ async fn connect(
     }
 }
 
-/// One SSE event being assembled.
-#[derive(Default)]
-struct Frame {
-    id: Option<u64>,
-    event: Option<String>,
-    data: Vec<u8>,
-}
-
 /// Read one connection's events, printing them; returns how it ended.
 async fn follow(
     client: &Client,
@@ -143,69 +136,38 @@ async fn follow(
     out: &mut impl Write,
 ) -> anyhow::Result<End> {
     let mut body = resp.bytes_stream();
-    let mut buf: Vec<u8> = Vec::new();
-    let mut frame = Frame::default();
+    let mut sse = SseParser::new(KeepData::All, MAX_DATA);
     loop {
         let chunk = match body.next().await {
             Some(Ok(c)) => c,
             Some(Err(e)) => return Ok(End::Dropped(client.failed(&e).to_string())),
             None => return Ok(End::Dropped("the server ended the follow".into())),
         };
-        buf.extend_from_slice(&chunk);
-        let mut start = 0;
-        while let Some(nl) = memchr::memchr(b'\n', &buf[start..]) {
-            let line = &buf[start..start + nl];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            start += nl + 1;
-            if line.is_empty() {
-                if let Some(end) = dispatch(std::mem::take(&mut frame), last, out)? {
-                    return Ok(end);
-                }
-                continue;
+        // The first end (or failure to print) stops the parse; the rest of the chunk is moot.
+        let mut end: anyhow::Result<Option<End>> = Ok(None);
+        let parsed = sse.feed(&chunk, &mut |event| {
+            if matches!(end, Ok(None)) {
+                end = dispatch(&event, last, out);
             }
-            field(&mut frame, line);
+        });
+        if let Some(end) = end? {
+            return Ok(end);
         }
-        buf.drain(..start);
-        if buf.len() > MAX_LINE {
-            return Ok(End::Dropped("an SSE line longer than 64 MiB".into()));
+        if let Err(e) = parsed {
+            return Ok(End::Dropped(e.to_string()));
         }
     }
 }
 
-/// Take one `field: value` line into the frame (comments, `: heartbeat`, are skipped).
-fn field(frame: &mut Frame, line: &[u8]) {
-    if line.starts_with(b":") {
-        return;
-    }
-    let (name, value) = match memchr::memchr(b':', line) {
-        Some(i) => {
-            let v = &line[i + 1..];
-            (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-        }
-        None => (line, &b""[..]),
-    };
-    match name {
-        b"data" => {
-            if !frame.data.is_empty() {
-                frame.data.push(b'\n');
-            }
-            frame.data.extend_from_slice(value);
-        }
-        b"id" => frame.id = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()),
-        b"event" => frame.event = Some(String::from_utf8_lossy(value).into_owned()),
-        _ => {}
-    }
-}
-
-/// Act on a complete frame: print an event, report a notice.
+/// Act on a complete event: print it, report a notice.
 fn dispatch(
-    frame: Frame,
+    event: &Event<'_>,
     last: &mut Option<u64>,
     out: &mut impl Write,
 ) -> anyhow::Result<Option<End>> {
-    match frame.event.as_deref() {
-        None | Some("message") => {
-            let Some(seq) = frame.id else {
+    match event.name {
+        _ if event.is_message() => {
+            let Some(Id::Seq(seq)) = event.id else {
                 return Ok(None);
             };
             // The server resumes after Last-Event-ID; this keeps the no-duplicate promise
@@ -213,7 +175,7 @@ fn dispatch(
             if last.is_some_and(|l| seq <= l) {
                 return Ok(None);
             }
-            out.write_all(&frame.data)
+            out.write_all(event.data)
                 .and_then(|()| out.write_all(b"\n"))
                 .and_then(|()| out.flush())
                 .map_err(|e| ClientError::Output(format!("writing to stdout: {e}")))?;
@@ -221,25 +183,36 @@ fn dispatch(
             Ok(None)
         }
         Some("retained") => {
-            let v: serde_json::Value = serde_json::from_slice(&frame.data).unwrap_or_default();
-            let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-            eprintln!(
-                "tail: events {}..{} were removed by retention before they could be read; going on at {}",
-                n("from"),
-                n("first_seq").saturating_sub(1),
-                n("first_seq")
-            );
+            match (field(event, "from"), field(event, "first_seq")) {
+                (Some(from), Some(first)) => eprintln!(
+                    "tail: events {from}..{} were removed by retention before they could be read; going on at {first}",
+                    first.saturating_sub(1)
+                ),
+                // Not the notice SPEC §5 describes: say what came rather than make up numbers.
+                _ => eprintln!(
+                    "tail: events were removed by retention before they could be read ({})",
+                    String::from_utf8_lossy(event.data)
+                ),
+            }
             Ok(None)
         }
         Some("deleted") => {
-            let v: serde_json::Value = serde_json::from_slice(&frame.data).unwrap_or_default();
-            let last_seq = v
-                .get("last_seq")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0);
-            eprintln!("tail: the stream was deleted (its last seq was {last_seq})");
+            match field(event, "last_seq") {
+                Some(last_seq) => {
+                    eprintln!("tail: the stream was deleted (its last seq was {last_seq})")
+                }
+                None => eprintln!("tail: the stream was deleted"),
+            }
             Ok(Some(End::Deleted))
         }
-        Some(_) => Ok(None),
+        _ => Ok(None),
     }
+}
+
+/// A number of a notice's JSON data.
+fn field(event: &Event<'_>, key: &str) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(event.data)
+        .ok()?
+        .get(key)?
+        .as_u64()
 }

@@ -1,11 +1,13 @@
 //! A Server-Sent Events reader for the live replay tests (SPEC §5): opens a follow and parses
-//! the body into frames (`id`, `event`, `data` lines and comments), with bounded waits.
+//! the body into frames with the clients' parser (`vx_proto::sse`), with bounded waits.
 
 use super::Api;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
+use std::collections::VecDeque;
 use std::time::Duration;
+use vx_proto::sse::{Event, Id, SseParser};
 
 /// One SSE block (the lines up to a blank line).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,6 +20,18 @@ pub struct Frame {
 }
 
 impl Frame {
+    fn of(e: &Event<'_>) -> Frame {
+        Frame {
+            id: e.id.map(|id| match id {
+                Id::Seq(seq) => seq,
+                Id::Invalid => panic!("an SSE id that is not a seq in {e:?}"),
+            }),
+            event: e.name.map(str::to_string),
+            data: String::from_utf8_lossy(e.data).into_owned(),
+            comment: e.comment,
+        }
+    }
+
     /// The event's JSON (`data`), parsed.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("data {:?}: {e}", self.data))
@@ -30,6 +44,9 @@ pub struct Follow {
     pub headers: reqwest::header::HeaderMap,
     body: BoxStream<'static, reqwest::Result<Bytes>>,
     buf: Vec<u8>,
+    sse: SseParser,
+    /// Frames parsed, not yet taken.
+    frames: VecDeque<Frame>,
     /// The body ended (cleanly or not).
     pub ended: bool,
     /// The body ended with an error (no final chunk).
@@ -65,6 +82,8 @@ impl Follow {
             headers: r.headers().clone(),
             body: r.bytes_stream().boxed(),
             buf: Vec::new(),
+            sse: SseParser::default(),
+            frames: VecDeque::new(),
             ended: false,
             failed: false,
         }
@@ -118,9 +137,16 @@ impl Follow {
     /// The next SSE frame, `None` once the body ended. Panics after `wait` without one.
     pub async fn frame(&mut self, wait: Duration) -> Option<Frame> {
         loop {
-            if let Some(end) = find(&self.buf, b"\n\n") {
-                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                return Some(parse_block(&block[..end]));
+            if let Some(f) = self.frames.pop_front() {
+                return Some(f);
+            }
+            if !self.buf.is_empty() {
+                let frames = &mut self.frames;
+                self.sse
+                    .feed(&self.buf, &mut |e| frames.push_back(Frame::of(&e)))
+                    .unwrap_or_else(|e| panic!("the SSE body: {e}"));
+                self.buf.clear();
+                continue;
             }
             if !self.fill(wait).await {
                 return None;
@@ -181,30 +207,4 @@ impl Follow {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn parse_block(block: &[u8]) -> Frame {
-    let text = String::from_utf8_lossy(block);
-    let mut f = Frame {
-        comment: true,
-        ..Frame::default()
-    };
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.split('\n') {
-        if line.starts_with(':') {
-            continue;
-        }
-        f.comment = false;
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "id" => f.id = Some(value.parse().unwrap_or_else(|_| panic!("id {value:?}"))),
-            "event" => f.event = Some(value.to_string()),
-            "data" => data.push(value),
-            "retry" => {}
-            other => panic!("unknown SSE field {other:?} in {text:?}"),
-        }
-    }
-    f.data = data.join("\n");
-    f
 }

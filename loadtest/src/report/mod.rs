@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod merge;
+pub use self::merge::{merge, merge_warnings};
+
 /// The version of the JSON report's shape.
 pub const REPORT_FORMAT: u32 = 1;
 
@@ -261,7 +264,7 @@ pub enum ReportError {
     #[error("{0}: report format {1}, this vx-loadtest reads format {REPORT_FORMAT}")]
     Format(String, u32),
     #[error("{0}: a histogram does not decode: {1}")]
-    Histogram(String, String),
+    Histogram(String, HistogramError),
     #[error("nothing to merge")]
     Empty,
 }
@@ -275,14 +278,28 @@ pub fn encode_histogram(h: &Histogram<u64>) -> String {
     }
 }
 
-pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
+/// Why a report's histogram does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum HistogramError {
+    #[error("empty")]
+    Empty,
+    #[error("{0}")]
+    Base64(#[from] base64::DecodeError),
+    // hdrhistogram's error Display is terse; its Debug names the cause.
+    #[error("{0:?}")]
+    Decode(hdrhistogram::serialization::DeserializeError),
+    #[error("{0:?}")]
+    Add(hdrhistogram::errors::AdditionError),
+}
+
+pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, HistogramError> {
     if text.is_empty() {
-        return Err("empty".into());
+        return Err(HistogramError::Empty);
     }
-    let bytes = STANDARD.decode(text).map_err(|e| e.to_string())?;
+    let bytes = STANDARD.decode(text)?;
     Deserializer::new()
         .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("{e:?}"))
+        .map_err(HistogramError::Decode)
 }
 
 impl OpReport {
@@ -321,7 +338,7 @@ fn acc_of(histogram: &str, origin: &str, sigfig: u8) -> Result<OpAcc, ReportErro
     let h = decode_histogram(histogram).map_err(|e| ReportError::Histogram(origin.into(), e))?;
     acc.hist
         .add(&h)
-        .map_err(|e| ReportError::Histogram(origin.into(), format!("{e:?}")))?;
+        .map_err(|e| ReportError::Histogram(origin.into(), HistogramError::Add(e)))?;
     Ok(acc)
 }
 
@@ -463,367 +480,5 @@ impl Report {
     }
 }
 
-/// Combine the reports of load hosts that ran the same workload at the same time: counts add,
-/// histograms merge exactly, throughputs add (over the longest measured window), intervals
-/// align by their time.
-pub fn merge(reports: &[(String, Report)]) -> Result<Report, ReportError> {
-    let (_, first) = reports.first().ok_or(ReportError::Empty)?;
-    let mut hosts = first.hosts.clone();
-    let measure_s = reports
-        .iter()
-        .map(|(_, r)| r.measure_s)
-        .fold(0.0f64, f64::max);
-    let mut ops: BTreeMap<String, OpAcc> = BTreeMap::new();
-    let mut late = LateAcc::new();
-    let mut errors = first.errors.clone();
-    let mut intervals: BTreeMap<i64, (f64, BTreeMap<String, OpAcc>)> = BTreeMap::new();
-    let interval_s = 1.0 / first.workload.sample_hz;
-    let mut fanout = first.fanout.clone();
-    for (i, (origin, r)) in reports.iter().enumerate() {
-        if i > 0 {
-            hosts.extend(r.hosts.iter().cloned());
-            for (k, v) in &r.errors {
-                *errors.entry(k.clone()).or_default() += v;
-            }
-            match (&mut fanout, &r.fanout) {
-                (Some(f), Some(o)) => f.add(o),
-                (None, Some(o)) => fanout = Some(o.clone()),
-                _ => {}
-            }
-        }
-        for (name, op) in &r.operations {
-            let acc = op.to_acc(origin)?;
-            ops.entry(name.clone())
-                .or_insert_with(|| OpAcc::new(RUN_SIGFIG))
-                .add(&acc);
-        }
-        if !r.late_sends.histogram.is_empty() {
-            let h = decode_histogram(&r.late_sends.histogram)
-                .map_err(|e| ReportError::Histogram(origin.clone(), e))?;
-            let mut acc = LateAcc::new();
-            acc.sends = r.late_sends.sends;
-            acc.late = r.late_sends.late;
-            acc.hist
-                .add(&h)
-                .map_err(|e| ReportError::Histogram(origin.clone(), format!("{e:?}")))?;
-            late.add(&acc);
-        }
-        for iv in &r.intervals {
-            // Align on the sample grid of the first report.
-            let slot = (iv.t_s / interval_s).round() as i64;
-            let entry = intervals
-                .entry(slot)
-                .or_insert_with(|| (iv.t_s, BTreeMap::new()));
-            for (name, op) in &iv.ops {
-                let acc = op.to_acc(origin)?;
-                entry
-                    .1
-                    .entry(name.clone())
-                    .or_insert_with(|| OpAcc::new(INTERVAL_SIGFIG))
-                    .add(&acc);
-            }
-        }
-    }
-    let measure = measure_s.max(f64::MIN_POSITIVE);
-    Ok(Report {
-        format: REPORT_FORMAT,
-        tool: first.tool.clone(),
-        hosts,
-        workload: first.workload.clone(),
-        open_loop: first.open_loop,
-        measure_s,
-        operations: ops
-            .iter()
-            .map(|(k, a)| (k.clone(), OpReport::from_acc(k, a, measure)))
-            .collect(),
-        late_sends: LateReport::from_acc(&late),
-        errors,
-        intervals: intervals
-            .into_values()
-            .map(|(t_s, ops)| Interval {
-                t_s,
-                ops: ops
-                    .iter()
-                    .map(|(k, a)| (k.clone(), IntervalOp::from_acc(a, interval_s)))
-                    .collect(),
-            })
-            .collect(),
-        fanout,
-    })
-}
-
-/// What makes a merge of `reports` doubtful: workloads that differ in more than their
-/// endpoints and seed (each host may aim at its own server and draw its own keys), or runs that
-/// did not overlap in time. `merge` still merges; the command line prints these as warnings.
-pub fn merge_warnings(reports: &[(String, Report)]) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some((first_name, first)) = reports.first() else {
-        return out;
-    };
-    let comparable = |w: &Workload| -> Option<toml::Table> {
-        let mut w = w.clone();
-        w.endpoints.clear();
-        w.seed = 0;
-        toml::Table::try_from(&w).ok()
-    };
-    let base = comparable(&first.workload);
-    for (name, r) in &reports[1..] {
-        let other = comparable(&r.workload);
-        if let (Some(a), Some(b)) = (&base, &other) {
-            let mut keys: Vec<&String> = a
-                .keys()
-                .chain(b.keys())
-                .filter(|k| a.get(*k) != b.get(*k))
-                .collect();
-            keys.sort();
-            keys.dedup();
-            if !keys.is_empty() {
-                let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-                out.push(format!(
-                    "{name} ran another workload than {first_name} (differs in {}): the merged figures mix them",
-                    keys.join(", ")
-                ));
-            }
-        }
-        let start = |r: &Report| {
-            r.hosts.first().and_then(|h| {
-                time::OffsetDateTime::parse(
-                    &h.started_at,
-                    &time::format_description::well_known::Rfc3339,
-                )
-                .ok()
-            })
-        };
-        if let (Some(a), Some(b)) = (start(first), start(r)) {
-            let apart = (a - b).abs().as_seconds_f64();
-            let span = first.workload.warmup_s + first.measure_s.max(r.measure_s);
-            if apart > span {
-                out.push(format!(
-                    "{name} started {apart:.0} s apart from {first_name}, longer than a run: the hosts did not load the server at the same time, so adding their throughputs overstates it"
-                ));
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn acc(values: &[u64]) -> OpAcc {
-        let mut a = OpAcc::new(RUN_SIGFIG);
-        for v in values {
-            a.ok += 1;
-            a.events += 10;
-            let _ = a.hist.record(*v);
-        }
-        a
-    }
-
-    fn report(values: &[u64], refused: u64, t_s: f64) -> Report {
-        let mut a = acc(values);
-        a.refused = refused;
-        let mut ops = BTreeMap::new();
-        ops.insert("ingest".to_string(), OpReport::from_acc("ingest", &a, 10.0));
-        let mut iv_acc = OpAcc::new(INTERVAL_SIGFIG);
-        iv_acc.add(&a);
-        let mut iv_ops = BTreeMap::new();
-        iv_ops.insert("ingest".to_string(), IntervalOp::from_acc(&iv_acc, 1.0));
-        Report {
-            format: REPORT_FORMAT,
-            tool: "vx-loadtest test".into(),
-            hosts: vec![Host {
-                hostname: "h".into(),
-                started_at: "2026-11-23T00:00:00Z".into(),
-                load1_before: Some(0.1),
-                cpus: 2,
-            }],
-            workload: Workload::default(),
-            open_loop: false,
-            measure_s: 10.0,
-            operations: ops,
-            late_sends: LateReport::from_acc(&LateAcc::new()),
-            errors: BTreeMap::new(),
-            intervals: vec![Interval { t_s, ops: iv_ops }],
-            fanout: None,
-        }
-    }
-
-    #[test]
-    fn histograms_survive_the_json_round_trip_exactly() {
-        let a = acc(&[1, 250, 999, 1000, 1001, 123_456, 3_000_000]);
-        let h = decode_histogram(&encode_histogram(&a.hist));
-        let h = match h {
-            Ok(h) => h,
-            Err(e) => panic!("{e}"),
-        };
-        assert_eq!(h, a.hist);
-        assert!(decode_histogram("not base64!").is_err());
-        assert!(decode_histogram("aGVsbG8=").is_err());
-    }
-
-    #[test]
-    fn merge_adds_counts_and_histograms_rather_than_averaging() {
-        // Host A: 1000 fast ops (1 ms). Host B: 10 slow ones (100 ms). Averaging the two
-        // p99s would say ~50 ms; the merged histogram says the true p99 is 1 ms and the
-        // max 100 ms.
-        let a = report(&vec![1000; 1000], 3, 1.0);
-        let b = report(&[100_000; 10], 4, 1.0);
-        let merged = match merge(&[("a".into(), a), ("b".into(), b)]) {
-            Ok(m) => m,
-            Err(e) => panic!("{e}"),
-        };
-        let op = &merged.operations["ingest"];
-        assert_eq!((op.ok, op.refused, op.events), (1010, 7, 10_100));
-        assert!((op.ops_per_s - 101.0).abs() < 1e-9);
-        assert!(
-            (op.latency_ms.p99 - 1.0).abs() < 0.01,
-            "{:?}",
-            op.latency_ms
-        );
-        assert!(
-            (op.latency_ms.max - 100.0).abs() < 0.1,
-            "{:?}",
-            op.latency_ms
-        );
-        assert_eq!(merged.hosts.len(), 2);
-        // The merged histogram equals one built from all values at once.
-        let mut all = vec![1000u64; 1000];
-        all.extend([100_000; 10]);
-        let direct = acc(&all).hist;
-        assert_eq!(decode_histogram(&op.histogram).ok(), Some(direct));
-        // Intervals at the same time are merged too.
-        assert_eq!(merged.intervals.len(), 1);
-        assert_eq!(merged.intervals[0].ops["ingest"].ok, 1010);
-        // And a merged report merges again (it is a report like any other).
-        let again = merge(&[("m".into(), merged.clone())]);
-        assert_eq!(again.ok().map(|r| r.operations["ingest"].ok), Some(1010));
-    }
-
-    #[test]
-    fn merge_warns_about_other_workloads_and_runs_that_did_not_overlap() {
-        let a = report(&[5], 0, 1.0);
-        let mut b = report(&[5], 0, 1.0);
-        b.workload.endpoints = vec!["http://other:1".into()];
-        b.workload.seed = 9;
-        let pair = |b: &Report| vec![("a".to_string(), a.clone()), ("b".to_string(), b.clone())];
-        // Other endpoints and seeds are what several hosts have: no warning.
-        assert!(merge_warnings(&pair(&b)).is_empty());
-        let mut c = b.clone();
-        c.workload.batch = 100;
-        c.workload.rate = Some(5.0);
-        let w = merge_warnings(&pair(&c));
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("batch, rate"), "{w:?}");
-        let mut d = b.clone();
-        d.hosts[0].started_at = "2026-11-23T01:00:00Z".into();
-        let w = merge_warnings(&pair(&d));
-        assert!(w.len() == 1 && w[0].contains("3600 s apart"), "{w:?}");
-    }
-
-    #[test]
-    fn batch_reads_report_values_per_second_through_merge_and_the_table() {
-        let mut r = report(&[5], 0, 1.0);
-        r.workload.batch_size = 10;
-        // A query's events are its batch_size keys: 3 queries of 10 in a 10 s window.
-        let mut q = acc(&[100, 200, 300]);
-        q.events = 30;
-        r.operations
-            .insert("query".into(), OpReport::from_acc("query", &q, 10.0));
-        assert_eq!(r.operations["query"].values_per_s, Some(3.0));
-        assert_eq!(r.operations["ingest"].values_per_s, None);
-        let text = serde_json::to_string(&r).unwrap_or_default();
-        assert!(text.contains("\"values_per_s\":3.0"), "{text}");
-        assert_eq!(text.matches("values_per_s").count(), 1, "only query has it");
-        assert!(
-            r.table()
-                .contains("values/s: query 3.0 (batch_size 10 × 0.3 ops/s)")
-        );
-        let merged = match merge(&[("a".into(), r.clone()), ("b".into(), r)]) {
-            Ok(m) => m,
-            Err(e) => panic!("{e}"),
-        };
-        assert_eq!(merged.operations["query"].values_per_s, Some(6.0));
-        // A report written before the field existed still reads.
-        let old = text.replace("\"values_per_s\":3.0,", "");
-        assert!(!old.contains("values_per_s"));
-        let back = Report::from_json(&old, "old").map(|r| r.operations["query"].values_per_s);
-        assert!(matches!(back, Ok(None)), "{back:?}");
-    }
-
-    #[test]
-    fn the_fanout_check_reads_back_merges_and_fails_the_table() {
-        let mut r = report(&[5], 0, 1.0);
-        assert!(!r.check_failed());
-        let text = serde_json::to_string(&r).unwrap_or_default();
-        assert!(!text.contains("fanout"), "only fanout runs carry the check");
-        let good = FanoutReport {
-            stream: "lt-0".into(),
-            followers: 3,
-            from_seq: 11,
-            last_acked_seq: 20,
-            acked_events: 10,
-            delivered: 30,
-            complete: 3,
-            drain_s: 2.0,
-            drained_in_s: Some(0.01),
-            passed: true,
-            ..FanoutReport::default()
-        };
-        r.fanout = Some(good.clone());
-        assert!(!r.check_failed());
-        assert!(r.table().contains("fanout check: PASSED"), "{}", r.table());
-        let text = serde_json::to_string(&r).unwrap_or_default();
-        let back = Report::from_json(&text, "r").map(|r| r.fanout);
-        assert_eq!(back.ok().flatten().as_ref(), Some(&good));
-        let mut bad = r.clone();
-        bad.fanout = Some(FanoutReport {
-            complete: 2,
-            with_gaps: 1,
-            missing_events: 4,
-            drained_in_s: None,
-            passed: false,
-            ..good
-        });
-        assert!(bad.check_failed());
-        let table = bad.table();
-        assert!(
-            table.contains("fanout check: FAILED (1 of 3 followers incomplete)"),
-            "{table}"
-        );
-        assert!(
-            table.contains("4 missing") && table.contains("1 with gaps"),
-            "{table}"
-        );
-        // Merged: counts add, and one failing host fails the whole.
-        let merged = match merge(&[("a".into(), r), ("b".into(), bad)]) {
-            Ok(m) => m,
-            Err(e) => panic!("{e}"),
-        };
-        let f = merged.fanout.unwrap_or_default();
-        assert_eq!((f.followers, f.complete, f.missing_events), (6, 5, 4));
-        assert!(!f.passed && f.drained_in_s.is_none());
-    }
-
-    #[test]
-    fn reports_of_another_format_or_with_bad_histograms_are_refused() {
-        let mut r = report(&[5], 0, 1.0);
-        r.format = 99;
-        let text = serde_json::to_string(&r).unwrap_or_default();
-        assert!(matches!(
-            Report::from_json(&text, "x.json"),
-            Err(ReportError::Format(_, 99))
-        ));
-        let mut r = report(&[5], 0, 1.0);
-        if let Some(op) = r.operations.get_mut("ingest") {
-            op.histogram = "AAAA".into();
-        }
-        assert!(matches!(
-            merge(&[("x".into(), r)]),
-            Err(ReportError::Histogram(..))
-        ));
-        assert!(matches!(merge(&[]), Err(ReportError::Empty)));
-        assert!(Report::from_json("{}", "x").is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,277 @@
+//! The pipelined lane: up to `pipeline_depth` operations in flight on one frames or RESP
+//! connection, a writer and a reader task sharing the table of pending operations.
+
+use super::pipe_io::PipeConn;
+use super::*;
+
+/// Why a pipelined connection cannot go on, or an operation could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum PipeError {
+    #[error("cannot connect to {endpoint}: {cause}")]
+    Connect {
+        endpoint: String,
+        cause: Box<PipeError>,
+    },
+    #[error("{0} does not pipeline")]
+    NotPipelined(String),
+    /// The lane's generator is not one the protocol carries.
+    #[error("{0}")]
+    Scenario(&'static str),
+    #[error("{0}")]
+    Frames(#[from] vx_client::ClientError),
+    #[error("{0}")]
+    Resp(#[from] resp::RespError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server closed the connection")]
+    Closed,
+}
+
+/// An operation sent on a pipelined connection and not answered yet.
+pub(super) struct Pending {
+    pub(super) op: Op,
+    pub(super) started: Instant,
+    pub(super) events: u64,
+    pub(super) bytes: u64,
+}
+
+/// What the writer and the reader of a pipelined lane share.
+pub(super) struct Pipe {
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// One permit per operation that may still be put in flight.
+    slots: Semaphore,
+    /// Closed loop: do not send before this (a 429's pause).
+    pause_until: Mutex<Option<Instant>>,
+    broken: AtomicBool,
+}
+
+/// The sending side of a pipelined protocol.
+pub(super) trait PipeWriter: Send {
+    /// The operation it sends (for errors before anything is queued).
+    fn op(&self) -> Op;
+    /// Encode the next operation into the send buffer; returns its key and what to record.
+    fn queue(&mut self) -> Result<(u64, Pending), PipeError>;
+    fn flush(&mut self) -> impl Future<Output = Result<(), PipeError>> + Send;
+    fn close(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// The receiving side: the next answer, with the key of the operation it answers.
+pub(super) trait PipeReader: Send + 'static {
+    fn next(&mut self) -> impl Future<Output = Result<(u64, Answer), PipeError>> + Send;
+}
+
+pub(super) enum Answer {
+    Ok { events: Option<u64> },
+    Refused(Option<Duration>),
+    Error(String),
+}
+
+/// Run one pipelined lane to the end of the run, reconnecting after failures. The
+/// generator moves into the connection's writer while it lives.
+pub async fn pipelined_lane(ctx: LaneCtx, first: Option<PipeConn>, generator: LaneGen) {
+    let depth = ctx.workload.pipeline_depth as usize;
+    let durability = ctx.workload.durability.map(|d| match d {
+        Durability::None => vx_client::Durability::None,
+        Durability::Write => vx_client::Durability::Write,
+        Durability::Fsync => vx_client::Durability::Fsync,
+    });
+    let op = op_of(&generator);
+    let mut generator = Some(generator);
+    let mut i = 0u64;
+    let mut conn = first;
+    while Instant::now() < ctx.end {
+        let c = match conn.take() {
+            Some(c) => c,
+            None => match connect_pipe(&ctx.endpoint, ctx.workload.token.as_deref()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    ctx.record(op, &Outcome::Error(e.to_string()), Instant::now());
+                    sleep(RECONNECT_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let pipe = Arc::new(Pipe {
+            pending: Mutex::new(HashMap::with_capacity(depth)),
+            slots: Semaphore::new(depth),
+            pause_until: Mutex::new(None),
+            broken: AtomicBool::new(false),
+        });
+        let finished = match (c, generator.take()) {
+            (PipeConn::Frames(mut w, r), Some(LaneGen::Ingest(g))) => {
+                w.source = Some(g);
+                w.durability = durability;
+                let f = run_pipe(&ctx, &pipe, &mut w, r, &mut i).await;
+                generator = w.source.take().map(LaneGen::Ingest);
+                f
+            }
+            (PipeConn::Resp(mut w, r), Some(LaneGen::Kv(g))) => {
+                w.source = Some(g);
+                let f = run_pipe(&ctx, &pipe, &mut w, r, &mut i).await;
+                generator = w.source.take().map(LaneGen::Kv);
+                f
+            }
+            _ => {
+                let e = format!("{} does not carry this scenario", ctx.endpoint);
+                ctx.record(op, &Outcome::Error(e), Instant::now());
+                return;
+            }
+        };
+        if finished || generator.is_none() {
+            return;
+        }
+    }
+}
+
+/// Drive one connection; `true` when the run is over, `false` when the connection broke.
+async fn run_pipe<W: PipeWriter, R: PipeReader>(
+    ctx: &LaneCtx,
+    pipe: &Arc<Pipe>,
+    w: &mut W,
+    r: R,
+    i: &mut u64,
+) -> bool {
+    let reader = tokio::spawn(read_pipe(ctx.clone(), pipe.clone(), r));
+    let finished = write_pipe(ctx, pipe, w, i).await;
+    // Let the answers in flight arrive, then close.
+    let _ = w.flush().await;
+    let deadline = Instant::now() + ctx.timeout;
+    while !pipe.pending.lock().is_empty()
+        && !pipe.broken.load(Ordering::Acquire)
+        && Instant::now() < deadline
+    {
+        sleep(Duration::from_millis(2)).await;
+    }
+    w.close().await;
+    reader.abort();
+    let _ = reader.await;
+    fail_pending(ctx, pipe, "no answer before the connection closed");
+    finished && !pipe.broken.load(Ordering::Acquire)
+}
+
+/// An operation that was due but never sent: an error, and its index is used up.
+fn lost(ctx: &LaneCtx, op: Op, i: &mut u64, why: &str, start: Instant) -> bool {
+    *i += 1;
+    ctx.record(op, &Outcome::Error(why.to_string()), start);
+    false
+}
+
+async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mut u64) -> bool {
+    loop {
+        if pipe.broken.load(Ordering::Acquire) {
+            return false;
+        }
+        // The next send time is known before waiting, so the buffer goes out first.
+        if let Some(s) = &ctx.schedule
+            && s.intended(*i) > Instant::now()
+            && w.flush().await.is_err()
+        {
+            return false;
+        }
+        let Some(start) = ctx.next_start(*i).await else {
+            return true;
+        };
+        // From here the operation is owed: open loop took its pacer permit. If the connection
+        // breaks before it is sent, it is counted as an error (and its index used up), so the
+        // schedule after a reconnect stays in step with the pacer.
+        let op = w.op();
+        let pause = pipe.pause_until.lock().take();
+        if let Some(until) = pause {
+            if let Err(e) = w.flush().await {
+                return lost(ctx, op, i, &e.to_string(), start);
+            }
+            sleep_until(until.min(ctx.end).into()).await;
+        }
+        let permit = match pipe.slots.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                if let Err(e) = w.flush().await {
+                    return lost(ctx, op, i, &e.to_string(), start);
+                }
+                match pipe.slots.acquire().await {
+                    Ok(p) => p,
+                    Err(_) => return lost(ctx, op, i, "the connection broke", start),
+                }
+            }
+        };
+        // Closed loop counts from the moment a slot is free and the operation is queued,
+        // and sends nothing once the run is over.
+        let start = if ctx.schedule.is_some() {
+            start
+        } else {
+            let now = Instant::now();
+            if now >= ctx.end {
+                return true;
+            }
+            now
+        };
+        permit.forget();
+        ctx.sent(start);
+        *i += 1;
+        match w.queue() {
+            Ok((key, mut p)) => {
+                p.started = start;
+                pipe.pending.lock().insert(key, p);
+            }
+            Err(e) => {
+                pipe.slots.add_permits(1);
+                ctx.record(op, &Outcome::Error(e.to_string()), start);
+            }
+        }
+    }
+}
+
+async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
+    loop {
+        // Wait without limit while nothing is in flight; an answer owed for longer than
+        // timeout_s breaks the connection.
+        let owed = !pipe.pending.lock().is_empty();
+        let wait = if owed {
+            ctx.timeout
+        } else {
+            Duration::from_millis(50)
+        };
+        let (key, answer) = match timeout(wait, r.next()).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                pipe.broken.store(true, Ordering::Release);
+                pipe.slots.close();
+                fail_pending(&ctx, &pipe, &e.to_string());
+                return;
+            }
+            Err(_) if owed => {
+                pipe.broken.store(true, Ordering::Release);
+                pipe.slots.close();
+                let e = format!("no answer within {} s", ctx.timeout.as_secs_f64());
+                fail_pending(&ctx, &pipe, &e);
+                return;
+            }
+            Err(_) => continue,
+        };
+        let Some(p) = pipe.pending.lock().remove(&key) else {
+            continue;
+        };
+        pipe.slots.add_permits(1);
+        let outcome = match answer {
+            Answer::Ok { events } => Outcome::Ok {
+                events: events.unwrap_or(p.events),
+                bytes: p.bytes,
+            },
+            Answer::Refused(retry_after) => {
+                if ctx.schedule.is_none() {
+                    *pipe.pause_until.lock() = Some(Instant::now() + retry_pause(retry_after));
+                }
+                Outcome::Refused { retry_after }
+            }
+            Answer::Error(e) => Outcome::Error(e),
+        };
+        ctx.record(p.op, &outcome, p.started);
+    }
+}
+
+fn fail_pending(ctx: &LaneCtx, pipe: &Pipe, why: &str) {
+    let failed: Vec<Pending> = pipe.pending.lock().drain().map(|(_, p)| p).collect();
+    for p in failed {
+        ctx.record(p.op, &Outcome::Error(why.to_string()), p.started);
+    }
+}
