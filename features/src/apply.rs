@@ -17,10 +17,10 @@
 //! and the caller must act on it (the storage engine poisons itself, docs/FEATURES.md).
 
 use crate::Features;
-use crate::budget::{ENTITY_COST, FEAT_COST, state_bytes};
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
 use crate::table::{Buckets, EntityRef, Feat, Shard, State};
+use crate::table::{ENTITY_COST, FEAT_COST, state_bytes};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
 use vx_proto::{EventView, Kind};

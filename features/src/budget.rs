@@ -6,38 +6,17 @@
 //! checked when features are created, bounds the tables whatever later updates do.
 
 use crate::Features;
-use crate::decl::{BUCKETS, Decls, FeatureValue};
+use crate::decl::{Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
-use crate::table::{Bucket, EntityRef, Feat, State};
+use crate::table::{ENTITY_COST, EntityRef, FEAT_COST};
 use hashbrown::HashSet;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
 
-/// Bytes an entity costs beyond its key and features (map slot, struct, key allocation).
-pub(crate) const ENTITY_COST: u64 = 128;
-/// Bytes a feature costs beyond variable parts.
-pub(crate) const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
-const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
 /// The most a declared aggregate can count: its feature and a dense windowed sketch (more
 /// than 60 buckets).
 const WINDOW_MAX: u64 = FEAT_COST + (HLL_M * HLL_LEVELS) as u64;
-
-/// What a feature's state counts against `storage.max_feature_bytes`: windows and windowed
-/// sketches at their largest (60 buckets, the dense 1 KiB sketch) from the start, so that the
-/// budget, checked when features are created, bounds the tables whatever the updates do.
-pub(crate) fn state_bytes(st: &State) -> u64 {
-    match st {
-        State::Plain {
-            v: FeatureValue::Str(s),
-            ..
-        } => s.len() as u64,
-        State::Plain { .. } => 0,
-        State::Win(_) => BUCKETS as u64 * BUCKET_COST,
-        State::Hll { regs, .. } if regs.len() == HLL_M => HLL_M as u64,
-        State::Hll { .. } => (HLL_M * HLL_LEVELS) as u64,
-    }
-}
 
 impl Features {
     /// Reserve room for what `batch` would create; false (nothing reserved) past the budget.

@@ -30,6 +30,17 @@ pub enum FeatureValue {
     Str(Box<str>),
 }
 
+/// One feature's value as a read sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reading<'a> {
+    /// A value as stored: counters, gauges, PUTs, `last`.
+    Value(&'a FeatureValue),
+    /// An integer the tables computed: the built-ins, `count`, `distinct`'s estimate.
+    Int(i64),
+    /// An aggregate's number (`sum`, `avg`, `min`, `max`): integral values are integers.
+    Num(f64),
+}
+
 impl From<Num> for FeatureValue {
     fn from(n: Num) -> Self {
         match n {

@@ -45,9 +45,10 @@ mod value;
 mod window;
 
 pub use apply::{ApplyError, DirectApplied, LogPos, RecordEvents, Replay};
+pub use decl::Reading;
 pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,
     MAX_PUT_NAMES, MAX_STRING_VALUE, MAX_WINDOW, MIN_WINDOW, check_decls, valid_name,
 };
-pub use read::{EntityRead, ReadAt, Reading};
+pub use read::{EntityRead, ReadAt};
 pub use store::{FeatureStats, Features};

@@ -3,7 +3,7 @@
 //! watermark). Rendering them (JSON over HTTP) is the caller's.
 
 use crate::Features;
-use crate::decl::{EVENTS, FeatureValue, LAST_TS};
+use crate::decl::{EVENTS, LAST_TS, Reading};
 use crate::table::{Entity, EntityRef, Feat, State};
 
 /// When a read happens.
@@ -11,17 +11,6 @@ use crate::table::{Entity, EntityRef, Feat, State};
 pub struct ReadAt {
     /// The server's clock, for `ttl`.
     pub now_ms: i64,
-}
-
-/// One feature's value as a read sees it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Reading<'a> {
-    /// A value as stored: counters, gauges, PUTs, `last`.
-    Value(&'a FeatureValue),
-    /// An integer the tables computed: the built-ins, `count`, `distinct`'s estimate.
-    Int(i64),
-    /// An aggregate's number (`sum`, `avg`, `min`, `max`): integral values are integers.
-    Num(f64),
 }
 
 /// What a read found besides the features.

@@ -4,9 +4,34 @@
 //! This is the part the next issue replaces for compactness: everything outside the crate
 //! reaches it only through [`crate::Features`]'s apply, query and snapshot interfaces.
 
-use crate::budget::{ENTITY_COST, FEAT_COST, state_bytes};
-use crate::decl::{EVENTS, FeatureValue, LAST_TS};
+use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
+use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::Names;
+
+// What the tables' parts count against `storage.max_feature_bytes` lives with the parts, so
+// the budget (budget.rs) and every change of the tables count them alike.
+
+/// Bytes an entity costs beyond its key and features (map slot, struct, key allocation).
+pub(crate) const ENTITY_COST: u64 = 128;
+/// Bytes a feature costs beyond variable parts.
+pub(crate) const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
+const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
+
+/// What a feature's state counts against `storage.max_feature_bytes`: windows and windowed
+/// sketches at their largest (60 buckets, the dense 1 KiB sketch) from the start, so that the
+/// budget, checked when features are created, bounds the tables whatever the updates do.
+pub(crate) fn state_bytes(st: &State) -> u64 {
+    match st {
+        State::Plain {
+            v: FeatureValue::Str(s),
+            ..
+        } => s.len() as u64,
+        State::Plain { .. } => 0,
+        State::Win(_) => BUCKETS as u64 * BUCKET_COST,
+        State::Hll { regs, .. } if regs.len() == HLL_M => HLL_M as u64,
+        State::Hll { .. } => (HLL_M * HLL_LEVELS) as u64,
+    }
+}
 
 pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 2]>;
 

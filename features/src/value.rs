@@ -1,9 +1,9 @@
 //! Plain values: counters, gauges and direct writes, and a feature's removal.
 
-use crate::budget::{FEAT_COST, state_bytes};
 use crate::decl::FeatureValue;
 use crate::names::Names;
 use crate::table::{Entity, Feat, State};
+use crate::table::{FEAT_COST, state_bytes};
 use vx_proto::Num;
 
 /// Remove feature `id` of the entity, freeing its bytes and its name's reference; false if it

@@ -12,9 +12,8 @@
 
 #[cfg(doc)]
 use crate::decl::MAX_FUTURE_MS;
-use crate::decl::{Agg, BUCKETS, DistinctOf, FeatureDecl};
+use crate::decl::{Agg, BUCKETS, DistinctOf, FeatureDecl, Reading};
 use crate::hll;
-use crate::read::Reading;
 use crate::table::{Bucket, State};
 use vx_proto::EventView;
 

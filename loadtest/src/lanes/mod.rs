@@ -146,9 +146,11 @@ fn op_of(g: &LaneGen) -> Op {
 mod http;
 mod pipe;
 mod pipe_io;
+mod pipe_types;
 
 pub use self::http::{feature_outcome, http_lane};
-pub use self::pipe::{PipeError, pipelined_lane};
+pub use self::pipe::pipelined_lane;
 pub use self::pipe_io::{
     FramesReader, FramesWriter, PipeConn, RespReader, RespWriter, connect_pipe,
 };
+pub use self::pipe_types::PipeError;

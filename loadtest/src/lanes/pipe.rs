@@ -2,38 +2,8 @@
 //! connection, a writer and a reader task sharing the table of pending operations.
 
 use super::pipe_io::PipeConn;
+use super::pipe_types::{Answer, Pending, PipeReader, PipeWriter};
 use super::*;
-
-/// Why a pipelined connection cannot go on, or an operation could not be queued.
-#[derive(Debug, thiserror::Error)]
-pub enum PipeError {
-    #[error("cannot connect to {endpoint}: {cause}")]
-    Connect {
-        endpoint: String,
-        cause: Box<PipeError>,
-    },
-    #[error("{0} does not pipeline")]
-    NotPipelined(String),
-    /// The lane's generator is not one the protocol carries.
-    #[error("{0}")]
-    Scenario(&'static str),
-    #[error("{0}")]
-    Frames(#[from] vx_client::ClientError),
-    #[error("{0}")]
-    Resp(#[from] resp::RespError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("the server closed the connection")]
-    Closed,
-}
-
-/// An operation sent on a pipelined connection and not answered yet.
-pub(super) struct Pending {
-    pub(super) op: Op,
-    pub(super) started: Instant,
-    pub(super) events: u64,
-    pub(super) bytes: u64,
-}
 
 /// What the writer and the reader of a pipelined lane share.
 pub(super) struct Pipe {
@@ -43,27 +13,6 @@ pub(super) struct Pipe {
     /// Closed loop: do not send before this (a 429's pause).
     pause_until: Mutex<Option<Instant>>,
     broken: AtomicBool,
-}
-
-/// The sending side of a pipelined protocol.
-pub(super) trait PipeWriter: Send {
-    /// The operation it sends (for errors before anything is queued).
-    fn op(&self) -> Op;
-    /// Encode the next operation into the send buffer; returns its key and what to record.
-    fn queue(&mut self) -> Result<(u64, Pending), PipeError>;
-    fn flush(&mut self) -> impl Future<Output = Result<(), PipeError>> + Send;
-    fn close(&mut self) -> impl Future<Output = ()> + Send;
-}
-
-/// The receiving side: the next answer, with the key of the operation it answers.
-pub(super) trait PipeReader: Send + 'static {
-    fn next(&mut self) -> impl Future<Output = Result<(u64, Answer), PipeError>> + Send;
-}
-
-pub(super) enum Answer {
-    Ok { events: Option<u64> },
-    Refused(Option<Duration>),
-    Error(String),
 }
 
 /// Run one pipelined lane to the end of the run, reconnecting after failures. The

@@ -1,7 +1,7 @@
 //! The two pipelined protocols' connections, writers and readers: binary frames (ingest) and
 //! RESP (kv).
 
-use super::pipe::{Answer, Pending, PipeError, PipeReader, PipeWriter};
+use super::pipe_types::{Answer, Pending, PipeError, PipeReader, PipeWriter};
 use super::*;
 
 /// A connected pipelined connection, split.
