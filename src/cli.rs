@@ -1,5 +1,5 @@
 //! The command line: `veltrix serve [flags]`, the client commands (`health`, `ingest`, `tail`,
-//! `replay`, `features`; their flags live with their code in [`crate::client`]) and the offline
+//! `replay`, `features`; their flags live with their code in [`crate::remote`]) and the offline
 //! `veltrix check DATA_DIR`. Each `serve` flag but `--config` and `--repair` is a config key,
 //! declared with it ([`crate::config::sections`]); the key table, with defaults and env vars,
 //! is the help's epilogue.
@@ -24,15 +24,15 @@ pub enum Command {
     /// Run the service.
     Serve(ServeArgs),
     /// Ask a running server whether it is ready (exit 0) or not (exit 1, one line saying why).
-    Health(crate::client::ClientArgs),
+    Health(crate::remote::ClientArgs),
     /// Send events from a file or stdin (NDJSON, JSON, YAML, frames) in batches, with retries.
-    Ingest(crate::client::ingest::IngestArgs),
+    Ingest(crate::remote::ingest::IngestArgs),
     /// Follow a stream live, one JSON line per event; resumes after a dropped connection.
-    Tail(crate::client::tail::TailArgs),
+    Tail(crate::remote::tail::TailArgs),
     /// Print a stream's events (a range) and exit.
-    Replay(crate::client::read::ReplayArgs),
+    Replay(crate::remote::read::ReplayArgs),
     /// Print an entity's features.
-    Features(crate::client::read::FeaturesArgs),
+    Features(crate::remote::read::FeaturesArgs),
     /// Verify a data dir offline (log segments, index files, snapshots); works while a server
     /// holds it. Exit 1 when anything is corrupt.
     Check(CheckArgs),

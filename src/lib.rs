@@ -3,8 +3,8 @@
 //! line and calls [`server::run`]; tests call [`server::Server::bind`] and `run` in-process.
 //!
 //! # Layout
-//! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`client`]: their HTTP side;
-//!   [`check`]: `veltrix check`'s report (the checks are `vx_storage::check`).
+//! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`remote`]: the commands
+//!   that talk to a running server over HTTP; [`check`]: `veltrix check`'s report (the checks are `vx_storage::check`).
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
 //! - [`logging`]: the tracing subscriber (pretty or JSON); [`telemetry`]: OTLP trace export.
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
@@ -12,7 +12,7 @@
 //!   [`http_conn`]: the HTTP accept loop and connections, with their header and idle timeouts.
 //! - [`frames`]: the binary-frames listeners and connections (docs/PROTOCOL.md).
 //! - [`signals`]: SIGTERM/SIGINT handling.
-//! - [`state`]: what every request shares (phase, engine, limits, auth, metrics).
+//! - [`state`]: what every request shares (phase, router, limits, auth, metrics).
 //! - [`http`]: the axum app: routes, error shape, middleware.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`status`]: the status snapshot (`GET /v1/status`) the status page at `/` polls.
@@ -23,7 +23,6 @@
 pub mod auth;
 pub mod check;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod failure;
 pub mod frames;
@@ -33,6 +32,7 @@ pub mod listen;
 pub mod live;
 pub mod logging;
 pub mod metrics;
+pub mod remote;
 pub mod server;
 pub mod signals;
 pub mod state;

@@ -8,7 +8,10 @@
 //! A new listener joins the limit by accepting through an [`Acceptor`] with its own label in
 //! [`LISTENERS`].
 
-use crate::metrics::ConnectionHandles;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -26,6 +29,29 @@ pub const HTTP: &str = "http";
 pub const FRAMES: &str = "frames";
 /// Every `listener` label, so that the refusal series exist from the start.
 pub const LISTENERS: [&str; 2] = [HTTP, FRAMES];
+
+/// The metrics of every listener's connections, against `server.max_connections`
+/// (`vx_connections_open`, `vx_connections_refused_total{listener}`); registered by
+/// [`crate::metrics::Metrics::new`].
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionHandles {
+    pub open: Gauge,
+    pub(crate) refused: Family<ListenerLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ListenerLabels {
+    pub(crate) listener: &'static str,
+}
+
+impl ConnectionHandles {
+    /// Count a connection of `listener` refused past the limit.
+    pub fn refused(&self, listener: &'static str) {
+        self.refused
+            .get_or_create(&ListenerLabels { listener })
+            .inc();
+    }
+}
 
 /// A connection's byte stream, TCP or Unix.
 pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}

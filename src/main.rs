@@ -21,13 +21,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Health(args) => health(&args),
-        Command::Ingest(args) => client(veltrix::client::ingest::run(&args)),
-        Command::Tail(args) => client(veltrix::client::tail::run(&args)),
+        Command::Ingest(args) => client(veltrix::remote::ingest::run(&args)),
+        Command::Tail(args) => client(veltrix::remote::tail::run(&args)),
         Command::Replay(args) => {
-            client(async move { Ok(veltrix::client::read::replay(&args).await?) })
+            client(async move { Ok(veltrix::remote::read::replay(&args).await?) })
         }
         Command::Features(args) => {
-            client(async move { Ok(veltrix::client::read::features(&args).await?) })
+            client(async move { Ok(veltrix::remote::read::features(&args).await?) })
         }
         Command::Check(args) => veltrix::check::run(&args.data_dir),
     };
@@ -96,8 +96,8 @@ fn serve(args: cli::ServeArgs) -> anyhow::Result<()> {
     result
 }
 
-fn health(args: &veltrix::client::ClientArgs) -> anyhow::Result<()> {
-    let client = veltrix::client::Client::new(args)?;
+fn health(args: &veltrix::remote::ClientArgs) -> anyhow::Result<()> {
+    let client = veltrix::remote::Client::new(args)?;
     self::client(async { Ok(client.health().await?) })?;
     println!("ready: {}", args.server);
     Ok(())

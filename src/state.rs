@@ -1,5 +1,5 @@
 //! The state shared by every request: the life-cycle phase (starting → ready → draining), the
-//! engine once the store is open, ingest limits and budgets, auth and metrics.
+//! router once the store is open, ingest limits and budgets, auth and metrics.
 
 use crate::config::{Config, Scope};
 use crate::metrics::Metrics;
@@ -32,7 +32,7 @@ pub struct AppState(Arc<StateFields>);
 /// What every clone of an [`AppState`] shares.
 struct StateFields {
     phase: AtomicU8,
-    engine: Arc<OnceLock<vx_router::Router>>,
+    router: Arc<OnceLock<vx_router::Router>>,
     metrics: Arc<Metrics>,
     limits: vx_ingest::Limits,
     budget: vx_ingest::InflightBudget,
@@ -45,13 +45,13 @@ struct StateFields {
 }
 
 impl AppState {
-    /// State for a service that is starting: no engine yet.
+    /// State for a service that is starting: no router yet.
     pub fn new(config: &Config) -> AppState {
-        let engine = Arc::new(OnceLock::new());
+        let router = Arc::new(OnceLock::new());
         let budget = vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes);
         let hub = Arc::new(crate::live::Hub::new(config.server.max_followers));
         let metrics = Arc::new(Metrics::new(
-            Arc::clone(&engine),
+            Arc::clone(&router),
             budget.clone(),
             Arc::clone(&hub),
         ));
@@ -62,7 +62,7 @@ impl AppState {
         };
         AppState(Arc::new(StateFields {
             phase: AtomicU8::new(Phase::Starting as u8),
-            engine,
+            router,
             metrics,
             limits,
             budget,
@@ -92,7 +92,7 @@ impl AppState {
     /// The store is open: start answering. Ignored once draining (a signal during bootstrap).
     pub fn set_ready(&self, router: vx_router::Router) {
         // A second call cannot happen (the server opens the store once); keep the first.
-        let _ = self.0.engine.set(router);
+        let _ = self.0.router.set(router);
         if self
             .0
             .phase
@@ -123,18 +123,18 @@ impl AppState {
 
     /// For tests of request handling that never touches storage.
     #[cfg(test)]
-    pub fn force_ready_without_engine(&self) {
+    pub fn force_ready_without_router(&self) {
         self.0.phase.store(Phase::Ready as u8, Ordering::Release);
     }
 
     /// The router, once the store is open.
-    pub fn engine(&self) -> Option<&vx_router::Router> {
-        self.0.engine.get()
+    pub fn router(&self) -> Option<&vx_router::Router> {
+        self.0.router.get()
     }
 
     /// Ready to serve: bootstrapped, not draining, and the store accepts writes.
     pub fn is_ready(&self) -> bool {
-        self.phase() == Phase::Ready && self.engine().is_some_and(|r| !r.store().is_poisoned())
+        self.phase() == Phase::Ready && self.router().is_some_and(|r| !r.store().is_poisoned())
     }
 
     pub fn metrics(&self) -> &Metrics {

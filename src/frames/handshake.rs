@@ -137,7 +137,7 @@ fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Failure> 
         .limit("protocol version", Some(u64::from(MAX_VERSION))));
     }
     let state = &ctx.state;
-    let router = match (state.phase(), state.engine()) {
+    let router = match (state.phase(), state.router()) {
         (Phase::Ready, Some(router)) => router.clone(),
         (Phase::Draining, _) => return Err(Failure::shutting_down("the service is shutting down")),
         _ => return Err(Failure::starting()),

@@ -203,7 +203,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         metrics.rejected(e.code, label, events);
         with_fill(e.into_response(), fill)
     };
-    let Some(router) = state.engine() else {
+    let Some(router) = state.router() else {
         return closing(reject(AppError::starting(), None, 0.0));
     };
 

@@ -50,7 +50,7 @@ struct Page<'a> {
 }
 
 pub fn engine(state: &AppState) -> Result<&vx_router::Router, AppError> {
-    state.engine().ok_or_else(AppError::starting)
+    state.router().ok_or_else(AppError::starting)
 }
 
 pub fn with_shard(mut resp: Response, shard: u32) -> Response {

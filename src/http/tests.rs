@@ -65,7 +65,7 @@ fn post(content_type: Option<&str>, body: &str) -> Request<Body> {
 /// Ready, but with no store: for everything that is decided before storage is touched.
 fn ready_without_store() -> AppState {
     let state = AppState::new(&Config::default());
-    state.force_ready_without_engine();
+    state.force_ready_without_router();
     state
 }
 
@@ -330,7 +330,7 @@ fn ready_with_tokens(tokens: &[(&str, Scope)]) -> AppState {
         })
         .collect();
     let state = AppState::new(&cfg);
-    state.force_ready_without_engine();
+    state.force_ready_without_router();
     state
 }
 
@@ -613,7 +613,7 @@ async fn ingest_then_replay_over_a_real_store() {
     assert!(!metrics.contains("# EOF"));
     assert!(metrics.contains("# TYPE vx_events_ingested_total counter"));
 
-    let store = state.engine().unwrap().store().clone();
+    let store = state.router().unwrap().store().clone();
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
         .unwrap();
@@ -643,7 +643,7 @@ async fn replay_streams_many_chunks() {
     assert_eq!(arr.len(), 2000);
     assert!(arr.iter().enumerate().all(|(i, e)| e["seq"] == i + 1));
     assert_eq!(a.header("x-vx-next-seq"), Some("2001"));
-    let store = state.engine().unwrap().store().clone();
+    let store = state.router().unwrap().store().clone();
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
         .unwrap();
@@ -665,7 +665,7 @@ async fn a_failed_feature_apply_answers_507_and_is_not_ready() {
         call(&state, put(r#"{"hp":1}"#)).await.status,
         StatusCode::OK
     );
-    let store = state.engine().unwrap().store().clone();
+    let store = state.router().unwrap().store().clone();
     store.features().fail_next_apply();
     let a = call(&state, put(r#"{"hp":2}"#)).await;
     assert_eq!(

@@ -137,7 +137,7 @@ fn shared<S: serde::Serializer>(top: &Arc<TopLists>, s: S) -> Result<S::Ok, S::E
 pub async fn snapshot(state: &AppState) -> Status {
     let totals = state.metrics().totals();
     let hub = state.hub().snapshot();
-    let engine = state.engine();
+    let engine = state.router();
     let queues = engine.map(|router| {
         let store = router.store();
         let shards = store.shards();

@@ -84,7 +84,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         let e = AppError::bad_request("X-Vx-Expected-Last-Seq is not supported on OTLP routes");
         return closing(reject(e, None, 0.0));
     }
-    let Some(router) = state.engine() else {
+    let Some(router) = state.router() else {
         return closing(reject(AppError::starting(), None, 0.0));
     };
 

@@ -1,0 +1,338 @@
+//! Gauges and counters read at scrape time from what already counts them (the router and the
+//! store, the live hub, the in-flight byte budget), so that no request touches a metric for
+//! them: [`Collector`]s registered once by [`super::Metrics::new`].
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::sync::{Arc, OnceLock};
+use vx_sys::now_ms;
+
+/// Per-shard and queue gauges, read from the router and store at scrape time.
+pub(super) struct RouterCollector {
+    pub(super) router: Arc<OnceLock<vx_router::Router>>,
+}
+
+impl std::fmt::Debug for RouterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouterCollector")
+    }
+}
+
+fn gauge_family(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    shards: u32,
+    value: impl Fn(u32) -> f64,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for shard in 0..shards {
+        let labels = [("shard", shard)];
+        let sample = metric.encode_family(&labels)?;
+        ConstGauge::new(value(shard)).encode(sample)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+    g.encode(metric)
+}
+
+/// Live followers and their fan-out, read at scrape time (followers never touch a metric).
+pub(super) struct HubCollector(pub(super) Arc<crate::live::Hub>);
+
+impl std::fmt::Debug for HubCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HubCollector")
+    }
+}
+
+impl Collector for HubCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let hub = &self.0;
+        let snap = hub.snapshot();
+        {
+            let mut metric = encoder.encode_descriptor(
+                "vx_followers",
+                "Live followers (follow=true and WebSocket), by transport",
+                None,
+                MetricType::Gauge,
+            )?;
+            for t in crate::live::Transport::ALL {
+                let labels = [("transport", t.as_str())];
+                let sample = metric.encode_family(&labels)?;
+                ConstGauge::new(snap.followers[t as usize] as f64).encode(sample)?;
+            }
+        }
+        let gauges = [
+            (
+                "vx_follower_lag_max_events",
+                "Largest follower lag: events of its stream published live but not yet sent to it",
+                snap.lag_max,
+            ),
+            (
+                "vx_follower_lag_events",
+                "Sum over followers of their lag in events",
+                snap.lag_sum,
+            ),
+            (
+                "vx_followers_reading_storage",
+                "Followers catching up from storage (at the start, or after lagging out of the live buffer)",
+                snap.from_storage,
+            ),
+            (
+                "vx_followed_streams",
+                "Streams with live followers (each has one reader of the log and one buffer)",
+                snap.topics,
+            ),
+            (
+                "vx_follow_buffer_bytes",
+                "Bytes of encoded events held in the followed streams' live buffers",
+                snap.ring_bytes,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            gauge(&mut encoder, name, help, v as f64)?;
+        }
+        let counters = [
+            (
+                "vx_followers_rejected",
+                "Followers refused with 503 at server.max_followers",
+                hub.stats.rejected.load(Relaxed),
+            ),
+            (
+                "vx_follower_fallbacks",
+                "Times a follower fell out of its stream's live buffer and went back to reading storage",
+                hub.stats.fallbacks.load(Relaxed),
+            ),
+            (
+                "vx_follower_events_live",
+                "Events sent to followers from the shared live buffer",
+                hub.stats.events_live.load(Relaxed),
+            ),
+            (
+                "vx_follower_events_storage",
+                "Events sent to followers and paced replays from storage",
+                hub.stats.events_storage.load(Relaxed),
+            ),
+            (
+                "vx_follow_publications",
+                "Batches of newly visible events published to followers (each wakes a stream's followers once)",
+                hub.stats.publications.load(Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The in-flight byte budget, read at scrape time: a request never touches a metric for it.
+/// Reported before the store is open too (bodies are not read then, so it stays at 0).
+#[derive(Debug)]
+pub(super) struct BudgetCollector(pub(super) vx_ingest::InflightBudget);
+
+impl Collector for BudgetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        gauge(
+            &mut encoder,
+            "vx_inflight_bytes",
+            "Bytes of request bodies and frames batches being decoded, held in ingest.max_inflight_bytes",
+            self.0.held() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_inflight_capacity_bytes",
+            "Size of the in-flight byte budget (ingest.max_inflight_bytes)",
+            self.0.total() as f64,
+        )
+    }
+}
+
+impl Collector for RouterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(router) = self.router.get() else {
+            return Ok(());
+        };
+        let store = router.store();
+        let shards = store.shards();
+        let cap = router.capacity() as f64;
+        let mark = router.high_water_events() as f64;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_depth",
+            "Events admitted on the shard and not yet applied",
+            shards,
+            |s| router.depth(s) as f64,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_capacity",
+            "Reservation capacity of the shard, in events (ingest.queue_capacity)",
+            shards,
+            |_| cap,
+        )?;
+        gauge_family(
+            &mut encoder,
+            "vx_queue_high_water",
+            "Depth at which the shard refuses new requests (429), in events",
+            shards,
+            |_| mark,
+        )?;
+        let now = now_ms();
+        gauge_family(
+            &mut encoder,
+            "vx_dedup_horizon_seconds",
+            "How far back the shard's dedup table reaches",
+            shards,
+            |s| {
+                store
+                    .dedup_horizon_ms(s)
+                    .map_or(0.0, |h| (now.saturating_sub(h)).max(0) as f64 / 1000.0)
+            },
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_backpressure",
+            "1 while any shard is at its high-water mark or the byte budget is spent",
+            if router.backpressured() { 1.0 } else { 0.0 },
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_queued_bytes",
+            "Bytes of admitted, not yet written events",
+            router.queued_bytes() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_writer_queue_requests",
+            "Requests waiting in the channel to the log writer",
+            store.queue_len() as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_storage_poisoned",
+            "1 after a failed fsync: the store refuses writes until restart",
+            if store.is_poisoned() { 1.0 } else { 0.0 },
+        )?;
+        let log = store.log_stats();
+        gauge(
+            &mut encoder,
+            "vx_log_segments",
+            "Log segments on disk (sealed and active)",
+            log.segments as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_bytes",
+            "Bytes of the log on disk: segments and their index files",
+            log.bytes as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_open_files",
+            "Descriptors of sealed segments and index files held open for readers (bounded cache)",
+            log.open_files as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_log_oldest_append_timestamp_seconds",
+            "Append time of the oldest retained record, Unix seconds (0 when the log is empty)",
+            log.oldest_append_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
+        )?;
+        counter(
+            &mut encoder,
+            "vx_retention_deleted_segments",
+            "Sealed segments removed by retention since start",
+            log.retained_segments,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_retention_deleted_bytes",
+            "Bytes (segments and index files) removed by retention since start",
+            log.retained_bytes,
+        )?;
+        let fs = store.features().stats();
+        gauge(
+            &mut encoder,
+            "vx_feature_entities",
+            "Entities in the feature tables",
+            fs.entities as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_feature_bytes",
+            "Bytes the feature tables hold, as storage.max_feature_bytes counts them",
+            fs.bytes as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_feature_max_bytes",
+            "The feature table budget (storage.max_feature_bytes)",
+            fs.max_bytes as f64,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_feature_late_events",
+            "Events older than a windowed aggregate's window, ignored by it",
+            fs.late_events,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_feature_future_events",
+            "Events more than a minute past their append time, ignored by windowed aggregates",
+            fs.future_events,
+        )?;
+        let snap = store.snapshot_stats();
+        gauge(
+            &mut encoder,
+            "vx_snapshot_age_seconds",
+            "Seconds since the newest feature snapshot was written (0 before the first)",
+            snap.last_created_ms
+                .map_or(0.0, |ms| (now.saturating_sub(ms)).max(0) as f64 / 1000.0),
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_snapshot_bytes",
+            "Size of the newest snapshot written since start",
+            snap.last_bytes as f64,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_snapshots_written",
+            "Feature snapshots written since start",
+            snap.written,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_snapshots_failed",
+            "Feature snapshots that failed since start",
+            snap.failed,
+        )
+    }
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+    c.encode(metric)
+}
