@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Live follow fan-out (SPEC §5), in one command:
+# Live follow fan-out (docs/API.md §5), in one command:
 #
 #   bench/fanout.sh             # REPS=3 by default; about 10 minutes on the 2-core box
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory under sustained overload: a tiny queue, many connections, 429s expected. Samples the
-# server's RSS every 2 s; flat RSS with a steady 429 rate is the SPEC §4 claim.
+# server's RSS every 2 s; flat RSS with a steady 429 rate is the claim of docs/API.md §4.
 #   bench/overload.sh          # DURATION=30s CONNS=64 QUEUE=1024
 set -euo pipefail
 cd "$(dirname "$0")/.."

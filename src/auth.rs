@@ -1,4 +1,4 @@
-//! The one bearer-token check (SPEC §8), for HTTP routes and the frames handshake alike: with
+//! The one bearer-token check (docs/API.md §8), for HTTP routes and the frames handshake alike: with
 //! tokens configured, a request needs a known token with the scope its route or transport
 //! needs (`admin` grants every scope); tokens are compared in constant time against every
 //! configured token, so the time taken says nothing about which one matched.

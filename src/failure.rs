@@ -1,5 +1,5 @@
-//! One refusal, whatever the transport (SPEC §3): an [`ErrorCode`], a message and the details
-//! the SPEC's error shape carries. Bad input ([`InputError`]), failed writes ([`WriteError`]),
+//! One refusal, whatever the transport (docs/API.md §3): an [`ErrorCode`], a message and the details
+//! the error shape carries (docs/API.md §10). Bad input ([`InputError`]), failed writes ([`WriteError`]),
 //! framing problems ([`FrameError`]), backpressure, timeouts and the service not being ready
 //! are mapped to a [`Failure`] here, once; the HTTP layer renders it as the JSON error body
 //! (`crate::http::AppError`), a frames connection as an ERROR frame ([`Failure::into_frame`],

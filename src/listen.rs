@@ -1,5 +1,5 @@
 //! Listeners and their connections: the sockets every listener accepts on (TCP, and the Unix
-//! socket of SPEC §1, §8: a leftover socket file that nobody listens on is removed, any other
+//! socket of docs/API.md §1.1, §8: a leftover socket file that nobody listens on is removed, any other
 //! file at the path is an error, the socket gets `server.uds_mode`), and [`Connections`],
 //! the one count of open connections that `server.max_connections` bounds across every
 //! listener (HTTP and frames, TCP and Unix): [`Acceptor::accept`] refuses what is past it, and

@@ -1,4 +1,4 @@
-//! Start-up and shutdown (SPEC §1): bind the listeners, serve at once (answering 503
+//! Start-up and shutdown (docs/API.md §1.3): bind the listeners, serve at once (answering 503
 //! `not_ready` while the store recovers), open the store on the blocking pool, then serve
 //! until the shutdown future resolves; then drain in layers: `/readyz` turns 503 and the
 //! listeners close at once; requests arriving on open connections get 503 `not_ready` with
@@ -324,7 +324,7 @@ fn remove_socket(path: Option<&std::path::Path>) {
 }
 
 /// The answer to an HTTP connection refused past `server.max_connections`: 503 `not_ready`
-/// in SPEC §3's error shape, then the connection is closed.
+/// in docs/API.md §3's error shape, then the connection is closed.
 fn refusal(max: u64) -> Arc<[u8]> {
     let body = serde_json::json!({"error": {
         "code": "not_ready",

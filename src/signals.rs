@@ -1,4 +1,4 @@
-//! Shutdown signals (SPEC §1): the first SIGTERM or SIGINT starts a graceful drain; a second
+//! Shutdown signals (docs/API.md §1.3): the first SIGTERM or SIGINT starts a graceful drain; a second
 //! one exits at once. Exiting mid-drain is safe because the log is the truth: nothing
 //! acknowledged is lost, whatever was not acknowledged may be retried.
 

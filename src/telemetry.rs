@@ -1,4 +1,4 @@
-//! OTLP trace export (`telemetry.otlp_endpoint`, SPEC §7): the `tracing` spans of requests,
+//! OTLP trace export (`telemetry.otlp_endpoint`, docs/API.md §7): the `tracing` spans of requests,
 //! batches and group commits, sent as OTLP/HTTP protobuf to a collector.
 //!
 //! Owns the OpenTelemetry tracer provider and the HTTP client its exporter sends through.

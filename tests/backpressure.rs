@@ -1,4 +1,4 @@
-//! Backpressure (SPEC §3, §4): with a tiny per-shard queue, a flood of concurrent producers
+//! Backpressure (docs/API.md §3, §4): with a tiny per-shard queue, a flood of concurrent producers
 //! gets 429 `backpressure` with `Retry-After` and `X-Vx-Retry-After-Ms`, never anything but
 //! 200 or 429; every acknowledged event is stored exactly once and no refused one at all;
 //! reads, health and metrics keep answering; the service recovers when the flood stops.

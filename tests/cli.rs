@@ -1,4 +1,4 @@
-//! The command line for people at a terminal (SPEC §7 "CLI"), run as the real binary against a
+//! The command line for people at a terminal (docs/API.md §7 "CLI"), run as the real binary against a
 //! real server: `ingest` of every text format from files and stdin (checked by replaying over
 //! HTTP), retries on 429 honouring `Retry-After`, `tail` across a server restart (no gap, no
 //! duplicate), `replay` ranges, `features`, the Unix socket, tokens, `check` on a live data dir

@@ -1,4 +1,4 @@
-//! Crash safety under `--fsync always` (SPEC §3): producers post batches with unique ids while
+//! Crash safety under `--fsync always` (docs/API.md §3): producers post batches with unique ids while
 //! the server is killed with SIGKILL mid-flight, several times. After each restart every
 //! acknowledged event is present exactly once, `seq` is gapless, a request is all-or-nothing
 //! across the crash, and retrying the unacknowledged batches stores each event exactly once.

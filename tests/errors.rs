@@ -1,4 +1,4 @@
-//! Every status of the SPEC §3 table reachable in a single-node build without auth: the
+//! Every status of the docs/API.md §3 table reachable in a single-node build without auth: the
 //! success body and durability levels, and each error with its code, its details and its
 //! one body shape. Any 4xx must leave nothing stored, which is checked by replay.
 
@@ -10,7 +10,7 @@ use common::*;
 use reqwest::Method;
 use serde_json::Value;
 
-/// A rejected request: the SPEC's error shape, and `X-Vx-Queue-Fill: 0.00` because it was
+/// A rejected request: the error shape of docs/API.md §10, and `X-Vx-Queue-Fill: 0.00` because it was
 /// refused before admission.
 fn rejected(r: &Resp, status: u16, code: &str) -> serde_json::Map<String, Value> {
     let err = assert_error(r, status, code);
@@ -448,7 +448,7 @@ async fn invalid_events_are_422_with_index_and_field_and_store_nothing() {
     let api = &server.api;
     let long = |n: usize| "x".repeat(n);
 
-    // (event, field) — every rule of SPEC §2.
+    // (event, field) — every rule of docs/API.md §2.
     let cases: Vec<(String, &str)> = vec![
         (r#"{"type":"t"}"#.into(), "stream"),
         (r#"{"stream":"i","entity":"p"}"#.into(), "type"),

@@ -1,4 +1,4 @@
-//! The feature store against the real binary (SPEC §6): derived features, every declared
+//! The feature store against the real binary (docs/API.md §6): derived features, every declared
 //! aggregate, TTL, direct writes, batch queries, the `storage.max_feature_bytes` limit, and
 //! the state after SIGTERM, after `kill -9`, after a corrupt snapshot and after a change of the
 //! declarations.
@@ -297,7 +297,7 @@ async fn every_aggregate_slides_with_event_time_and_ttl_hides() {
     assert_eq!(
         f["last_ts"],
         json!(future),
-        "last_ts is the max ts, as the SPEC says"
+        "last_ts is the max ts, as docs/API.md §6 says"
     );
     let m = api.get("/metrics").await.text();
     assert!(metric_sum(&m, "vx_feature_late_events_total") >= 1.0);

@@ -1,4 +1,4 @@
-//! Live replay against the real binary (SPEC §5): SSE follow catching up and going live with
+//! Live replay against the real binary (docs/API.md §5): SSE follow catching up and going live with
 //! no gap or duplicate under concurrent ingest and retention, `Last-Event-ID` resume, a slow
 //! follower that falls out of the live buffer and back to storage, 1000 followers of one
 //! stream, filters, the WebSocket route, paced replay, delete and shutdown ending followers,

@@ -1,5 +1,5 @@
-//! Binary frames over persistent connections (SPEC §3 "Binary frames", §4 "Streaming
-//! connections"; docs/PROTOCOL.md) against the real binary, driven with `vx-client`: the
+//! Binary frames over persistent connections (docs/API.md §9, §4.3;
+//! docs/PROTOCOL.md) against the real binary, driven with `vx-client`: the
 //! handshake and pipelined batches over TCP and a Unix socket, acks matched by request id, auth
 //! in the handshake, connection-level errors (version, magic, oversize length prefix, bad
 //! frames), per-batch refusals that leave the other batches alone, per-stream order, frames

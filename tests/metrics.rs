@@ -1,4 +1,4 @@
-//! `GET /metrics` (SPEC §7): Prometheus text with `vx_` names for what was ingested and
+//! `GET /metrics` (docs/API.md §7): Prometheus text with `vx_` names for what was ingested and
 //! rejected, queue depth and capacity per shard, fsync and request latency; accepted by
 //! `promtool check metrics` (`scripts/test` installs promtool where it is missing; without it
 //! this test fails saying so rather than skipping the check).

@@ -1,4 +1,4 @@
-//! OTLP in (SPEC §7) against the real binary: `POST /v1/traces` and `POST /v1/logs` in
+//! OTLP in (docs/API.md §7) against the real binary: `POST /v1/traces` and `POST /v1/logs` in
 //! protobuf and JSON, plain and gzip, over TCP and the Unix socket; each span or log record
 //! replayed as one event with the mapped fields; partial success; malformed bodies refused
 //! whole with OTLP's `Status`; auth; 429 with `Retry-After` under backpressure. A real

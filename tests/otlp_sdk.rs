@@ -1,4 +1,4 @@
-//! A real OpenTelemetry SDK no one here wrote, against the real binary (SPEC §7, OTLP in):
+//! A real OpenTelemetry SDK no one here wrote, against the real binary (docs/API.md §7, OTLP in):
 //! Python's `opentelemetry-sdk` with `opentelemetry-exporter-otlp-proto-http`
 //! (tests/clients/otlp_export.py) exports a trace (a parent span with attributes and an
 //! event, a child span with an error status) and logs through the SDK's logging handler, plain

@@ -1,9 +1,9 @@
 //! Property tests over the real binary (issue 3), one server per property:
 //! - any valid events, posted as JSON, NDJSON, YAML and binary frames, replay (NDJSON) as their
-//!   canonical form (SPEC §2), with `seq` 1, 2, … on a fresh stream per format and case;
+//!   canonical form (docs/API.md §2), with `seq` 1, 2, … on a fresh stream per format and case;
 //! - any bytes (random, or a valid body with a few bytes changed), posted with any ingest
 //!   content type, plain or gzip/zstd (compressed, or random bytes claiming to be), get a 200
-//!   or a 4xx in the SPEC's error shape, never a 5xx or a hang, and the server stays healthy.
+//!   or a 4xx in the error shape of docs/API.md §10, never a 5xx or a hang, and the server stays healthy.
 //!
 //! The libFuzzer targets in fuzz/ search the decoders far harder (docs/FUZZING.md); these keep
 //! the whole path — HTTP, decompression, decoding, admission, storage, replay — honest on
@@ -56,7 +56,7 @@ fn case() -> impl Strategy<Value = Case> {
         any::<bool>(),
     )
         .prop_map(|(stream, mut events, array, crlf, frame_each)| {
-            // Ids are unique within a request: a repeat would be a duplicate (SPEC §2).
+            // Ids are unique within a request: a repeat would be a duplicate (docs/API.md §2).
             for (i, e) in events.iter_mut().enumerate() {
                 if let Some(id) = &mut e.id {
                     id.push_str(&format!("#{i}"));
@@ -72,7 +72,7 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-/// The ingest formats of SPEC §3.
+/// The ingest formats of docs/API.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fmt {
     Json,
@@ -276,7 +276,7 @@ async fn roundtrip(api: &Api, case: &Case, fmt: Fmt) -> Result<(), TestCaseError
                 fmt.name()
             )));
         }
-        // Canonical JSON is compact, in the SPEC's field order: the line is the canonical
+        // Canonical JSON is compact, in the canonical field order (docs/API.md §2.2): the line is the canonical
         // writer's own output for the replayed values.
         if fmt != Fmt::Yaml && ev.ts.given().is_some() {
             let mut canonical = Vec::new();
@@ -473,7 +473,7 @@ async fn any_bytes(
                 .ok()
                 .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
             if !code.is_some_and(|c| ERROR_CODES.contains(&c.as_str())) {
-                return Err(fail(format!("{shown}: a 4xx not in the SPEC's shape: {r}")));
+                return Err(fail(format!("{shown}: a 4xx not in the error shape: {r}")));
             }
         }
         _ => return Err(fail(format!("{shown}: {r}"))),

@@ -1,5 +1,5 @@
 //! Round trip over the real binary: what is ingested (NDJSON, JSON arrays, single objects) is
-//! replayed unchanged in canonical form (SPEC §2) with gapless `seq`, in NDJSON and JSON; the
+//! replayed unchanged in canonical form (docs/API.md §2) with gapless `seq`, in NDJSON and JSON; the
 //! stream listing and metadata; replay headers and query parameters; percent-encoded names;
 //! the same over the Unix socket.
 

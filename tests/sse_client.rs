@@ -1,4 +1,4 @@
-//! A real third-party SSE client against the real binary (SPEC §5): Python's `httpx-sse`
+//! A real third-party SSE client against the real binary (docs/API.md §5): Python's `httpx-sse`
 //! (tests/clients/sse_resume.py) follows a stream, drops its connection mid-stream, and
 //! resumes with `Last-Event-ID` while events were written in between; it must get every event
 //! once, in order.

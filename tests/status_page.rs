@@ -1,5 +1,5 @@
-//! The status page (SPEC §7 `GET /`) and the JSON it polls, `GET /v1/status`, against the real
-//! binary with tokens configured (SPEC §8):
+//! The status page (docs/API.md §7 `GET /`) and the JSON it polls, `GET /v1/status`, against the real
+//! binary with tokens configured (docs/API.md §8):
 //! - over plain HTTP: the Basic challenge on the page, Bearer on the API, 200 with Basic or
 //!   Bearer credentials carrying a `read` token, 403 without the scope; the document's shape,
 //!   its bounded top lists, and an embedded page that names no other origin;

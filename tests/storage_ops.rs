@@ -1,4 +1,4 @@
-//! What an operator sees of the storage engine (SPEC §5, §7), against the real binary:
+//! What an operator sees of the storage engine (docs/API.md §5, §7), against the real binary:
 //! `DELETE /v1/streams/{stream}` (a durable tombstone), retention by size and by age, the
 //! metrics that show them, corruption inside the active segment (refused with file and offset,
 //! `--repair` says what it drops), and many segments under a low descriptor limit.

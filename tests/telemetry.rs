@@ -1,4 +1,4 @@
-//! Tracing out (SPEC §7, issue 10): with `telemetry.otlp_endpoint` set, the real binary
+//! Tracing out (docs/API.md §7, issue 10): with `telemetry.otlp_endpoint` set, the real binary
 //! exports its `request` → `batch` → `commit` spans over OTLP/HTTP protobuf to a receiver
 //! this test starts, with the fields that matter; with the collector down it serves as
 //! usual and still stops cleanly.

@@ -1,4 +1,5 @@
-//! Stalled clients (SPEC §1 `ingest.body_timeout`, `server.frames_idle_timeout`; §3 408):
+//! Stalled clients (docs/CONFIG.md `ingest.body_timeout`,
+//! `server.frames_idle_timeout`; docs/API.md §3 408):
 //! a request body that stops arriving is dropped with 408 `timeout` and its share of the
 //! in-flight budget goes back to the others; a frames connection that stalls inside a frame,
 //! or sits idle between frames, is closed with an ERROR frame `timeout`.

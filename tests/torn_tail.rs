@@ -1,4 +1,4 @@
-//! Recovery from damaged log files (SPEC §7): a torn tail of the last segment — garbage
+//! Recovery from damaged log files (docs/API.md §7): a torn tail of the last segment — garbage
 //! appended, or a record cut short — is truncated with a warning naming the file, and every
 //! record before it survives; a bad record in an earlier segment stops start-up with an error
 //! naming file and offset, and `--repair` truncates the log there and starts.

@@ -1,4 +1,4 @@
-//! YAML bodies and `Content-Encoding` over the real binary (SPEC §3, §5): YAML streams of
+//! YAML bodies and `Content-Encoding` over the real binary (docs/API.md §3, §5): YAML streams of
 //! documents and sequences are stored like JSON; replay as YAML gives the canonical events as
 //! documents, and posting them back stores the same events; gzip and zstd bodies of any
 //! format; a zip bomb and an alias bomb are refused fast (413) with nothing stored; bad
@@ -144,7 +144,7 @@ async fn yaml_ingest_and_yaml_replay_round_trip() {
         assert_eq!(a.raw.replace("\"y/1\"", "\"y/2\""), b.raw);
     }
 
-    // Block style with the YAML rules of SPEC §3: plain scalars in string fields are text,
+    // Block style with the YAML rules of docs/API.md §3: plain scalars in string fields are text,
     // RFC 3339 `ts`, `data` converted to compact JSON, aliases expanded.
     let block = "\
 - stream: 42

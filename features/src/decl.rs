@@ -1,5 +1,5 @@
 //! What the tables hold and what may be declared: feature values, the declared aggregates
-//! (`features:` in the config file) with their start-up checks (SPEC §6), and the
+//! (`features:` in the config file) with their start-up checks (docs/API.md §6), and the
 //! declarations indexed for the apply path.
 
 use hashbrown::{HashMap, HashSet};
@@ -10,7 +10,7 @@ use vx_proto::Num;
 pub const BUCKETS: i64 = 60;
 /// How far past its record's append time an event's `ts` may be before windows ignore it.
 pub const MAX_FUTURE_MS: i64 = 60_000;
-/// Window bounds (SPEC §6).
+/// Window bounds (docs/API.md §6).
 pub const MIN_WINDOW: Duration = Duration::from_secs(1);
 pub const MAX_WINDOW: Duration = Duration::from_secs(30 * 86_400);
 /// Longest string value a PUT may set.
@@ -138,12 +138,12 @@ impl FeatureDecl {
     }
 }
 
-/// Feature names follow the rule of event types (SPEC §2): 1–128 bytes of `[A-Za-z0-9_.:-]`.
+/// Feature names follow the rule of event types (docs/API.md §2): 1–128 bytes of `[A-Za-z0-9_.:-]`.
 pub fn valid_name(name: &str) -> bool {
     vx_proto::rules::valid_type(name)
 }
 
-/// A declaration start-up refuses (SPEC §6); the message names the feature.
+/// A declaration start-up refuses (docs/API.md §6); the message names the feature.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DeclError {
     #[error("feature name {0:?} must be 1-128 bytes of [A-Za-z0-9_.:-]")]
@@ -162,7 +162,7 @@ pub enum DeclError {
     OfNotDistinct(String),
 }
 
-/// Check the declared aggregates (start-up errors of SPEC §6).
+/// Check the declared aggregates (start-up errors of docs/API.md §6).
 pub fn check_decls(decls: &[FeatureDecl]) -> Result<(), DeclError> {
     let mut seen = HashSet::new();
     for d in decls {

@@ -1,4 +1,4 @@
-//! The feature store (SPEC §6): per entity, named values kept current from the log: the
+//! The feature store (docs/API.md §6): per entity, named values kept current from the log: the
 //! built-ins (`events`, `last_ts`), counters and gauges from events, values written directly
 //! (PUT/DELETE), and declared aggregates over sliding windows or all time.
 //!

@@ -133,7 +133,7 @@ impl Key {
     }
 }
 
-/// An entity name with its xxh3-64, computed once: it picks the shard (SPEC §6) and, rotated
+/// An entity name with its xxh3-64, computed once: it picks the shard (docs/API.md §6) and, rotated
 /// so that the low bits that pick the shard do not also pick the bucket, the slot in the
 /// shard's table.
 #[derive(Clone, Copy)]
@@ -155,7 +155,7 @@ impl<'a> EntityRef<'a> {
         }
     }
 
-    /// The shard among `shards` the entity lives in (SPEC §6).
+    /// The shard among `shards` the entity lives in (docs/API.md §6).
     pub fn shard(&self, shards: u32) -> u32 {
         vx_proto::shard::shard_of_hash(self.hash, shards)
     }

@@ -1,4 +1,4 @@
-//! The in-flight byte budget (`ingest.max_inflight_bytes`, SPEC §4): bytes of request bodies
+//! The in-flight byte budget (`ingest.max_inflight_bytes`, docs/API.md §4): bytes of request bodies
 //! read and being decoded, up to the moment their batch is admitted or refused. When it is
 //! spent, readers wait before decoding more — the rest of their body stays unread in the
 //! socket, so TCP flow control slows the producers — instead of failing.

@@ -1,4 +1,4 @@
-//! `Content-Encoding` of request bodies (SPEC §3): `gzip` and `zstd`, decompressed as the body
+//! `Content-Encoding` of request bodies (docs/API.md §3): `gzip` and `zstd`, decompressed as the body
 //! arrives, in chunks of at most [`CHUNK_BYTES`], so memory stays bounded whatever the
 //! compression ratio. The caller counts the decompressed bytes against `ingest.max_body_bytes`
 //! (a zip bomb is refused once that much has come out); the compressed bytes are held to the

@@ -1,6 +1,6 @@
 //! `vx-ingest` turns an HTTP request body into a validated [`Batch`]: it picks the decoder from
 //! the `Content-Type`, enforces the body size limit as bytes arrive, and holds the global
-//! in-flight byte budget while a body is being decoded (SPEC §3, §4). It knows nothing of
+//! in-flight byte budget while a body is being decoded (docs/API.md §3, §4). It knows nothing of
 //! HTTP types beyond a stream of byte chunks, nor of how shards store data.
 //!
 //! # Layout
@@ -43,7 +43,7 @@ pub(crate) fn body_too_large(max: u64) -> InputError {
 /// Name of the limit reported when a body (or a frame) stalls (408 `timeout`).
 pub const LIMIT_BODY_TIMEOUT: &str = "ingest.body_timeout";
 
-/// Per-request limits (SPEC §1 `ingest.*`).
+/// Per-request limits (the `ingest.*` keys of docs/CONFIG.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// `ingest.max_body_bytes`: the largest body, counted as it arrives.

@@ -1,4 +1,4 @@
-//! Content negotiation for `POST /v1/events` (SPEC §3): which decoder a `Content-Type` selects.
+//! Content negotiation for `POST /v1/events` (docs/API.md §3): which decoder a `Content-Type` selects.
 
 use crate::Format;
 

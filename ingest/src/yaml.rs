@@ -1,4 +1,4 @@
-//! YAML bodies on a bounded pool of blocking decoders (SPEC §3: "YAML is decoded on a bounded
+//! YAML bodies on a bounded pool of blocking decoders (docs/API.md §3: "YAML is decoded on a bounded
 //! blocking pool so that it cannot starve the other formats").
 //!
 //! The YAML parser pulls its input from an `io::Read`, so each YAML body gets a thread from

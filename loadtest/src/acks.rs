@@ -111,7 +111,7 @@ impl AckTable {
     }
 }
 
-/// The new events of an ingest answer (SPEC §3) to a request of one stream: `accepted` and
+/// The new events of an ingest answer (docs/API.md §3) to a request of one stream: `accepted` and
 /// the stream's `last_seq`, so its seqs are `last − accepted + 1 ..= last`.
 pub fn parse_ack(body: &[u8], stream: &str) -> Option<(u64, u64)> {
     #[derive(serde::Deserialize)]

@@ -78,7 +78,7 @@ impl Reply {
             .and_then(|v| v.trim().parse().ok())
     }
 
-    /// A short description of a failed answer: the status and the SPEC error code.
+    /// A short description of a failed answer: the status and the error code (docs/API.md §10).
     pub fn failure(&self) -> String {
         let code = self
             .body

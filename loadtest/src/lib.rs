@@ -1,5 +1,4 @@
-//! `vx-loadtest`: a reproducible, coordinated-omission-free load generator for Veltrix (SPEC
-//! §9) that also drives its peers (Redis over RESP for the `kv` scenario).
+//! `vx-loadtest`: a reproducible, coordinated-omission-free load generator for Veltrix (docs/LOADTEST.md) that also drives its peers (Redis over RESP for the `kv` scenario).
 //!
 //! A TOML workload ([`workload`]) says what to send, how fast and for how long. Open loop
 //! ([`schedule`]) sends at the intended rate whatever the server does and measures latency

@@ -1,4 +1,4 @@
-//! `vx-otlp`, OTLP in (SPEC §7): OpenTelemetry's `ExportTraceServiceRequest` and
+//! `vx-otlp`, OTLP in (docs/API.md §7): OpenTelemetry's `ExportTraceServiceRequest` and
 //! `ExportLogsServiceRequest`, as OTLP/HTTP sends them (protobuf or JSON), turned into Veltrix
 //! events, and the success answer OTLP expects. Everything here is pure (bytes in, batch or
 //! bytes out), so unit tests, property tests and the fuzz target drive it without a server; the

@@ -10,7 +10,7 @@
 //! | `kind` | `event` | `event` |
 //! | `data` | see [`span_data`] | see [`log_data`] |
 //!
-//! A `type` allows only `[A-Za-z0-9_.:-]` (SPEC §2), and span names are free text
+//! A `type` allows only `[A-Za-z0-9_.:-]` (docs/API.md §2), and span names are free text
 //! (`GET /users/{id}`): every other character becomes `_` and the name is cut to 128 bytes;
 //! the name as sent is kept in `data.name`.
 //!
@@ -18,7 +18,7 @@
 //! An item that cannot be a valid event is left out and counted in the answer's
 //! `partial_success` (OTLP's way: the exporter must not retry it), while the others are
 //! stored: a stream attribute that is not a valid stream name, a trace or span id of the wrong
-//! length, attributes nested deeper than `data` may be (SPEC §2: 64 levels), or an event over
+//! length, attributes nested deeper than `data` may be (docs/API.md §2: 64 levels), or an event over
 //! `ingest.max_event_bytes`. What concerns the request as a whole refuses all of it: a body
 //! that does not decode (400), and events adding up to more than `ingest.max_body_bytes`
 //! (413): a request's events are held whole until stored, so they are bounded like a body.

@@ -1,5 +1,5 @@
-//! The canonical output form of SPEC §2: a compact JSON object with the event's fields in
-//! SPEC order followed by `seq`; `ts` and `kind` always present, absent optional fields omitted,
+//! The canonical output form of docs/API.md §2: a compact JSON object with the event's fields in
+//! the field order of docs/API.md §2.2 followed by `seq`; `ts` and `kind` always present, absent optional fields omitted,
 //! `data` byte-for-byte as stored.
 
 use crate::event::{EventView, Num};

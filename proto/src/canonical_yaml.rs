@@ -1,4 +1,4 @@
-//! The canonical form of SPEC §2 as a YAML document, for replay with `Accept:
+//! The canonical form of docs/API.md §2 as a YAML document, for replay with `Accept:
 //! application/yaml`: the same fields, in the same order, with the same values as the
 //! canonical JSON ([`crate::canonical`]), one block mapping per document:
 //!

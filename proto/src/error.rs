@@ -2,7 +2,7 @@
 //! [`InputError`]; every refusal, over HTTP or in a frames ERROR frame, carries one
 //! [`ErrorCode`], whose string and HTTP status are defined here and nowhere else.
 
-/// The error codes of SPEC §3 (and `internal`, for failures that are none of the client's
+/// The error codes of docs/API.md §3 (and `internal`, for failures that are none of the client's
 /// doing). HTTP bodies and frames ERROR frames are built from these. The frames protocol has
 /// no numeric codes: its ERROR frame carries the same string (docs/PROTOCOL.md, ERROR), so the
 /// string and the HTTP status are all there is to map.
@@ -68,7 +68,7 @@ impl ErrorCode {
         }
     }
 
-    /// The HTTP status of SPEC §3's table.
+    /// The HTTP status of docs/API.md §3's table.
     pub fn http_status(self) -> u16 {
         match self {
             ErrorCode::Malformed | ErrorCode::BadRequest => 400,
@@ -101,12 +101,12 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
-/// Which row of the SPEC §3 status table a bad input belongs to.
+/// Which row of the docs/API.md §3 status table a bad input belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// 400 `malformed`: not well-formed in the declared format.
     Malformed,
-    /// 422 `invalid_event`: well-formed but breaks a rule of SPEC §2.
+    /// 422 `invalid_event`: well-formed but breaks a rule of docs/API.md §2.
     InvalidEvent,
     /// 413 `too_large`: a size, depth or expansion limit.
     TooLarge,
@@ -126,7 +126,7 @@ impl ErrorClass {
     }
 }
 
-/// A rejected input, with the details the SPEC's error body carries. Boxed so that the
+/// A rejected input, with the details the error body carries (docs/API.md §10). Boxed so that the
 /// `Result`s of the hot decoding path stay one word wide; fields read through `Deref`.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{}", .0.message)]
@@ -201,7 +201,7 @@ impl InputError {
     }
 
     /// An event whose field does not fit the packed layout (only reachable when a caller skips
-    /// the SPEC §2 rules, which keep every field within it).
+    /// the docs/API.md §2 rules, which keep every field within it).
     pub fn from_pack(e: crate::packed::PackError) -> Self {
         let mut out = Self::new(ErrorClass::TooLarge, e.to_string());
         out.field = Some(e.field.to_string());
@@ -229,7 +229,7 @@ impl InputError {
 mod code_tests {
     use super::ErrorCode;
 
-    /// The codes and statuses of SPEC §3's table, spelled out once more as the SPEC has them.
+    /// The codes and statuses of docs/API.md §10.2's table, spelled out once more.
     #[test]
     fn codes_and_statuses_match_the_spec() {
         let spec = [

@@ -1,4 +1,4 @@
-//! The event model of SPEC §2: kinds, numeric values, and a borrowed view of one event. The
+//! The event model of docs/API.md §2: kinds, numeric values, and a borrowed view of one event. The
 //! rules a valid event keeps are [`crate::rules`].
 
 /// The kind of an event. `#[repr(u8)]` so it packs into one byte of the header and on disk.

@@ -1,11 +1,11 @@
-//! `vx-proto` owns the event model of Veltrix (SPEC §2): what an event is, the rules that make
+//! `vx-proto` owns the event model of Veltrix (docs/API.md §2): what an event is, the rules that make
 //! it valid, its packed in-memory form, its canonical JSON output, the wire decoders that turn
 //! request bytes into packed events one at a time, and the error type for bad input.
 //! It knows nothing of sockets, threads or files.
 //!
 //! # Layout
 //! - [`event`]: kinds, numbers, [`EventView`].
-//! - [`rules`]: the field rules of SPEC §2, which every decoder checks through.
+//! - [`rules`]: the field rules of docs/API.md §2, which every decoder checks through.
 //! - [`packed`]: [`Batch`], one request's events grouped by stream in the log's event layout.
 //! - [`decode`]: incremental NDJSON, JSON and YAML decoders feeding a [`Batch`].
 //! - [`frames`]: the binary frames protocol (docs/PROTOCOL.md): framing, batch and event

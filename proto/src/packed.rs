@@ -1,4 +1,4 @@
-//! The packed representation of a request's events (SPEC §2 "Representation"), which is also
+//! The packed representation of a request's events (docs/ARCHITECTURE.md "Batches in the log layout"), which is also
 //! the log's event layout: a decoder builds a [`Batch`] once, and the storage engine's writer
 //! copies its bytes into the log record as they are.
 //!
@@ -28,7 +28,7 @@
 //!
 //! The fixed part plus the value is 26 bytes (≤ 32, asserted by a test). Type and entity are
 //! stored inline in the variable part rather than interned in the header: on disk strings must
-//! be inline (SPEC §2), and with the log layout as the in-memory layout the writer copies runs
+//! be inline (docs/API.md §2), and with the log layout as the in-memory layout the writer copies runs
 //! instead of re-encoding every event (see docs/ARCHITECTURE.md, "Batches in the log layout").
 
 use crate::event::{EventView, Kind, Num};
@@ -58,7 +58,7 @@ pub enum DecodeError {
 }
 
 /// Why an event could not be packed: a length past what its field's width can say. Decoders
-/// validate every rule of SPEC §2 first, so for their events this never happens; it guards
+/// validate every rule of docs/API.md §2 first, so for their events this never happens; it guards
 /// callers that build events by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("event field {field} is {len} bytes, more than the event layout allows")]
@@ -352,7 +352,7 @@ impl Batch {
         i
     }
 
-    /// Append one validated event. The caller (a decoder) has checked every rule of SPEC §2,
+    /// Append one validated event. The caller (a decoder) has checked every rule of docs/API.md §2,
     /// which keeps every length within the layout; an event that breaks them is refused.
     pub fn push(&mut self, ev: &EventView<'_>) -> Result<(), PackError> {
         self.prepared_for = None;

@@ -1,4 +1,4 @@
-//! The event field rules of SPEC §2, once: the limits, the string rules of `stream`, `type`,
+//! The event field rules of docs/API.md §2, once: the limits, the string rules of `stream`, `type`,
 //! `entity` and `id`, the `ts` and `kind` rules, the `value` rules that depend on `kind`, the
 //! names reserved for built-in features and the depth of `data`. Every decoder (JSON and NDJSON
 //! through their serde visitors, YAML, binary frames) and the OTLP mapping check fields here,
@@ -18,7 +18,7 @@ use crate::event::{Kind, Num};
 
 /// Upper bound (exclusive) of an integer `ts`: 2^53, so every ts is exact as a JSON number.
 pub const MAX_TS: i64 = 1 << 53;
-/// Length limits of SPEC §2, in bytes.
+/// Length limits of docs/API.md §2, in bytes.
 pub const MAX_STREAM_LEN: usize = 256;
 pub const MAX_TYPE_LEN: usize = 128;
 pub const MAX_ENTITY_LEN: usize = 256;
@@ -207,7 +207,7 @@ pub fn kind_from_str(v: &str) -> Result<Kind, RuleError> {
     Kind::parse(v).ok_or_else(|| RuleError::UnknownKind(short(v).to_string()))
 }
 
-/// The `value` rules of SPEC §2, which depend on `kind`: a counter needs an integer delta
+/// The `value` rules of docs/API.md §2, which depend on `kind`: a counter needs an integer delta
 /// (an integral float becomes one), a gauge a number. Every number a decoder produces is
 /// finite already (serde_json reports overflow as an error, the others refuse non-finite
 /// numbers with [`RuleError::NotFinite`]).
@@ -239,12 +239,12 @@ pub fn check_value(kind: Kind, value: Option<Num>) -> Result<Option<Num>, InputE
     }
 }
 
-/// Names reserved for the built-in features of SPEC §6; counters and gauges may not use them.
+/// Names reserved for the built-in features of docs/API.md §6; counters and gauges may not use them.
 pub fn reserved_feature_name(s: &str) -> bool {
     s == "events" || s == "last_ts"
 }
 
-/// A counter or gauge may not take the name of a built-in feature (SPEC §2, §6).
+/// A counter or gauge may not take the name of a built-in feature (docs/API.md §2, §6).
 pub fn check_reserved(kind: Kind, ty: &str) -> Result<(), InputError> {
     if kind != Kind::Event && reserved_feature_name(ty) {
         return Err(InputError::invalid(

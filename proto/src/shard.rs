@@ -1,4 +1,4 @@
-//! The stream → shard hash of SPEC §1: xxh3-64 of the stream's bytes, mod the shard count.
+//! The stream → shard hash of docs/API.md §1.4: xxh3-64 of the stream's bytes, mod the shard count.
 //! It lives here, beside the event model, because the router (admission) and the storage
 //! engine (per-shard state) must agree on it and neither may depend on the other's internals.
 

@@ -1,4 +1,4 @@
-//! Server-Sent Events (`text/event-stream`) as the follow endpoints write them (SPEC §5,
+//! Server-Sent Events (`text/event-stream`) as the follow endpoints write them (docs/API.md §5,
 //! `src/http/follow.rs`, `src/live/`): the one parser of the CLI's `veltrix tail`, the load
 //! generator's fan-out followers and the tests.
 //!

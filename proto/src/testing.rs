@@ -6,7 +6,7 @@
 //! sent escapes or number literals); here every test draws from their union.
 //!
 //! What it owns:
-//! - the parts: names within the SPEC's limits, kinds with values valid for them, `ts` as
+//! - the parts: names within the limits of docs/API.md §2.1, kinds with values valid for them, `ts` as
 //!   milliseconds or RFC 3339 or absent, `data` as the JSON text a producer writes (escapes,
 //!   number literals, whitespace) — [`stream_name`], [`entity`], [`type_name`], [`id`],
 //!   [`kind_and_value`], [`ts`], [`json_value`];
@@ -50,7 +50,7 @@ pub fn number() -> impl Strategy<Value = Num> {
 }
 
 /// A counter's value: an integer, or a float with a zero fraction (within ±2^53, where every
-/// integer is exact), which a counter takes as that integer (SPEC §2).
+/// integer is exact), which a counter takes as that integer (docs/API.md §2).
 pub fn counter_value() -> impl Strategy<Value = Num> {
     prop_oneof![
         any::<i64>().prop_map(Num::Int),
@@ -69,7 +69,7 @@ pub fn kind_and_value() -> impl Strategy<Value = (Option<Kind>, Option<Num>)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Names (each within the SPEC §2 byte limit even at 4 bytes a character, so that no test has
+// Names (each within the docs/API.md §2 byte limit even at 4 bytes a character, so that no test has
 // to filter: stream ≤ 160 of 256, entity ≤ 80 of 256, id ≤ 120 of 128, which leaves room for
 // a suffix a test appends to make names unique)
 // ---------------------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ pub fn entity() -> impl Strategy<Value = String> {
     prop_oneof!["\\PC{0,20}", "[ -~éü\u{2028}\u{feff}😀]{0,20}"]
 }
 
-/// An event type: the SPEC's character set, up to its 128 characters.
+/// An event type: the character set of docs/API.md §2.1, up to its 128 characters.
 pub fn type_name() -> impl Strategy<Value = String> {
     "[A-Za-z0-9_.:-]{1,128}"
 }
@@ -211,7 +211,7 @@ pub enum Json {
     Literal(&'static str),
     Str(Vec<Piece>),
     Array(Vec<Json>),
-    /// Keys are distinct: YAML refuses duplicates (SPEC §3).
+    /// Keys are distinct: YAML refuses duplicates (docs/API.md §3).
     Object(Vec<(Vec<Piece>, Json)>),
 }
 
@@ -419,7 +419,7 @@ pub struct Event {
     pub spacing: Spacing,
 }
 
-/// Any valid event (SPEC §2), its `data` up to `data_depth` levels deep.
+/// Any valid event (docs/API.md §2), its `data` up to `data_depth` levels deep.
 pub fn event(data_depth: u32) -> impl Strategy<Value = Event> {
     (
         stream_name(),
@@ -593,7 +593,7 @@ impl Event {
         out
     }
 
-    /// One YAML document, as a producer sends it: the canonical YAML of SPEC §5's replay
+    /// One YAML document, as a producer sends it: the canonical YAML of docs/API.md §5's replay
     /// without `seq`, but with entity, value, `data` (compact) and `ts` as sent — no `ts`
     /// line when absent, an RFC 3339 `ts` as a quoted string.
     pub fn to_yaml(&self) -> Vec<u8> {

@@ -3,7 +3,7 @@
 //! the measured drain rate that `Retry-After` is derived from, and dispatch to the storage
 //! engine. It knows nothing of HTTP.
 //!
-//! # Admission (SPEC §4)
+//! # Admission (docs/API.md §4)
 //! A request reserves, at once and in shard order, its event count on every shard it touches,
 //! only if every one of them is below `high_water × queue_capacity` and the global queued-byte
 //! budget allows; otherwise nothing is reserved and the caller answers 429. A shard therefore
@@ -14,7 +14,7 @@
 //! every touched shard's counter in one critical section is what makes admission atomic
 //! without rollbacks, and releases stay lock-free.
 //!
-//! # Streaming connections (SPEC §4)
+//! # Streaming connections (docs/API.md §4)
 //! A binary-frames connection is not refused with 429: where an HTTP request would be, it
 //! waits in [`Router::admit_or_wait`] (not reading its socket meanwhile) until its shards have
 //! drained below `ingest.low_water`, then tries again. Both paths decide with the one
@@ -35,7 +35,7 @@ use vx_storage::{
     WriteRequest,
 };
 
-/// Admission settings (the `ingest.*` keys of SPEC §1).
+/// Admission settings (the `ingest.*` keys of docs/CONFIG.md).
 #[derive(Clone, Debug)]
 pub struct AdmissionConfig {
     pub shards: u32,
@@ -194,7 +194,7 @@ impl Router {
 
     /// Wait until a request of `bytes` on `shards` (as [`Router::shards_of`] gives them) may
     /// resume after [`Router::try_admit`] refused it: every one of its shards has drained below
-    /// `ingest.low_water` and the queued-byte budget has room (SPEC §4, streaming connections).
+    /// `ingest.low_water` and the queued-byte budget has room (docs/API.md §4, streaming connections).
     /// The caller then tries to admit again; another producer may have taken the room first.
     /// Cancel-safe.
     pub async fn wait_below_low_water(&self, shards: &[(u32, u64)], bytes: u64) {
@@ -209,7 +209,7 @@ impl Router {
         }
     }
 
-    /// Admission for streaming connections (SPEC §4: flow control, never 429): reserve for a
+    /// Admission for streaming connections (docs/API.md §4: flow control, never 429): reserve for a
     /// request of `bytes` on `shards`, or wait until its shards drained below the low-water
     /// mark and try again, as long as it takes. The same admission decision as
     /// [`Router::try_admit`] (which HTTP uses, answering 429 instead of waiting). Cancel-safe:
@@ -350,7 +350,7 @@ impl Router {
         per
     }
 
-    /// Admit and write one request (SPEC §3–§4). An empty batch is a no-op success.
+    /// Admit and write one request (docs/API.md §3–§4). An empty batch is a no-op success.
     pub async fn submit(&self, req: Submit) -> Result<Accepted, SubmitError> {
         let span = self.batch_span(&req);
         self.submit_in_span(req).instrument(span).await
@@ -398,7 +398,7 @@ impl Router {
         self.write_reserved(req, reservation).await
     }
 
-    /// Admit and write a direct feature write (SPEC §6): admitted like events, on the
+    /// Admit and write a direct feature write (docs/API.md §6): admitted like events, on the
     /// entity's shard, one event per name it sets (or one for a delete).
     pub async fn submit_features(
         &self,

@@ -1,4 +1,4 @@
-//! The service configuration (SPEC §1): one struct tree holding every key with its embedded
+//! The service configuration (docs/CONFIG.md): one struct tree holding every key with its embedded
 //! default, loaded in layers — defaults < YAML file < `VX_<SECTION>_<KEY>` env vars < CLI flags —
 //! and validated once before anything starts.
 //!
@@ -38,7 +38,7 @@ pub struct Config {
     pub storage: StorageSection,
     pub ingest: IngestConfig,
     pub retention: RetentionConfig,
-    /// Declared sliding-window features (SPEC §6); file only.
+    /// Declared sliding-window features (docs/API.md §6); file only.
     pub features: Vec<FeatureDecl>,
     pub auth: AuthConfig,
     /// OTLP in (`POST /v1/traces`, `/v1/logs`).
@@ -85,7 +85,7 @@ impl FsyncSetting {
     }
 }
 
-/// The shard count of a new data dir when none is given (SPEC §1).
+/// The shard count of a new data dir when none is given (docs/CONFIG.md `storage.shards`).
 pub const DEFAULT_SHARDS: u32 = 128;
 
 pub use vx_storage::features::{Agg, DistinctOf};

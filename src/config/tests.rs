@@ -96,7 +96,7 @@ fn layers_file_then_env_then_flags() {
     assert!(c.repair && c.storage_config().repair);
 }
 
-/// The stall timeouts (SPEC §1): durations in the file and env, env winning, 0 refused.
+/// The stall timeouts (docs/CONFIG.md): durations in the file and env, env winning, 0 refused.
 #[test]
 fn body_and_frames_idle_timeouts() {
     let f = file("ingest:\n  body_timeout: 2s\nserver:\n  frames_idle_timeout: 90s\n");

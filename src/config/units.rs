@@ -1,4 +1,4 @@
-//! Durations and byte sizes as written in the config file and env vars (SPEC §1): durations
+//! Durations and byte sizes as written in the config file and env vars (docs/CONFIG.md): durations
 //! `500ms`, `10s`, `10m`, `2h`, `30d`; sizes in bytes or with `KiB`/`MiB`/`GiB`/`TiB`. Also the
 //! serde helpers that accept them from YAML, both as numbers and as strings.
 

@@ -11,7 +11,7 @@
 //! and a later one could overtake it; so when the channel is half full or more after that poll,
 //! the connection lets everything in flight finish before it submits the next batch.
 //!
-//! # Flow control (SPEC §4)
+//! # Flow control (docs/API.md §4)
 //! A batch whose shards are at their high-water mark (or that the queued-byte budget cannot
 //! take) is not refused: the connection stops reading — TCP flow control then stops the
 //! client — until those shards have drained below `ingest.low_water`, and tries again. Acks of

@@ -1,5 +1,5 @@
-//! The binary-frames listeners (SPEC §3 "Binary frames over a persistent connection", §4
-//! "Streaming connections"; wire format in docs/PROTOCOL.md): `server.frames_listen` (TCP) and
+//! The binary-frames listeners (docs/API.md §9, §4.3; wire
+//! format in docs/PROTOCOL.md): `server.frames_listen` (TCP) and
 //! `server.frames_uds` (a Unix socket, with `server.uds_mode` and stale-socket handling like
 //! `server.uds`).
 //!

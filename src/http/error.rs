@@ -1,4 +1,4 @@
-//! The one error type of the HTTP layer and its rendering: SPEC §3's single error shape
+//! The one error type of the HTTP layer and its rendering: docs/API.md §3's single error shape
 //! `{"error": {"code", "message", …details}}`. Codes and their statuses come from
 //! [`ErrorCode`]; input, write and backpressure failures are mapped once, in
 //! [`crate::failure`], for HTTP and frames alike. Handlers only pick the constructor.
@@ -15,7 +15,7 @@ pub use crate::failure::Details;
 
 #[derive(Debug)]
 pub struct AppError {
-    /// The code, and through it the status (SPEC §3's table, in [`ErrorCode`]).
+    /// The code, and through it the status (docs/API.md §3's table, in [`ErrorCode`]).
     pub code: ErrorCode,
     pub message: String,
     /// Boxed: most errors carry none, and handlers pass `Result<_, AppError>` around.
@@ -43,7 +43,7 @@ pub fn retry_after_secs(ms: u64) -> u64 {
 }
 
 impl AppError {
-    /// An error with `code`, its status from SPEC §3's table.
+    /// An error with `code`, its status from docs/API.md §3's table.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         AppError {
             code,
@@ -132,7 +132,7 @@ impl AppError {
         Failure::timeout(vx_ingest::LIMIT_BODY_TIMEOUT, message).into()
     }
 
-    /// A failure that is none of the client's doing and has no code of its own in the SPEC
+    /// A failure that is none of the client's doing and has no code of its own in docs/API.md §10.2
     /// (a read error in the log, a failed encoding).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)

@@ -1,4 +1,4 @@
-//! Live and paced replay over HTTP (SPEC §5): `GET /v1/streams/{stream}/events` with
+//! Live and paced replay over HTTP (docs/API.md §5): `GET /v1/streams/{stream}/events` with
 //! `follow=true`, `pace=original` or `Accept: text/event-stream`, and the WebSocket route
 //! `GET /v1/streams/{stream}/ws`. What to send comes from [`crate::live::Follower`]; this
 //! module only frames it.

@@ -1,6 +1,6 @@
 //! Middleware every request passes, outermost first: a tracing span, the readiness gate
 //! (503 `not_ready` while starting or draining), then — for matched routes — latency and
-//! bearer-token auth (SPEC §8).
+//! bearer-token auth (docs/API.md §8).
 
 use super::AppError;
 use super::queue_fill::QUEUE_FILL;
@@ -57,7 +57,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 }
 
 /// 503 `not_ready` outside the `Ready` phase, and `X-Vx-Queue-Fill: 0.00` on ingest answers
-/// that never reached admission (SPEC §3: every ingest response carries it).
+/// that never reached admission (docs/API.md §3: every ingest response carries it).
 pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let is_ingest = matches!(path, "/v1/events" | super::otlp::TRACES | super::otlp::LOGS);

@@ -1,4 +1,4 @@
-//! Ingest (SPEC §3): `POST /v1/events`. Headers are checked first (content type, encoding,
+//! Ingest (docs/API.md §3): `POST /v1/events`. Headers are checked first (content type, encoding,
 //! durability, conditional write), then the body is decompressed (gzip, zstd) and decoded
 //! incrementally by `vx_ingest` under the in-flight byte budget, then the batch goes through
 //! the router's atomic admission to the log. Every answer, success or error, carries

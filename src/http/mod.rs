@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §3, §5, §7): [`app`] builds the axum router over an [`AppState`]; tests
+//! The HTTP API (docs/API.md §3, §5, §7): [`app`] builds the axum router over an [`AppState`]; tests
 //! drive it with `tower::ServiceExt::oneshot`, the server serves it on TCP and a Unix socket.
 //!
 //! - [`error`]: `AppError`, the single error shape.
@@ -9,11 +9,11 @@
 //! - [`replay`]: `GET /v1/streams/{stream}/events`, streamed; [`follow`]: its live and paced
 //!   forms (SSE, NDJSON) and `GET /v1/streams/{stream}/ws`; [`output`]: what both answer in
 //!   (`Accept` negotiation, position headers).
-//! - [`features`]: the feature store's routes (SPEC §6).
+//! - [`features`]: the feature store's routes (docs/API.md §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`status`]: the status page (`/`, `/ui/{asset}`, embedded) and `GET /v1/status`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
-//! - [`params`]: query-string parsing with SPEC-shaped errors.
+//! - [`params`]: query-string parsing with errors in the one error shape.
 //! - [`queue_fill`]: the `X-Vx-Queue-Fill` header of every ingest answer.
 
 pub mod error;

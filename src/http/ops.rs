@@ -1,4 +1,4 @@
-//! Operations endpoints (SPEC §7): liveness, readiness and the metrics exposition.
+//! Operations endpoints (docs/API.md §7): liveness, readiness and the metrics exposition.
 
 use super::AppError;
 use crate::state::{AppState, Phase};

@@ -1,5 +1,5 @@
 //! Query-string parameters: parsed by hand (not with a serde struct) so every mistake —
-//! an unknown or repeated parameter, a bad number — is a 400 `bad_request` in the SPEC's
+//! an unknown or repeated parameter, a bad number — is a 400 `bad_request` in the one
 //! error shape naming the parameter.
 
 use super::AppError;

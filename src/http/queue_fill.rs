@@ -1,4 +1,4 @@
-//! `X-Vx-Queue-Fill` (SPEC §3): every ingest answer says how full the shard queues are. The
+//! `X-Vx-Queue-Fill` (docs/API.md §3): every ingest answer says how full the shard queues are. The
 //! ingest routes set it from admission ([`with_fill`]); the readiness guard gives `0.00` to
 //! the ingest answers that never reached admission.
 

@@ -1,4 +1,4 @@
-//! Replay (SPEC §5): `GET /v1/streams/{stream}/events`, streamed in chunks with bounded memory.
+//! Replay (docs/API.md §5): `GET /v1/streams/{stream}/events`, streamed in chunks with bounded memory.
 //!
 //! The storage cursor does blocking reads, so each ~64 KiB chunk is filled on the blocking pool
 //! (`spawn_blocking` per chunk: a slow client never pins a blocking thread) by a producer task
@@ -130,7 +130,7 @@ fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
     Ok(Some(types))
 }
 
-/// `GET /v1/streams/{stream}/ws`: a live follower over WebSocket (SPEC §5).
+/// `GET /v1/streams/{stream}/ws`: a live follower over WebSocket (docs/API.md §5).
 pub async fn ws(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -184,7 +184,7 @@ pub async fn events(
 
     let router = engine(&state)?;
     // Nothing is sent before the first chunk is read: when retention removes events under
-    // it, the response starts over at the new first retained seq (SPEC §5) instead of failing.
+    // it, the response starts over at the new first retained seq (docs/API.md §5) instead of failing.
     let mut attempt = 0;
     let (replay, first, (first_seq, last_seq, shard, start)) = loop {
         attempt += 1;

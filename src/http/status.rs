@@ -1,4 +1,4 @@
-//! The status page (SPEC §7: `GET /` serves it, embedded, no external assets) and the JSON it
+//! The status page (docs/API.md §7: `GET /` serves it, embedded, no external assets) and the JSON it
 //! polls, `GET /v1/status` ([`crate::status`] builds it).
 //!
 //! The page is three files compiled into the binary (`src/http/ui/`): `index.html` at `/`, and

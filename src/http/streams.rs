@@ -1,4 +1,4 @@
-//! Stream metadata (SPEC §5): `GET /v1/streams` (a page of streams, sorted bytewise),
+//! Stream metadata (docs/API.md §5): `GET /v1/streams` (a page of streams, sorted bytewise),
 //! `GET /v1/streams/{stream}`, and `DELETE /v1/streams/{stream}` (a durable tombstone).
 
 use super::AppError;

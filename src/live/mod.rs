@@ -1,4 +1,4 @@
-//! Live replay (SPEC §5): followers that catch up on a stream from storage and then go live,
+//! Live replay (docs/API.md §5): followers that catch up on a stream from storage and then go live,
 //! the fan-out that feeds thousands of them from one encoding per event, and pacing.
 //!
 //! - [`hub`]: the followed streams ("topics"). Per topic one pump reads each newly visible

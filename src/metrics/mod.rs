@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §7): one registry, registered once at start-up. Hot-path handles
+//! Prometheus metrics (docs/API.md §7): one registry, registered once at start-up. Hot-path handles
 //! (per format, per route) are resolved when the registry is built, so a request never looks a
 //! label set up; per-shard gauges are read from the router and store at scrape time by a
 //! [`Collector`] instead of being updated per request.
@@ -29,17 +29,17 @@
 //! - `vx_log_segments`, `vx_log_bytes`, `vx_log_open_files`,
 //!   `vx_log_oldest_append_timestamp_seconds`, `vx_retention_deleted_segments_total`,
 //!   `vx_retention_deleted_bytes_total`, `vx_segment_seal_duration_seconds`,
-//!   `vx_streams_deleted_total`: the log's size, retention and deletes (SPEC §5).
+//!   `vx_streams_deleted_total`: the log's size, retention and deletes (docs/API.md §5).
 //! - `vx_feature_reads_total`: entities read by `GET /v1/features/{entity}` and batch queries;
 //!   `vx_feature_writes_total`: feature PUTs and deletes answered 200.
 //! - `vx_feature_entities`, `vx_feature_bytes`, `vx_feature_max_bytes`: the feature tables
 //!   and their budget (`storage.max_feature_bytes`); `vx_feature_late_events_total`,
-//!   `vx_feature_future_events_total`: events windowed aggregates ignored (SPEC §6).
+//!   `vx_feature_future_events_total`: events windowed aggregates ignored (docs/API.md §6).
 //! - `vx_snapshot_age_seconds` (since the newest snapshot; 0 before the first),
 //!   `vx_snapshots_written_total`, `vx_snapshots_failed_total`, `vx_snapshot_bytes`.
 //! - `vx_frames_connections`: open binary-frames connections (handshake done).
 //! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
-//!   shard was at its high-water mark or the queued-byte budget was spent (SPEC §4); events
+//!   shard was at its high-water mark or the queued-byte budget was spent (docs/API.md §4); events
 //!   and refusals of frames connections are counted under `format="frames"` above.
 //! - `vx_connections_open`: open connections of every listener (HTTP and frames, TCP and
 //!   Unix socket), against `server.max_connections`; `vx_connections_refused_total{listener}`:

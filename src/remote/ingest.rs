@@ -4,7 +4,7 @@
 //! - **Retries**: a 429 or 503 waits what `X-Vx-Retry-After-Ms` (or `Retry-After`) says; a
 //!   connection failure or a timeout waits an exponential backoff (100 ms doubling, at most
 //!   10 s); either is retried up to `--retries` times per request. A retry after a lost answer
-//!   may store a request twice unless its events carry `id`s (SPEC §2 idempotency), as with any
+//!   may store a request twice unless its events carry `id`s (docs/API.md §2 idempotency), as with any
 //!   at-least-once producer.
 //! - **Rejections**: any other error answer stops the run; the error names the server's code
 //!   and message, the input position of the event it names (`index`), and how many events the

@@ -1,8 +1,8 @@
-//! The client side of the CLI (SPEC §7): commands that talk to a running server over HTTP, on
+//! The client side of the CLI (docs/API.md §7): commands that talk to a running server over HTTP, on
 //! TCP (`--server http://HOST:PORT`) or the Unix socket (`--server unix:/path`), with an
 //! optional bearer token. This module owns what they share: the server address and token
 //! ([`ClientArgs`]), the HTTP client, the one error type ([`ClientError`], printed as one
-//! line by `main`), reading the SPEC's error body, and the retry delays.
+//! line by `main`), reading the error body (docs/API.md §10), and the retry delays.
 //!
 //! # Layout
 //! - here: `veltrix health` (also the container image's `HEALTHCHECK`, see the Dockerfile).
@@ -57,7 +57,7 @@ pub enum ClientError {
         status: u16,
         message: String,
     },
-    /// An answer in the SPEC's error shape (or, from something else, its status and text).
+    /// An answer in the error shape of docs/API.md §10 (or, from something else, its status and text).
     #[error("{}", server_error(*status, code, message, detail))]
     Server {
         status: u16,
@@ -310,7 +310,7 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
     Duration::from_millis(ms).min(max)
 }
 
-/// A stream or entity name as one percent-encoded path segment (SPEC §5: `/` is `%2F`).
+/// A stream or entity name as one percent-encoded path segment (docs/API.md §5: `/` is `%2F`).
 pub fn segment(s: &str) -> String {
     const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
         .remove(b'-')

@@ -1,6 +1,6 @@
 //! `veltrix replay STREAM` and `veltrix features ENTITY`: read commands that print and exit.
 //!
-//! Replay asks for NDJSON pages of at most [`PAGE`] events (SPEC §5: a response holds at most
+//! Replay asks for NDJSON pages of at most [`PAGE`] events (docs/API.md §5: a response holds at most
 //! 100,000) and writes each event as it arrives, so memory is one chunk and one line whatever
 //! the range. Pages follow each other from the last printed seq + 1 (which is right with and
 //! without filters) until `--to`, the stream's last seq when the page started, or a short page.

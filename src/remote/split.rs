@@ -1,7 +1,7 @@
 //! Cutting `veltrix ingest`'s input into request bodies, streaming: at most one batch (plus
 //! one event or document) is in memory, whatever the input's size.
 //!
-//! The server checks every event (SPEC §2, §3), so the client only needs to find where one
+//! The server checks every event (docs/API.md §2, §3), so the client only needs to find where one
 //! event ends, in the cheapest honest way per format:
 //! - **NDJSON**: lines. Blank lines are skipped, nothing is parsed.
 //! - **YAML**: document boundaries. YAML 1.2 forbids a line starting with `---` or `...` (then a

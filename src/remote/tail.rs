@@ -188,7 +188,7 @@ fn dispatch(
                     "tail: events {from}..{} were removed by retention before they could be read; going on at {first}",
                     first.saturating_sub(1)
                 ),
-                // Not the notice SPEC §5 describes: say what came rather than make up numbers.
+                // Not the notice docs/API.md §5 describes: say what came rather than make up numbers.
                 _ => eprintln!(
                     "tail: events were removed by retention before they could be read ({})",
                     String::from_utf8_lossy(event.data)

@@ -1,4 +1,4 @@
-//! One shard's table of remembered `(stream, id)` pairs (SPEC §2 idempotency): 128-bit keyed
+//! One shard's table of remembered `(stream, id)` pairs (docs/API.md §2 idempotency): 128-bit keyed
 //! hashes with the seq they were stored at, forgotten oldest-first once they leave
 //! `ingest.dedup_window` or the shard's share of `ingest.dedup_memory` is used up.
 //! Owned by the writer thread; the horizon is published for metrics.

@@ -56,7 +56,7 @@ pub const MIN_SEGMENT_BYTES: u64 = 512;
 /// The largest `ingest.max_body_bytes`: a request is one record of at most 1 GiB.
 pub const MAX_BODY_BYTES: u64 = (record::MAX_RECORD_LEN as u64) - (1 << 20);
 
-/// Check the engine's settings against what the formats can hold (SPEC §1 keys).
+/// Check the engine's settings against what the formats can hold (docs/CONFIG.md keys).
 pub fn check_config(cfg: &StorageConfig) -> Result<(), OpenError> {
     let bad = |key: &str, reason: String| OpenError::Config {
         key: key.to_string(),

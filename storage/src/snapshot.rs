@@ -1,4 +1,4 @@
-//! The storage engine's side of the feature snapshots (SPEC §6, §7 restart): where they live
+//! The storage engine's side of the feature snapshots (docs/API.md §6, §7 restart): where they live
 //! (`snapshots/` in the data dir), the snapshot thread that takes them, and start-up's rebuild
 //! of the tables (the newest usable snapshot, then the log after it). The file format, its
 //! writer, loader and checker are vx-features' (`vx_features::snapshot`); this module gives

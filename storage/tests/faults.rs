@@ -1,4 +1,4 @@
-//! Storage faults on the simulated disk (SPEC §7): a full disk, failed writes, fsyncs,
+//! Storage faults on the simulated disk (docs/API.md §7): a full disk, failed writes, fsyncs,
 //! truncations, directory syncs and creates, each at the moment the engine meets it, and what
 //! the engine answers and keeps.
 

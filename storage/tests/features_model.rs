@@ -1,4 +1,4 @@
-//! Recovery equals history, for the feature tables (SPEC §6): random events (counters,
+//! Recovery equals history, for the feature tables (docs/API.md §6): random events (counters,
 //! gauges, plain events, with and without entities), direct PUTs (numbers, strings, booleans,
 //! null deletes) and deletes of one feature or a whole entity go through the real writer on
 //! the simulated disk, with snapshots taken at random points, clean restarts, power cuts (the

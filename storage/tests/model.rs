@@ -1,5 +1,5 @@
 //! Model test: random sequences of writes (with repeated ids, several streams, conditional
-//! writes) and restarts, checked against a plain in-memory model of SPEC §2/§3 semantics:
+//! writes) and restarts, checked against a plain in-memory model of docs/API.md §2/§3 semantics:
 //! gapless per-stream `seq`, dedup by (stream, id) including inside one request, dedup before
 //! the conditional check, 409 leaving nothing behind, and everything surviving a restart.
 

@@ -1,4 +1,4 @@
-//! Simulated power loss (SPEC §7): random concurrent requests — several streams, ids, retries,
+//! Simulated power loss (docs/API.md §7): random concurrent requests — several streams, ids, retries,
 //! conditional writes, deletes, and rolls through tiny segments — go through the real writer on
 //! the simulated disk; the power goes out after a random number of disk operations; the disk
 //! keeps what was synced plus an arbitrary prefix of the rest (a torn last write included); the

@@ -1,4 +1,4 @@
-//! Retention (SPEC §5) and stream deletion: whole old sealed segments go, replay starts at the
+//! Retention (docs/API.md §5) and stream deletion: whole old sealed segments go, replay starts at the
 //! first retained seq, a stream whose events are all gone stays listed with `events: 0`, a
 //! deleted stream is gone at once and after restart and continues its seq when written again,
 //! and all of it survives restarts (the carry file).

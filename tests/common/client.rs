@@ -1,5 +1,5 @@
 //! HTTP to the server: a client over TCP or the Unix socket, replay helpers, checks of the
-//! SPEC's response shapes, and a raw-socket probe of keep-alive honesty.
+//! response shapes of docs/API.md, and a raw-socket probe of keep-alive honesty.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -361,7 +361,7 @@ pub fn assert_accepted(r: &Resp, n: u64) -> Value {
     v
 }
 
-/// An error response of the SPEC's single shape with this status and code; returns `error`.
+/// An error response of the one error shape (docs/API.md §10) with this status and code; returns `error`.
 pub fn assert_error(r: &Resp, status: u16, code: &str) -> serde_json::Map<String, Value> {
     assert_eq!(r.status, status, "expected {status} {code}, got {r}");
     let ct = r.header("content-type").unwrap_or("");

@@ -1,4 +1,4 @@
-//! Events to send and their canonical form (SPEC §2): builders, NDJSON and JSON-array
+//! Events to send and their canonical form (docs/API.md §2): builders, NDJSON and JSON-array
 //! bodies, a deterministic generator covering every field rule, and the comparison of a
 //! replayed event with what was sent.
 

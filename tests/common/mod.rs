@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! - `server`: start, stop and kill `veltrix serve` on a temporary data dir.
-//! - `client`: requests over TCP or the Unix socket and checks of the SPEC's responses.
+//! - `client`: requests over TCP or the Unix socket and checks of the responses docs/API.md describes.
 //! - `events`: events to send, generated bodies, and comparison with replayed events.
 //! - `sse`: live follows (SSE and NDJSON) read frame by frame.
 //! - `browser`: headless Chromium driven by playwright-core, for the status page.

@@ -1,4 +1,4 @@
-//! A Server-Sent Events reader for the live replay tests (SPEC §5): opens a follow and parses
+//! A Server-Sent Events reader for the live replay tests (docs/API.md §5): opens a follow and parses
 //! the body into frames with the clients' parser (`vx_proto::sse`), with bounded waits.
 
 use super::Api;

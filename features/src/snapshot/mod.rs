@@ -1,5 +1,5 @@
 //! Snapshots of the feature tables: the file format, writing one ([`write_to`]), loading and
-//! checking one ([`load`], [`verify`]) (SPEC §6, §7 restart). Where the files live, the
+//! checking one ([`load`], [`verify`]) (docs/API.md §6, §7 restart). Where the files live, the
 //! thread that takes them and the log replay after a load are the storage engine's
 //! (vx-storage `snapshot.rs`); it hands this module a [`SnapFile`] to read or write.
 //!

@@ -21,7 +21,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 /// A response head longer than this is refused.
 const MAX_HEAD: usize = 64 << 10;
-/// An error body is read up to this much (for its SPEC error code).
+/// An error body is read up to this much (for its error code, docs/API.md §10).
 const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// Why a follow could not be opened.
@@ -44,7 +44,7 @@ pub enum OpenError {
     HeadNotUtf8,
     #[error("not an HTTP/1.x answer: {0:?}")]
     NotHttp(String),
-    /// Not 200: the status and the SPEC error code of the body, when it has one.
+    /// Not 200: the status and the error code (docs/API.md §10) of the body, when it has one.
     #[error("HTTP {status}{}", with_space(.code))]
     Status { status: u16, code: Option<String> },
     #[error("the follow answer is {0:?}, not text/event-stream")]
@@ -180,7 +180,7 @@ pub(super) fn follow_request(
 
 /// Send the follow request and read the response head. 200 `text/event-stream`: the
 /// connection, its body decoder and the body bytes read with the head. Otherwise the status
-/// and SPEC error code.
+/// and error code (docs/API.md §10).
 pub(super) async fn open(
     ep: &Endpoint,
     req: &[u8],

@@ -1,4 +1,4 @@
-//! The `fanout` scenario: `followers` Server-Sent-Events followers of one stream (SPEC §5,
+//! The `fanout` scenario: `followers` Server-Sent-Events followers of one stream (docs/API.md §5,
 //! `GET /v1/streams/{stream}/events?follow=true`) while producers ingest that stream at a fixed
 //! rate. It measures the delivery latency of every event to every follower, from the producer's
 //! ack of the event to the follower's receipt, and checks that every follower received every
@@ -141,7 +141,7 @@ impl Fanout {
                             " (server.max_followers reached? it bounds the followers of the server)"
                         }
                         OpenError::Status { status: 406, .. } => {
-                            " (the server does not answer text/event-stream: no live follow, SPEC §5)"
+                            " (the server does not answer text/event-stream: no live follow, docs/API.md §5)"
                         }
                         OpenError::Status { status: 404, .. } => " (was the stream deleted?)",
                         _ => "",

@@ -23,7 +23,7 @@ pub enum NofileError {
     Raise { needed: u64, source: std::io::Error },
 }
 
-/// The stream's last seq (SPEC §5 `GET /v1/streams/{stream}`); an unknown stream gets one
+/// The stream's last seq (docs/API.md §5 `GET /v1/streams/{stream}`); an unknown stream gets one
 /// event first, so that it exists and has a seq to follow from.
 pub async fn last_seq_or_create(
     w: &Workload,
@@ -49,7 +49,9 @@ pub async fn last_seq_or_create(
                 .as_ref()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
                 .and_then(|v| v["last_seq"].as_u64())
-                .ok_or_else(|| prep("the stream's metadata has no last_seq (SPEC §5)".into()));
+                .ok_or_else(|| {
+                    prep("the stream's metadata has no last_seq (docs/API.md §5)".into())
+                });
         }
         404 => {}
         _ => return Err(prep(format!("GET {path}: {}", reply.failure()))),
@@ -84,7 +86,9 @@ pub async fn last_seq_or_create(
                     .as_ref()
                     .and_then(|b| parse_ack(b, stream))
                     .map(|(_, last)| last)
-                    .ok_or_else(|| prep("the ingest answer has no last_seq (SPEC §3)".into()));
+                    .ok_or_else(|| {
+                        prep("the ingest answer has no last_seq (docs/API.md §3)".into())
+                    });
             }
             429 => tokio::time::sleep(retry_pause(reply.retry_after())).await,
             _ => {

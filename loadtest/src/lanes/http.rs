@@ -168,7 +168,7 @@ pub fn feature_outcome(op: &KvOp, reply: &Reply, events: u64, bytes: u64) -> Out
     }
 }
 
-/// Whether a reply carries SPEC's `not_found` error code (error bodies are always kept).
+/// Whether a reply carries the `not_found` error code (docs/API.md §10) (error bodies are always kept).
 fn is_not_found(reply: &Reply) -> bool {
     reply
         .body
@@ -283,7 +283,7 @@ mod tests {
             feature_outcome(&KvOp::Del(1), &reply(404, not_found, &[]), 1, 0),
             ok
         );
-        // A 404 that is not SPEC's not_found, or to a PUT or a query, is an error.
+        // A 404 that is not the API's not_found, or to a PUT or a query, is an error.
         assert!(matches!(
             feature_outcome(&get, &reply(404, "gone", &[]), 1, 0),
             Outcome::Error(_)

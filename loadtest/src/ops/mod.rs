@@ -1,7 +1,7 @@
 //! The operations a lane sends, drawn from the workload with a seeded generator per lane (the
 //! same seed replays the same operations): ingest bodies and batches, replay pages and scans,
 //! and the key-value mix, which one generator ([`KvGen`]) draws for both `kv` (RESP commands)
-//! and `features` (HTTP requests of SPEC §6), so the two scenarios issue the same operations on
+//! and `features` (HTTP requests of docs/API.md §6), so the two scenarios issue the same operations on
 //! the same keys with the same values. The fanout scenario gets its generator here when it
 //! exists.
 
@@ -265,7 +265,7 @@ impl KvOp {
     }
 }
 
-/// A request of the features scenario (SPEC §6).
+/// A request of the features scenario (docs/API.md §6).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureRequest {
     pub method: &'static str,

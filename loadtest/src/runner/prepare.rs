@@ -70,7 +70,7 @@ pub(super) async fn prepare_replay(
             .body
             .as_ref()
             .and_then(|b| serde_json::from_slice(b).ok())
-            .ok_or_else(|| prep("the stream list is not the JSON of SPEC §5".into()))?;
+            .ok_or_else(|| prep("the stream list is not the JSON of docs/API.md §5".into()))?;
         for s in v["streams"].as_array().into_iter().flatten() {
             let (Some(name), Some(first), Some(last), Some(events)) = (
                 s["stream"].as_str(),
@@ -126,7 +126,9 @@ async fn stream_events(conn: &mut HttpConn, name: &str) -> Result<u64, RunError>
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
             .and_then(|v| v["events"].as_u64())
             .ok_or_else(|| {
-                RunError::Prepare(format!("the metadata of {name} is not what SPEC §5 says"))
+                RunError::Prepare(format!(
+                    "the metadata of {name} is not what docs/API.md §5 says"
+                ))
             }),
         _ => Err(RunError::Prepare(format!(
             "reading {name}: {}",
@@ -233,7 +235,7 @@ pub(super) async fn prepare_features(
     .map_err(|e| prep(format!("{ep}: POST /v1/features/query: {e}")))?;
     if reply.status.as_u16() == 404 {
         return Err(prep(format!(
-            "{ep} has no feature API (POST /v1/features/query answered {}); the features scenario needs a server with SPEC §6's routes",
+            "{ep} has no feature API (POST /v1/features/query answered {}); the features scenario needs a server with docs/API.md §6's routes",
             reply.failure()
         )));
     }

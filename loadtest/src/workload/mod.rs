@@ -317,7 +317,7 @@ impl Workload {
             }
         }
         // Checked for every scenario (like batch), so a kv file and its features counterpart
-        // are refused alike; 10000 is the feature query's limit (SPEC §6).
+        // are refused alike; 10000 is the feature query's limit (docs/API.md §6).
         if self.batch_size == 0 || self.batch_size > 10_000 {
             return bad(format!(
                 "batch_size: {} is not in 1..=10000",

@@ -1,4 +1,4 @@
-//! The stored form of `data` (SPEC §2): the JSON text as sent minus insignificant whitespace —
+//! The stored form of `data` (docs/API.md §2): the JSON text as sent minus insignificant whitespace —
 //! key order, number literals and string escapes are kept byte for byte — and its nesting
 //! depth, which is bounded.
 //!

@@ -1,4 +1,4 @@
-//! One event: the bytes of a single JSON object → a validated [`EventView`] (SPEC §2).
+//! One event: the bytes of a single JSON object → a validated [`EventView`] (docs/API.md §2).
 //!
 //! serde_json deserializes straight into borrowed fields through the visitors of
 //! [`super::fields`], so no `Value` tree is built: strings without escapes are borrowed from
@@ -78,7 +78,7 @@ impl EventParser {
             .map(|t| t.get(&un.entity))
             .filter(|e| !e.is_empty());
         let id = fields.id.map(|t| t.get(&un.id));
-        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
+        // An absent `kind` is `event` (docs/API.md §2), `Kind`'s default.
         let kind = fields.kind.unwrap_or_default();
         let value = check_value(kind, fields.value)?;
         check_reserved(kind, ty)?;

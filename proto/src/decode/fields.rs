@@ -1,6 +1,6 @@
 //! The serde side of one event: the field names, and a visitor per field that reads its value
 //! straight from serde_json (borrowing strings where it can) and checks it against its rule
-//! of SPEC §2 ([`crate::rules`]) as it is read, so that an error names the field.
+//! of docs/API.md §2 ([`crate::rules`]) as it is read, so that an error names the field.
 
 use std::fmt;
 

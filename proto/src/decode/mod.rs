@@ -1,12 +1,12 @@
 //! Wire decoders: request body bytes → validated events in a [`Batch`], one event at a time,
-//! as the bytes arrive (SPEC §3: no decoder builds a whole-document tree).
+//! as the bytes arrive (docs/API.md §3: no decoder builds a whole-document tree).
 //!
 //! # Layout
 //! Framing is kept apart from decoding (as in vector's `codecs/decoding`):
 //! - [`ndjson`]: splits a body into lines; each non-blank line is one event.
 //! - [`json`]: a small byte scanner that finds the extent of the top-level object or of each
 //!   element of a top-level array, checking the brackets and commas between them.
-//! - [`event`]: decodes the bytes of ONE event object and checks every rule of SPEC §2, with
+//! - [`event`]: decodes the bytes of ONE event object and checks every rule of docs/API.md §2, with
 //!   a serde visitor per field (`fields`).
 //! - [`compact`]: turns the raw text of `data` into its stored compact form.
 //! - [`yaml`]: YAML bodies. The YAML parser pulls its input from an [`std::io::Read`], so YAML

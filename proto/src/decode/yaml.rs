@@ -1,11 +1,11 @@
-//! YAML bodies (SPEC §3): a stream of documents, each an event mapping or a sequence of them,
+//! YAML bodies (docs/API.md §3): a stream of documents, each an event mapping or a sequence of them,
 //! decoded from an [`io::Read`] as the bytes arrive, node by node, straight into the packed
 //! events of a [`Batch`] — no document tree is built.
 //!
 //! # How
 //! The parser is `granit-parser`, the event parser under serde-saphyr (the same crate and
 //! version). Its events are walked by hand rather than through serde-saphyr's serde layer,
-//! because the SPEC's YAML rules need what that layer hides: the scalar's style and tag (the
+//! because the YAML rules of docs/API.md §3.2 need what that layer hides: the scalar's style and tag (the
 //! 1.2 core schema, `stream: 42` as text, non-core tags refused), the document boundaries
 //! (errors name the `document`), and each alias (its expansion counts against the event's
 //! size). It is also about twice as fast (tests/yaml_throughput.rs).
@@ -14,7 +14,7 @@
 //! - `chars`: bytes → `char`s for the parser, UTF-8 checked, with a cap on what the parser
 //!   can buffer between two events.
 //! - `scalar`: the core schema and the tag rules.
-//! - `event`: one event mapping → an [`crate::EventView`], with the rules of SPEC §2.
+//! - `event`: one event mapping → an [`crate::EventView`], with the rules of docs/API.md §2.
 //! - `data`: a `data` node → compact JSON.
 //! - here: documents, anchors and aliases, positions in errors.
 //!

@@ -26,7 +26,7 @@ pub struct Welcome {
     pub window: u16,
 }
 
-/// Server → client: a batch was stored (SPEC §3's 200 answer).
+/// Server → client: a batch was stored (docs/API.md §3's 200 answer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ack {
     pub request_id: u64,
@@ -42,7 +42,7 @@ pub struct Ack {
 
 /// Server → client: a batch was refused (request id ≠ 0; the connection goes on), or the
 /// connection is refused or ended (request id 0; the server closes it after this frame).
-/// `code` and the details are those of SPEC §3's error body.
+/// `code` and the details are those of docs/API.md §3's error body.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ErrorFrame {
     pub request_id: u64,
@@ -274,7 +274,7 @@ fn decode_error(r: &mut Reader<'_>) -> Result<ErrorFrame, FrameError> {
 }
 
 fn encode_error(out: &mut Vec<u8>, e: &ErrorFrame) {
-    // Codes are the SPEC's short names; messages and details are clipped rather than refused,
+    // Codes are the short names of docs/API.md §10.2; messages and details are clipped rather than refused,
     // so that an error can always be reported.
     let code = clip(&e.code, usize::from(u8::MAX));
     put_u64(out, e.request_id);

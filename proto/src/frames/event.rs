@@ -3,7 +3,7 @@
 //! the packed header and the on-disk record, so decoding is a few bounds checks and copies
 //! straight into a [`crate::Batch`].
 //!
-//! The decoder checks every rule of SPEC §2 through the same functions as the JSON and YAML
+//! The decoder checks every rule of docs/API.md §2 through the same functions as the JSON and YAML
 //! decoders ([`crate::rules`]), so a producer gets the same answer for the same event in any
 //! format. What only binary input can get wrong — bytes that are not
 //! UTF-8, unknown flag bits, a non-finite float — is reported here.
@@ -74,7 +74,7 @@ fn fits(field: &'static str, s: &str, max: usize) -> Result<(), EncodeError> {
 }
 
 /// Append `ev` in binary form. Fails, writing nothing, only when a field is longer than its
-/// length prefix can say (which no valid event is); the rules of SPEC §2 are the server's
+/// length prefix can say (which no valid event is); the rules of docs/API.md §2 are the server's
 /// to check.
 pub fn encode_event(out: &mut Vec<u8>, ev: &WireEvent<'_>) -> Result<(), EncodeError> {
     let (u8max, u16max) = (usize::from(u8::MAX), usize::from(u16::MAX));

@@ -10,7 +10,7 @@
 //!   length prefix, before anything is buffered for the body.
 //! - [`control`]: the small frames — HELLO, WELCOME, ACK, ERROR, PING, PONG — decoded whole.
 //! - [`event`]: one event's binary form, its encoder, and its decoder, which checks every rule
-//!   of SPEC §2 exactly as the JSON decoders do.
+//!   of docs/API.md §2 exactly as the JSON decoders do.
 //! - [`batch`]: the BATCH frame: its header and [`BatchDecoder`], which decodes events one at a
 //!   time straight into a [`crate::Batch`] as bytes arrive.
 //! - [`body`]: [`FramesDecoder`], an HTTP request body made of BATCH frames.
@@ -87,7 +87,7 @@ impl FrameType {
     }
 }
 
-/// A durability level on the wire (SPEC §3), weakest first. In a BATCH, code 0 stands for
+/// A durability level on the wire (docs/API.md §3), weakest first. In a BATCH, code 0 stands for
 /// "the server mode's default" and is represented as `None` by the decoders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Durability {

@@ -1,4 +1,4 @@
-//! Replay output as frames (SPEC §5, `Accept: application/vnd.veltrix.frames`): one EVENT frame
+//! Replay output as frames (docs/API.md §5, `Accept: application/vnd.veltrix.frames`): one EVENT frame
 //! per stored event — `u64 seq`, then the event in the binary form of [`super::event`] with its
 //! `ts` always present — back to back; the body's end is the end of the replay. Also a small
 //! iterator over the complete frames in a buffer, for clients reading such a body.

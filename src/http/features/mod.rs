@@ -1,4 +1,4 @@
-//! The feature store's routes (SPEC §6): `GET`/`PUT`/`DELETE /v1/features/{entity}`,
+//! The feature store's routes (docs/API.md §6): `GET`/`PUT`/`DELETE /v1/features/{entity}`,
 //! `DELETE /v1/features/{entity}/{name}` and `POST /v1/features/query`.
 //!
 //! Reads are answered from the in-memory tables on the async worker (a shard's read lock and
@@ -52,7 +52,7 @@ fn too_large(limit: &str, max: usize, message: String) -> AppError {
     e
 }
 
-/// The `{entity}` path segment, percent-decoded, checked against SPEC §2's entity rule.
+/// The `{entity}` path segment, percent-decoded, checked against docs/API.md §2's entity rule.
 fn entity_of(path: Result<Path<String>, PathRejection>) -> Result<String, AppError> {
     let Path(entity) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
     check_entity(&entity).map_err(AppError::bad_request)?;

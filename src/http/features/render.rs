@@ -1,4 +1,4 @@
-//! The JSON of a feature read (SPEC §6): `{"entity":…,"features":{…},"as_of":…}`, written
+//! The JSON of a feature read (docs/API.md §6): `{"entity":…,"features":{…},"as_of":…}`, written
 //! straight into the response body from the feature store's query API, without building a
 //! `serde_json::Value` per entity.
 

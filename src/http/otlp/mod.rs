@@ -1,4 +1,4 @@
-//! OTLP/HTTP in (SPEC §7): `POST /v1/traces` and `POST /v1/logs`. The way of `/v1/events`
+//! OTLP/HTTP in (docs/API.md §7): `POST /v1/traces` and `POST /v1/logs`. The way of `/v1/events`
 //! ([`super::ingest`]): headers first (content type, encoding, durability), the body read under
 //! the same limit, timeout and in-flight budget, then the router's one submit path (atomic
 //! admission, 429 with `Retry-After`, durability). Differences, all OTLP's:

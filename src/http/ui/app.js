@@ -491,7 +491,7 @@ const browser = {
     const box = $("rb-rows").closest(".rb-table");
     box.scrollTop = box.scrollHeight; // newest at the bottom, in view; new rows keep it there
     // Live from right after what the table shows (X-Vx-Next-Seq: the stream may have grown
-    // past the page meanwhile): no gap, no duplicate (SPEC §5).
+    // past the page meanwhile): no gap, no duplicate (docs/API.md §5).
     const from = v.next !== null ? v.next : v.last + 1;
     const es = new EventSource(this.eventsUrl("follow=true&from=" + from));
     this.es = es;

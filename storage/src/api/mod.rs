@@ -56,7 +56,7 @@ impl FsyncMode {
     }
 }
 
-/// Durability levels of SPEC §3, weakest first (the derived order is meaningful).
+/// Durability levels of docs/API.md §3, weakest first (the derived order is meaningful).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Durability {
     /// Acknowledged once `seq`s are assigned, before the write.
@@ -98,7 +98,7 @@ pub trait Observer: Send + Sync {
     fn retained(&self, _bytes: u64) {}
 }
 
-/// `retention.*` (SPEC §5): whole sealed segments are removed, oldest first, once older than
+/// `retention.*` (docs/API.md §5): whole sealed segments are removed, oldest first, once older than
 /// `max_age` (by their newest append time) or while the log is larger than `max_bytes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
@@ -106,7 +106,7 @@ pub struct Retention {
     pub max_bytes: Option<u64>,
 }
 
-/// Engine configuration (the `storage.*` and dedup keys of SPEC §1).
+/// Engine configuration (the `storage.*` and dedup keys of docs/CONFIG.md).
 #[derive(Clone)]
 pub struct StorageConfig {
     pub data_dir: PathBuf,

@@ -22,7 +22,7 @@ pub struct RecoveryReport {
     pub features: crate::snapshot::FeatureBoot,
 }
 
-/// Per-stream metadata of SPEC §5 (`GET /v1/streams/{stream}`).
+/// Per-stream metadata of docs/API.md §5 (`GET /v1/streams/{stream}`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamInfo {
     pub stream: String,
@@ -61,7 +61,7 @@ pub struct LogStats {
     pub open_files: u64,
 }
 
-/// A replay query (SPEC §5); the engine applies every filter.
+/// A replay query (docs/API.md §5); the engine applies every filter.
 #[derive(Clone, Debug, Default)]
 pub struct ReadQuery {
     pub from: Option<u64>,

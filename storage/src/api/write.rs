@@ -23,7 +23,7 @@ pub struct WriteRequest {
     pub guard: Option<Box<dyn Send>>,
 }
 
-/// Result of a stored request: SPEC §3's 200 body.
+/// Result of a stored request: docs/API.md §3's 200 body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteOutcome {
     pub accepted: u64,
@@ -34,7 +34,7 @@ pub struct WriteOutcome {
     pub durability: Durability,
 }
 
-/// A direct feature write (SPEC §6 `PUT` / `DELETE /v1/features/...`): one log record.
+/// A direct feature write (docs/API.md §6 `PUT` / `DELETE /v1/features/...`): one log record.
 pub struct FeatureWrite {
     pub entity: String,
     pub op: FeatureOp,
@@ -61,7 +61,7 @@ pub struct FeatureOutcome {
     pub durability: Durability,
 }
 
-/// A stream deleted (SPEC §5 `DELETE /v1/streams/{stream}`).
+/// A stream deleted (docs/API.md §5 `DELETE /v1/streams/{stream}`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeleteOutcome {
     /// The stream's last seq: a later write continues at `last_seq + 1`.

@@ -1,6 +1,6 @@
 //! The carry file `log/streams.carry`: streams that have no events in any retained segment
 //! but must not be forgotten, kept on disk instead of in memory:
-//! - *orphans*, whose events retention removed: still listed, with `events: 0` (SPEC §5);
+//! - *orphans*, whose events retention removed: still listed, with `events: 0` (docs/API.md §5);
 //! - *tombstones*, deleted streams: not listed, but a later write continues their `seq`.
 //!
 //! Both only need a name, the last seq and the floor. The file is sorted by name, so a lookup

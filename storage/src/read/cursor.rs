@@ -8,7 +8,7 @@
 //! whole records, skipping other streams' runs, to the span's end.
 //!
 //! Retention may remove a segment while a cursor reads: the cursor then moves on to the first
-//! retained `seq` (SPEC §5: replay starts at the first retained seq).
+//! retained `seq` (docs/API.md §5: replay starts at the first retained seq).
 
 use crate::api::{ReadError, ReadQuery};
 use crate::index::chain;

@@ -1,4 +1,4 @@
-//! What followers of a stream wait on (SPEC §5 live replay): the stream's last visible `seq`
+//! What followers of a stream wait on (docs/API.md §5 live replay): the stream's last visible `seq`
 //! and how many times it was deleted, pushed by the log writer at the moment a group becomes
 //! visible, so a follower never polls the index.
 //!

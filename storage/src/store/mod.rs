@@ -150,7 +150,7 @@ impl Store {
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))
     }
 
-    /// A direct feature write (SPEC §6): one durable record, applied before it resolves.
+    /// A direct feature write (docs/API.md §6): one durable record, applied before it resolves.
     pub async fn write_features(&self, fw: FeatureWrite) -> Result<FeatureOutcome, WriteError> {
         if let Some(e) = self.refuse_early() {
             return Err(e);
@@ -169,7 +169,7 @@ impl Store {
         &self.inner.shared.features
     }
 
-    /// Delete a stream (SPEC §5): a durable tombstone; `NotFound` if it does not exist.
+    /// Delete a stream (docs/API.md §5): a durable tombstone; `NotFound` if it does not exist.
     pub async fn delete(
         &self,
         stream: &str,

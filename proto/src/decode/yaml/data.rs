@@ -1,5 +1,5 @@
 //! `data` from YAML: a node (and everything under it) written as compact JSON as its events
-//! arrive, so no YAML tree is built (SPEC §2: "From YAML it is converted to JSON the same
+//! arrive, so no YAML tree is built (docs/API.md §2: "From YAML it is converted to JSON the same
 //! way"). Scalars follow the core schema: strings are escaped as serde_json escapes them,
 //! number literals that are valid JSON are kept as written (as the JSON decoders keep them),
 //! others are rewritten in JSON form; mapping keys are strings (a plain key is its text).
@@ -148,7 +148,7 @@ impl DataWriter {
         first: bool,
     ) -> Result<(), Problem> {
         // A key is a string whatever its text (`1: x` has the key "1"), but a tag must still
-        // be a core one, and `<<` is a merge key, which the SPEC refuses.
+        // be a core one, and `<<` is a merge key, which docs/API.md §3.2 refuses.
         core_tag(tag).map_err(Problem::data)?;
         if plain && tag.is_none() && value == "<<" {
             return Err(Problem::data(

@@ -1,6 +1,6 @@
 //! One event mapping of a YAML document: its nodes, as they arrive, checked against the
-//! rules of SPEC §2 with the same rule functions (and messages) as the JSON decoders; the
-//! YAML-specific rules of SPEC §3 apply on top: a plain scalar in a string field is its text
+//! rules of docs/API.md §2 with the same rule functions (and messages) as the JSON decoders; the
+//! YAML-specific rules of docs/API.md §3 apply on top: a plain scalar in a string field is its text
 //! (`stream: 42` is the stream "42"), `<<` is refused, tags must be core ones.
 
 use granit_parser::{ScalarStyle, Tag};
@@ -43,7 +43,7 @@ pub(super) struct EventBuilder {
     data: DataWriter,
     expect: Option<Expect>,
     /// Size of the event so far, counted as its JSON form would be, alias expansions
-    /// included (SPEC §3: "alias expansion counts against ingest.max_event_bytes").
+    /// included (docs/API.md §3: "alias expansion counts against ingest.max_event_bytes").
     bytes: usize,
 }
 
@@ -209,7 +209,7 @@ impl EventBuilder {
         };
         required(Field::Stream)?;
         required(Field::Type)?;
-        // An absent `kind` is `event` (SPEC §2), `Kind`'s default.
+        // An absent `kind` is `event` (docs/API.md §2), `Kind`'s default.
         let kind = self.kind.unwrap_or_default();
         let value = check_value(kind, self.value).map_err(Problem::Input)?;
         check_reserved(kind, &self.ty).map_err(Problem::Input)?;

@@ -1,8 +1,8 @@
 //! What a YAML scalar means: the YAML 1.2 core schema (spec §10.3.2) applied to a scalar's
-//! text, style and tag, and the tag rules of SPEC §3 (only core-schema tags are accepted).
+//! text, style and tag, and the tag rules of docs/API.md §3 (only core-schema tags are accepted).
 //!
 //! The resolution is written out here rather than left to a serde deserializer because the
-//! SPEC's rules depend on it exactly: `0b1`, `1_000` or `yes` are strings in YAML 1.2, an
+//! the YAML rules of docs/API.md §3.2 depend on it exactly: `0b1`, `1_000` or `yes` are strings in YAML 1.2, an
 //! explicit `!!binary` or `!!timestamp` is refused, and a number keeps its literal so that
 //! `data` can store it as sent (like the JSON decoders do).
 
@@ -37,7 +37,7 @@ impl CoreTag {
     }
 }
 
-/// Why a tag, or a tagged value, is refused (SPEC §3: only core-schema tags, on values that
+/// Why a tag, or a tagged value, is refused (docs/API.md §3: only core-schema tags, on values that
 /// fit them).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum TagError {

@@ -1,4 +1,4 @@
-//! Unit tests of the YAML decoder: each rule of SPEC §2/§3 with its error class and field,
+//! Unit tests of the YAML decoder: each rule of docs/API.md §2/§3 with its error class and field,
 //! documents and sequences, aliases, limits, positions, and chunking.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

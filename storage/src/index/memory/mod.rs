@@ -283,7 +283,7 @@ impl Index {
         s.active_span_at(seq).map(|sp| (g.active_seg, sp))
     }
 
-    /// The metadata of SPEC §5 for a listed stream. `sealed_ts` is `Stale` when the caller
+    /// The metadata of docs/API.md §5 for a listed stream. `sealed_ts` is `Stale` when the caller
     /// must recompute the retained sealed min/max (see [`Index::set_sealed_ts`]).
     pub fn info(
         &self,

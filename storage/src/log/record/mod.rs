@@ -1,6 +1,6 @@
 //! The on-disk record format, version 2. All integers are little-endian.
 //!
-//! A record is one request (SPEC §3 atomicity): either all of it is in the log or none. An
+//! A record is one request (docs/API.md §3 atomicity): either all of it is in the log or none. An
 //! event batch's runs are the request's [`vx_proto::Batch`] runs, copied as they are (the event
 //! layout is documented in `vx_proto::packed`); only duplicates dropped by the writer make it
 //! copy a run event by event.
@@ -28,7 +28,7 @@
 //!   u64  last_seq       the stream's last seq when it was deleted: every seq ≤ it is gone,
 //!                       and a later write continues at last_seq + 1
 //! ```
-//! feature put (SPEC §6 `PUT /v1/features/{entity}`)
+//! feature put (docs/API.md §6 `PUT /v1/features/{entity}`)
 //!   u16  entity_len, then the entity's bytes (1..=256)
 //!   n ×  u8 name_len (1..=128), the name's bytes, u8 tag, then the value by tag:
 //!        0 null (delete that feature; no bytes), 1 i64 (8 bytes), 2 f64 (8 bytes, finite),
@@ -158,7 +158,7 @@ impl RecordBuilder {
     }
 
     fn stream(buf: &mut Vec<u8>, stream: &str) {
-        // Streams are 1–256 bytes (SPEC §2, checked by every decoder).
+        // Streams are 1–256 bytes (docs/API.md §2, checked by every decoder).
         let len = u16::try_from(stream.len()).unwrap_or(u16::MAX);
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&stream.as_bytes()[..usize::from(len).min(stream.len())]);

@@ -12,7 +12,7 @@
 //! 5. The active (last) segment is scanned record by record, checking each record's length,
 //!    checksum, version, type, LSN continuity and the `seq` continuity of its runs.
 //!
-//! # Torn tails and corruption (SPEC §7)
+//! # Torn tails and corruption (docs/API.md §7)
 //! In the active segment, a bad record with no valid record anywhere after it is a torn tail
 //! (a write cut short by a crash): it is truncated with a warning naming the file and offset.
 //! A bad record followed by a valid one is corruption of data that was written whole: start-up
