@@ -105,7 +105,7 @@ pub fn write_json_as_yaml(out: &mut Vec<u8>, json: &str) {
                     i += 6;
                     continue;
                 }
-                out.extend_from_slice(b.get(copied..i).unwrap_or_default());
+                out.extend_from_slice(&b[copied..i]);
                 let low = (b.get(i + 6..i + 8) == Some(b"\\u"))
                     .then(|| hex4(i + 8))
                     .flatten()
@@ -136,7 +136,7 @@ pub fn write_json_as_yaml(out: &mut Vec<u8>, json: &str) {
                     .and_then(|s| s.chars().next())
                     .unwrap_or('\u{fffd}');
                 if needs_escape(ch) {
-                    out.extend_from_slice(b.get(copied..i).unwrap_or_default());
+                    out.extend_from_slice(&b[copied..i]);
                     escape_u(out, u32::from(ch));
                     copied = i + width;
                 }
@@ -145,7 +145,7 @@ pub fn write_json_as_yaml(out: &mut Vec<u8>, json: &str) {
             _ => i += 1,
         }
     }
-    out.extend_from_slice(b.get(copied..).unwrap_or_default());
+    out.extend_from_slice(&b[copied..]);
 }
 
 /// Append `ev` as one YAML document (`---` line included), with its `seq` if given.

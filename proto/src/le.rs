@@ -92,7 +92,7 @@ pub fn clip(s: &str, max: usize) -> &str {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s.get(..end).unwrap_or_default()
+    &s[..end]
 }
 
 #[cfg(test)]

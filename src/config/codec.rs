@@ -2,7 +2,9 @@
 //! read back: one [`Codec`] per kind of value, named by each key's declaration in
 //! [`super::sections`]. Also the octal file mode of `server.uds_mode`, text and YAML.
 
-use super::units::{format_duration, format_size, parse_duration, parse_millis, parse_size};
+use super::units::{
+    BadValue, format_duration, format_size, parse_duration, parse_millis, parse_size,
+};
 use super::{FsyncSetting, LogFormat};
 use serde::Deserializer;
 use serde::de::{self, Visitor};
@@ -15,12 +17,12 @@ use std::time::Duration;
 /// value came from. For optional values, an empty text is unset.
 pub trait Codec {
     type Value;
-    fn parse(v: &str) -> Result<Self::Value, String>;
+    fn parse(v: &str) -> Result<Self::Value, BadValue>;
     fn format(v: &Self::Value) -> String;
 }
 
 /// An empty value unsets an optional key.
-fn opt<T>(v: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, String> {
+fn opt<T>(v: &str, parse: impl FnOnce(&str) -> Result<T, BadValue>) -> Result<Option<T>, BadValue> {
     if v.trim().is_empty() {
         Ok(None)
     } else {
@@ -32,7 +34,7 @@ fn opt<T>(v: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Opti
 pub struct Opt<C>(PhantomData<C>);
 impl<C: Codec> Codec for Opt<C> {
     type Value = Option<C::Value>;
-    fn parse(v: &str) -> Result<Option<C::Value>, String> {
+    fn parse(v: &str) -> Result<Option<C::Value>, BadValue> {
         opt(v, C::parse)
     }
     fn format(v: &Option<C::Value>) -> String {
@@ -47,7 +49,7 @@ macro_rules! codec {
         pub struct $name;
         impl Codec for $name {
             type Value = $ty;
-            fn parse(v: &str) -> Result<$ty, String> {
+            fn parse(v: &str) -> Result<$ty, BadValue> {
                 $parse(v)
             }
             fn format(v: &$ty) -> String {
@@ -85,13 +87,13 @@ codec!(
 codec!(
     Fsync: FsyncSetting,
     parse |v: &str| FsyncSetting::parse(v.trim())
-        .ok_or_else(|| format!("{v:?} is not one of always, interval, never")),
+        .ok_or_else(|| BadValue(format!("{v:?} is not one of always, interval, never"))),
     format |v: &FsyncSetting| v.as_str().to_string()
 );
 codec!(
     Log: LogFormat,
     parse |v: &str| LogFormat::parse(v.trim())
-        .ok_or_else(|| format!("{v:?} is not one of pretty, json")),
+        .ok_or_else(|| BadValue(format!("{v:?} is not one of pretty, json"))),
     format |v: &LogFormat| v.as_str().to_string()
 );
 
@@ -99,10 +101,10 @@ codec!(
 pub struct Num<T>(PhantomData<T>);
 impl<T: std::str::FromStr + ToString> Codec for Num<T> {
     type Value = T;
-    fn parse(v: &str) -> Result<T, String> {
+    fn parse(v: &str) -> Result<T, BadValue> {
         v.trim()
             .parse()
-            .map_err(|_| format!("{v:?} is not a valid number"))
+            .map_err(|_| BadValue(format!("{v:?} is not a valid number")))
     }
     fn format(v: &T) -> String {
         v.to_string()
@@ -110,12 +112,14 @@ impl<T: std::str::FromStr + ToString> Codec for Num<T> {
 }
 
 /// Parse an octal permission string such as `"0660"` or `"660"`.
-pub fn parse_octal_mode(s: &str) -> Result<u32, String> {
+pub fn parse_octal_mode(s: &str) -> Result<u32, BadValue> {
     let t = s.trim();
     let t = t.strip_prefix("0o").unwrap_or(t);
     match u32::from_str_radix(t, 8) {
         Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
-        _ => Err(format!("{s:?} is not an octal file mode such as \"0660\"")),
+        _ => Err(BadValue(format!(
+            "{s:?} is not an octal file mode such as \"0660\""
+        ))),
     }
 }
 

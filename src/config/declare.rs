@@ -5,6 +5,7 @@
 //! in [`super::sections`].
 
 use super::Config;
+use super::units::BadValue;
 
 /// One scalar key, as declared.
 pub struct Key {
@@ -21,7 +22,7 @@ pub struct Key {
     /// The current value as it would be written in an env var ("" for unset).
     pub get: fn(&Config) -> String,
     /// Set from the text form (env var or flag).
-    pub set: fn(&mut Config, &str) -> Result<(), String>,
+    pub set: fn(&mut Config, &str) -> Result<(), BadValue>,
 }
 
 impl Key {

@@ -5,6 +5,7 @@
 use super::Config;
 pub use super::declare::{FileOnly, Flag, Key, env_name};
 pub use super::sections::{FILE_ONLY, KEYS};
+use super::units::BadValue;
 use clap::{Arg, ArgMatches, Command};
 
 /// The declared key called `name`.
@@ -19,10 +20,10 @@ pub fn get(cfg: &Config, name: &str) -> Option<String> {
 
 /// Set `name` from its text form. Errors say what was expected; the caller adds where the
 /// value came from.
-pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), String> {
+pub fn set(cfg: &mut Config, name: &str, v: &str) -> Result<(), BadValue> {
     match find(name) {
         Some(k) => (k.set)(cfg, v),
-        None => Err(format!("unknown key {name}")),
+        None => Err(BadValue(format!("unknown key {name}"))),
     }
 }
 

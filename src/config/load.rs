@@ -1,6 +1,7 @@
 //! Loading the configuration in layers (defaults < file < env < CLI) and validating it.
 
 use super::keys::{self, FILE_ONLY, KEYS, KeyFlags};
+use super::units::BadValue;
 use super::{Config, FsyncSetting};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,10 +45,10 @@ pub enum ConfigError {
     },
     #[error("config file {}: {message}", path.display())]
     File { path: PathBuf, message: String },
-    #[error("env {var}: {message}")]
-    Env { var: String, message: String },
-    #[error("flag {flag}: {message}")]
-    Flag { flag: String, message: String },
+    #[error("env {var}: {source}")]
+    Env { var: String, source: BadValue },
+    #[error("flag {flag}: {source}")]
+    Flag { flag: String, source: BadValue },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -94,9 +95,9 @@ pub fn load(
             continue;
         }
         match KEYS.iter().find(|k| k.env() == *var) {
-            Some(k) => keys::set(&mut cfg, k.name, value).map_err(|message| ConfigError::Env {
+            Some(k) => keys::set(&mut cfg, k.name, value).map_err(|source| ConfigError::Env {
                 var: var.clone(),
-                message,
+                source,
             })?,
             None => match FILE_ONLY.iter().find(|f| keys::env_name(f.name) == *var) {
                 Some(f) => warnings.push(format!(
@@ -115,11 +116,11 @@ pub fn load(
 
 fn apply_cli(cfg: &mut Config, cli: &Overrides) -> Result<(), ConfigError> {
     for (name, value) in &cli.flags.0 {
-        keys::set(cfg, name, value).map_err(|message| ConfigError::Flag {
+        keys::set(cfg, name, value).map_err(|source| ConfigError::Flag {
             flag: keys::find(name)
                 .and_then(|k| k.flag.as_ref())
                 .map_or_else(|| name.to_string(), |f| f.long.to_string()),
-            message,
+            source,
         })?;
     }
     cfg.repair = cli.repair;

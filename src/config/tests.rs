@@ -314,7 +314,7 @@ fn durations_and_sizes() {
     assert_eq!(parse_size("64 MiB").unwrap(), 64 << 20);
     assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
     assert_eq!(parse_size("1TiB").unwrap(), 1 << 40);
-    assert!(parse_size("10MB").unwrap_err().contains("KiB, MiB"));
+    assert!(parse_size("10MB").unwrap_err().0.contains("KiB, MiB"));
     assert!(parse_size("99999999999TiB").is_err());
     assert!(parse_size("x").is_err());
     assert_eq!(format_duration(Duration::from_secs(600)), "10m");

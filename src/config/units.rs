@@ -6,22 +6,30 @@ use serde::de::{self, Deserializer, Visitor};
 use std::fmt;
 use std::time::Duration;
 
+/// A config value that does not parse. The message says what was expected; the caller adds
+/// where the value came from (the file and line, the env var, the flag).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadValue(pub String);
+
 /// Split `"64MiB"` / `"64 MiB"` into the digits and the (trimmed) unit.
-fn split_number(s: &str) -> Result<(u64, &str), String> {
+fn split_number(s: &str) -> Result<(u64, &str), BadValue> {
     let s = s.trim();
     let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(end);
     if digits.is_empty() {
-        return Err(format!("{s:?} does not start with a whole number"));
+        return Err(BadValue(format!(
+            "{s:?} does not start with a whole number"
+        )));
     }
     let n = digits
         .parse::<u64>()
-        .map_err(|_| format!("{digits} is too large"))?;
+        .map_err(|_| BadValue(format!("{digits} is too large")))?;
     Ok((n, unit.trim()))
 }
 
 /// Parse a duration: a whole number followed by `ms`, `s`, `m`, `h` or `d`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let (n, unit) = split_number(s)?;
     let ms_per_unit: u64 = match unit {
         "ms" => 1,
@@ -31,23 +39,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => 86_400_000,
         "" if n == 0 => 1,
         "" => {
-            return Err(format!(
+            return Err(BadValue(format!(
                 "duration {s:?} needs a unit: ms, s, m, h or d (e.g. 500ms, 10s, 10m, 30d)"
-            ));
+            )));
         }
         other => {
-            return Err(format!(
+            return Err(BadValue(format!(
                 "unknown duration unit {other:?} in {s:?}: use ms, s, m, h or d"
-            ));
+            )));
         }
     };
     n.checked_mul(ms_per_unit)
         .map(Duration::from_millis)
-        .ok_or_else(|| format!("duration {s:?} is too large"))
+        .ok_or_else(|| BadValue(format!("duration {s:?} is too large")))
 }
 
 /// Parse a size: a whole number of bytes, optionally followed by `B`, `KiB`, `MiB`, `GiB` or `TiB`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, BadValue> {
     let (n, unit) = split_number(s)?;
     let shift = match unit {
         "" | "B" => 0,
@@ -56,14 +64,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "GiB" => 30,
         "TiB" => 40,
         "KB" | "kB" | "MB" | "GB" | "TB" | "K" | "M" | "G" | "k" => {
-            return Err(format!(
+            return Err(BadValue(format!(
                 "size {s:?}: write binary units KiB, MiB, GiB or TiB (powers of 1024)"
-            ));
+            )));
         }
-        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+        other => return Err(BadValue(format!("unknown size unit {other:?} in {s:?}"))),
     };
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
+        .ok_or_else(|| BadValue(format!("size {s:?} is too large")))
 }
 
 /// Render a duration the way the config is written (for `--help` and docs).
@@ -190,7 +198,7 @@ pub fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 }
 
 /// A number of milliseconds, or a duration with a unit.
-pub fn parse_millis(s: &str) -> Result<u64, String> {
+pub fn parse_millis(s: &str) -> Result<u64, BadValue> {
     match s.trim().parse::<u64>() {
         Ok(v) => Ok(v),
         Err(_) => parse_duration(s).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),

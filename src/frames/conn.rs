@@ -444,7 +444,14 @@ impl Conn {
                                 uncounted,
                                 ..
                             } = *p;
-                            let head = decoder.head().copied().unwrap_or_default();
+                            // A batch is done only after its header was read: no header
+                            // here is a bug of the decoder, never of the client's bytes.
+                            let Some(head) = decoder.head().copied() else {
+                                return Step::Fatal(Failure::new(
+                                    ErrorCode::Internal,
+                                    "a decoded batch without its header",
+                                ));
+                            };
                             return Step::Batch(head, batch, permit, uncounted);
                         }
                         Err(e) => {

@@ -79,7 +79,7 @@ impl<W: Write> Printer<W> {
                 let mut doc = b"---\n".to_vec();
                 vx_proto::canonical_yaml::write_json_as_yaml(
                     &mut doc,
-                    std::str::from_utf8(line).unwrap_or_default(),
+                    &String::from_utf8_lossy(line),
                 );
                 doc.push(b'\n');
                 self.out.write_all(&doc)?;

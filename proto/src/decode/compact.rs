@@ -48,7 +48,7 @@ pub fn compact(raw: &str, out: &mut String, max_depth: usize) -> Result<Compacte
                     copied = true;
                 }
                 // Whitespace is ASCII, so these are char boundaries.
-                out.push_str(raw.get(pending..i).unwrap_or_default());
+                out.push_str(&raw[pending..i]);
                 while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
                     i += 1;
                 }
@@ -58,7 +58,7 @@ pub fn compact(raw: &str, out: &mut String, max_depth: usize) -> Result<Compacte
         }
     }
     if copied {
-        out.push_str(raw.get(pending..).unwrap_or_default());
+        out.push_str(&raw[pending..]);
         Ok(Compacted::Copied)
     } else {
         Ok(Compacted::AsIs)

@@ -109,7 +109,7 @@ pub fn parse_event(bytes: &[u8], now_ms: i64, out: &mut Batch) -> Result<(), Inp
 
 /// Invalid UTF-8 at `bytes[at]`; the position is 1-based line and column like serde_json's.
 fn bad_utf8(bytes: &[u8], at: usize) -> InputError {
-    let before = bytes.get(..at).unwrap_or_default();
+    let before = &bytes[..at];
     let line = memchr::memchr_iter(b'\n', before).count() as u64 + 1;
     let line_start = memchr::memrchr(b'\n', before).map_or(0, |p| p + 1);
     InputError::malformed("invalid UTF-8 in the body").at_line(line, (at - line_start) as u64 + 1)

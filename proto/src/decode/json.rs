@@ -69,7 +69,7 @@ impl Scan {
                     i += 1;
                     continue;
                 }
-                let rest = bytes.get(i..).unwrap_or_default();
+                let rest = &bytes[i..];
                 match string_stop(rest) {
                     None => return Ok(None),
                     Some(p) => {
@@ -241,14 +241,14 @@ impl JsonDecoder {
     /// Scan the current element from `chunk[i]`; decode it if it ends in this chunk. Returns
     /// the index of the first byte after what was consumed.
     fn element(&mut self, chunk: &[u8], i: usize, out: &mut Batch) -> Result<usize, InputError> {
-        let avail = chunk.get(i..).unwrap_or_default();
+        let avail = &chunk[i..];
         // Never scan (or buffer) more than one event's worth of bytes.
         let allowance = self.sink.max_event_bytes.saturating_sub(self.partial.len());
-        let window = avail.get(..allowance.min(avail.len())).unwrap_or_default();
+        let window = &avail[..allowance.min(avail.len())];
         let base = self.offset + i as u64;
         match self.scan.run(window, base, &mut self.lines) {
             Ok(Some(end)) => {
-                let own = window.get(..end).unwrap_or_default();
+                let own = &window[..end];
                 let bytes: &[u8] = if self.partial.is_empty() {
                     own
                 } else {

@@ -40,16 +40,16 @@ impl NdjsonDecoder {
             self.partial.clear();
             r?;
             self.line += 1;
-            rest = tail.get(1..).unwrap_or_default();
+            rest = &tail[1..];
         }
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', rest) {
-            let line = rest.get(start..nl).unwrap_or_default();
+            let line = &rest[start..nl];
             line_done(&mut self.sink, self.line, line, out)?;
             self.line += 1;
             start = nl + 1;
         }
-        self.hold(rest.get(start..).unwrap_or_default())
+        self.hold(&rest[start..])
     }
 
     /// The body has ended: an unterminated last line is an event like any other.

@@ -188,7 +188,7 @@ impl BatchDecoder {
         let window = usize::try_from(self.left)
             .unwrap_or(usize::MAX)
             .min(input.len());
-        let input = input.get(..window).unwrap_or_default();
+        let input = &input[..window];
         let mut pos = 0;
         if self.head.is_none() {
             if let Some(id) = input.get(..8).and_then(|b| b.try_into().ok()) {
@@ -215,13 +215,13 @@ impl BatchDecoder {
             if self.left == 0 {
                 return (pos, Ok(Progress::Done));
             }
-            let rest = input.get(pos..).unwrap_or_default();
+            let rest = &input[pos..];
             let n = match extent(rest, self.left, self.max_event_bytes, self.index) {
                 Err(e) => return (pos, Err(e)),
                 Ok(Extent::Incomplete(need)) => return (pos, Ok(Progress::NeedMore { need })),
                 Ok(Extent::Complete(n)) => n,
             };
-            let bytes = rest.get(..n).unwrap_or_default();
+            let bytes = &rest[..n];
             match self.events.decode(bytes, self.now_ms) {
                 Ok(ev) => {
                     if let Err(e) = out.push(&ev) {

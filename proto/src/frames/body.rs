@@ -78,8 +78,7 @@ impl FramesDecoder {
             self.pending.drain(..used);
         }
         let used = self.run(rest, out)?;
-        self.pending
-            .extend_from_slice(rest.get(used..).unwrap_or_default());
+        self.pending.extend_from_slice(&rest[used..]);
         Ok(())
     }
 
@@ -105,7 +104,7 @@ impl FramesDecoder {
     fn run(&mut self, input: &[u8], out: &mut Batch) -> Result<usize, InputError> {
         let mut pos = 0;
         loop {
-            let rest = input.get(pos..).unwrap_or_default();
+            let rest = &input[pos..];
             match self.state {
                 ReadingFrame::Head => {
                     if rest.is_empty() {

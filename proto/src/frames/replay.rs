@@ -52,7 +52,7 @@ impl<'a> FrameIter<'a> {
 
     /// The bytes after the last complete frame.
     pub fn rest(&self) -> &'a [u8] {
-        self.buf.get(self.pos..).unwrap_or_default()
+        &self.buf[self.pos..]
     }
 }
 

@@ -55,15 +55,15 @@ fn too_large(limit: &str, max: usize, message: String) -> AppError {
 /// The `{entity}` path segment, percent-decoded, checked against docs/API.md §2's entity rule.
 fn entity_of(path: Result<Path<String>, PathRejection>) -> Result<String, AppError> {
     let Path(entity) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
-    check_entity(&entity).map_err(AppError::bad_request)?;
+    check_entity(&entity)?;
     Ok(entity)
 }
 
-fn check_entity(entity: &str) -> Result<(), String> {
+fn check_entity(entity: &str) -> Result<(), AppError> {
     if entity.is_empty() || !vx_proto::rules::valid_entity(entity) {
-        return Err(format!(
+        return Err(AppError::bad_request(format!(
             "entity {entity:?} must be 1-256 bytes of UTF-8 without control characters"
-        ));
+        )));
     }
     Ok(())
 }
@@ -402,7 +402,7 @@ pub async fn delete_one(
     uri: Uri,
 ) -> Result<Response, AppError> {
     let Path((entity, name)) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
-    check_entity(&entity).map_err(AppError::bad_request)?;
+    check_entity(&entity)?;
     if !f::valid_name(&name) {
         return Err(AppError::bad_request(format!(
             "feature name {name:?} must be 1-128 bytes of [A-Za-z0-9_.:-]"

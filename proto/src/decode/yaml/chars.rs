@@ -84,7 +84,7 @@ impl<R: Read> Chars<R> {
             self.pos = 0;
         }
         while self.end < need && !self.eof {
-            let free = self.buf.get_mut(self.end..).unwrap_or_default();
+            let free = &mut self.buf[self.end..];
             match self.reader.read(free) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.end += n,
@@ -103,7 +103,7 @@ impl<R: Read> Chars<R> {
         if self.pos >= self.end && !self.fill(1)? {
             return Ok(None);
         }
-        let lead = self.buf.get(self.pos).copied().unwrap_or_default();
+        let lead = self.buf[self.pos];
         let width = match lead {
             // YAML has no raw NUL, and the parser pads its lookahead with NUL at the end of
             // input: one in the body would read as a silent end.
@@ -117,7 +117,7 @@ impl<R: Read> Chars<R> {
         if self.end - self.pos < width && !self.fill(width)? {
             return Err(bad_utf8());
         }
-        let bytes = self.buf.get(self.pos..self.pos + width).unwrap_or_default();
+        let bytes = &self.buf[self.pos..self.pos + width];
         let c = std::str::from_utf8(bytes)
             .ok()
             .and_then(|s| s.chars().next())

@@ -162,10 +162,10 @@ impl DataWriter {
         write_json_str(&mut self.out, value);
         let end = self.out.len();
         let depth = self.stack.len().saturating_sub(1);
-        let key = self.out.get(start..end).unwrap_or_default();
+        let key = &self.out[start..end];
         let hash = self.hasher.hash_one(key);
         let out = &self.out;
-        let range = |&(s, e): &(u32, u32)| out.get(s as usize..e as usize).unwrap_or_default();
+        let range = |&(s, e): &(u32, u32)| &out[s as usize..e as usize];
         if let Some(keys) = self.keys.get_mut(depth) {
             if keys.find(hash, |r| range(r) == key).is_some() {
                 let shown: String = value.chars().take(64).collect();
