@@ -12,7 +12,8 @@
 //!   [`kind_and_value`], [`ts`], [`json_value`];
 //! - [`Event`], drawn by [`event`], and how it is sent (a JSON object in any field order and
 //!   spacing, a YAML document, a frames [`WireEvent`]) and stored (its [`EventView`]);
-//! - [`seed_views`], the fuzz targets' seed events.
+//! - [`seed_views`], the fuzz targets' seed events;
+//! - [`Pieces`], a reader that hands a body out in pieces of given sizes.
 //!
 //! The tests keep what is their own: how bodies are framed and chunked, mutations, decode
 //! drivers and the assertions. Nothing outside tests and the fuzz crate enables the feature.
@@ -673,4 +674,37 @@ pub fn seed_views() -> Vec<EventView<'static>> {
             ..base
         },
     ]
+}
+
+/// A reader handing out a body in pieces of the given sizes (cycled; 0 counts as 1; no sizes,
+/// all at once), to show that where the reads split does not matter.
+pub struct Pieces<'a> {
+    rest: &'a [u8],
+    sizes: Vec<usize>,
+    next: usize,
+}
+
+impl<'a> Pieces<'a> {
+    pub fn new(body: &'a [u8], sizes: impl Into<Vec<usize>>) -> Pieces<'a> {
+        Pieces {
+            rest: body,
+            sizes: sizes.into(),
+            next: 0,
+        }
+    }
+}
+
+impl std::io::Read for Pieces<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let size = match self.sizes.get(self.next % self.sizes.len().max(1)) {
+            Some(&s) => s.max(1),
+            None => usize::MAX,
+        };
+        self.next += 1;
+        let n = size.min(buf.len()).min(self.rest.len());
+        let (a, b) = self.rest.split_at(n);
+        buf[..n].copy_from_slice(a);
+        self.rest = b;
+        Ok(n)
+    }
 }

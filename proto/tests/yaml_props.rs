@@ -6,44 +6,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Read;
 
 use proptest::prelude::*;
 use vx_proto::canonical::write_event;
 use vx_proto::canonical_yaml::write_document;
 use vx_proto::decode::decode_yaml;
-use vx_proto::testing::{NOW, event};
+use vx_proto::testing::{NOW, Pieces, event};
 use vx_proto::{Batch, InputError};
-
-/// A reader returning `body` in pieces of the given sizes (cycled; 0 counts as 1).
-struct Pieces<'a> {
-    rest: &'a [u8],
-    sizes: Vec<usize>,
-    next: usize,
-}
-
-impl Read for Pieces<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let size = match self.sizes.get(self.next % self.sizes.len().max(1)) {
-            Some(&s) => s.max(1),
-            None => usize::MAX,
-        };
-        self.next += 1;
-        let n = size.min(buf.len()).min(self.rest.len());
-        let (a, b) = self.rest.split_at(n);
-        buf[..n].copy_from_slice(a);
-        self.rest = b;
-        Ok(n)
-    }
-}
 
 fn decode(body: &[u8], sizes: Vec<usize>, max: usize) -> Result<Vec<Vec<u8>>, InputError> {
     let mut batch = Batch::new();
-    let reader = Pieces {
-        rest: body,
-        sizes,
-        next: 0,
-    };
+    let reader = Pieces::new(body, sizes);
     decode_yaml(reader, max, u64::MAX, NOW, &mut batch)?;
     Ok(batch
         .iter()

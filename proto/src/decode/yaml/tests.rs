@@ -3,7 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use super::decode_yaml;
@@ -13,40 +12,14 @@ use crate::decode::{LIMIT_DATA_DEPTH, LIMIT_EVENT_BYTES};
 use crate::error::{ErrorClass, InputError};
 use crate::event::{EventView, Kind, Num};
 use crate::packed::Batch;
+use crate::testing::Pieces;
 
 const NOW: i64 = 1_000;
 const MAX: usize = 1 << 20;
 
-/// A reader handing out `body` in pieces of the given sizes (cycled), to show that where the
-/// reads split does not matter.
-struct Pieces<'a> {
-    rest: &'a [u8],
-    sizes: &'a [usize],
-    next: usize,
-}
-
-impl Read for Pieces<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let size = match self.sizes.get(self.next % self.sizes.len().max(1)) {
-            Some(&s) => s.max(1),
-            None => usize::MAX,
-        };
-        self.next += 1;
-        let n = size.min(buf.len()).min(self.rest.len());
-        let (a, b) = self.rest.split_at(n);
-        buf[..n].copy_from_slice(a);
-        self.rest = b;
-        Ok(n)
-    }
-}
-
 fn run(body: &str, sizes: &[usize], max: usize) -> Result<Vec<String>, InputError> {
     let mut batch = Batch::new();
-    let reader = Pieces {
-        rest: body.as_bytes(),
-        sizes,
-        next: 0,
-    };
+    let reader = Pieces::new(body.as_bytes(), sizes);
     decode_yaml(reader, max, u64::MAX, NOW, &mut batch)?;
     Ok(batch
         .iter()
