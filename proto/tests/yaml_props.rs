@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use proptest::prelude::*;
 use vx_proto::canonical::write_event;
 use vx_proto::canonical_yaml::write_document;

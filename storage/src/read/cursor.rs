@@ -109,6 +109,16 @@ impl SpanWalk {
         }
     }
 
+    /// Go on at the record that starts at `pos`, if the span has one there.
+    fn skip_to(&mut self, pos: u64) {
+        self.pos = pos;
+        self.at = if pos >= self.end {
+            At::Done
+        } else {
+            At::Record
+        };
+    }
+
     /// Make `need` bytes at `self.pos` available in the buffer; returns their start.
     fn ensure(&mut self, need: usize) -> Result<usize, ReadError> {
         let pos = self.pos;
@@ -171,12 +181,7 @@ impl SpanWalk {
                     self.at = At::Events { left: count, after };
                 }
                 At::Events { left: 0, after } => {
-                    self.pos = after;
-                    self.at = if after >= self.end {
-                        At::Done
-                    } else {
-                        At::Record
-                    };
+                    self.skip_to(after);
                 }
                 At::Events { left, after } => {
                     let at = self.ensure(EVENT_HEADER_LEN)?;
@@ -200,24 +205,14 @@ impl SpanWalk {
                         .map_err(|e| self.corrupt(pos, decode(e)))?;
                     let rec_end = self.pos + h.len as u64;
                     if h.ty != RecordType::Events {
-                        self.pos = rec_end;
-                        self.at = if rec_end >= self.end {
-                            At::Done
-                        } else {
-                            At::Record
-                        };
+                        self.skip_to(rec_end);
                         continue;
                     }
                     self.pos += HEADER_LEN as u64;
                     self.at = At::Runs { left: h.n, rec_end };
                 }
                 At::Runs { left: 0, rec_end } => {
-                    self.pos = rec_end;
-                    self.at = if rec_end >= self.end {
-                        At::Done
-                    } else {
-                        At::Record
-                    };
+                    self.skip_to(rec_end);
                 }
                 At::Runs { left, rec_end } => {
                     if self.pos >= self.end {
