@@ -41,6 +41,8 @@ pub enum StartError {
     Open(#[from] vx_storage::OpenError),
     #[error("{0}")]
     Task(String),
+    #[error("cluster mode: {0}")]
+    Cluster(String),
 }
 
 /// A bound server, not yet serving.
@@ -66,6 +68,12 @@ impl Server {
     /// Bind the TCP listener (and the Unix socket, if configured). Nothing is served yet.
     pub async fn bind(config: Config) -> Result<Server, StartError> {
         let started = Instant::now();
+        if config.cluster.mode == crate::config::ClusterMode::Kafka {
+            // Until the whole of docs/CLUSTER.md works, refuse rather than run half of it.
+            return Err(StartError::Cluster(
+                "not available in this build yet (docs/CLUSTER.md says what is built)".into(),
+            ));
+        }
         let listen = config.server.listen.clone();
         let bind_err = |source| StartError::Bind {
             addr: listen.clone(),

@@ -5,7 +5,7 @@
 use super::units::{
     BadValue, format_duration, format_size, parse_duration, parse_millis, parse_size,
 };
-use super::{FsyncSetting, LogFormat};
+use super::{ClusterMode, FsyncSetting, LogFormat};
 use serde::Deserializer;
 use serde::de::{self, Visitor};
 use std::fmt;
@@ -89,6 +89,12 @@ codec!(
     parse |v: &str| FsyncSetting::parse(v.trim())
         .ok_or_else(|| BadValue(format!("{v:?} is not one of always, interval, never"))),
     format |v: &FsyncSetting| v.as_str().to_string()
+);
+codec!(
+    Cluster: ClusterMode,
+    parse |v: &str| ClusterMode::parse(v.trim())
+        .ok_or_else(|| BadValue(format!("{v:?} is not one of single, kafka"))),
+    format |v: &ClusterMode| v.as_str().to_string()
 );
 codec!(
     Log: LogFormat,

@@ -315,6 +315,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         ));
     }
     validate_features(cfg)?;
+    validate_cluster(cfg)?;
     validate_tokens(cfg)
 }
 
@@ -326,6 +327,74 @@ fn validate_features(cfg: &Config) -> Result<(), ConfigError> {
             "storage.snapshot_interval must be at least 1s, got {:?}",
             cfg.storage.snapshot_interval
         )));
+    }
+    Ok(())
+}
+
+/// `cluster.*`: with `cluster.mode: kafka`, every key it needs, each well-formed.
+fn validate_cluster(cfg: &Config) -> Result<(), ConfigError> {
+    let c = &cfg.cluster;
+    if c.mode == super::ClusterMode::Single {
+        return Ok(());
+    }
+    let bad = |m: String| Err(ConfigError::Invalid(m));
+    let required = |key: &str, v: &Option<String>| -> Result<String, ConfigError> {
+        match v.as_deref().map(str::trim) {
+            Some(v) if !v.is_empty() => Ok(v.to_string()),
+            _ => Err(ConfigError::Invalid(format!(
+                "cluster.mode kafka needs cluster.{key} (flag --{})",
+                match key {
+                    "kafka_brokers" => "kafka-brokers",
+                    "topic" => "kafka-topic",
+                    "node_id" => "node-id",
+                    other => other,
+                }
+            ))),
+        }
+    };
+    let brokers = required("kafka_brokers", &c.kafka_brokers)?;
+    for b in brokers.split(',') {
+        let ok = b
+            .trim()
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !ok {
+            return bad(format!(
+                "cluster.kafka_brokers: {b:?} is not host:port (a comma-separated list of them)"
+            ));
+        }
+    }
+    let name_ok = |s: &str, max: usize| {
+        !s.is_empty()
+            && s.len() <= max
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    let topic = required("topic", &c.topic)?;
+    // Kafka allows 249 bytes; `.entities` and `.members` are appended.
+    if !name_ok(&topic, 240) || topic == "." || topic == ".." {
+        return bad(format!(
+            "cluster.topic {topic:?} must be 1-240 bytes of [A-Za-z0-9._-]"
+        ));
+    }
+    let node = required("node_id", &c.node_id)?;
+    if !name_ok(&node, 64) {
+        return bad(format!(
+            "cluster.node_id {node:?} must be 1-64 bytes of [A-Za-z0-9._-]"
+        ));
+    }
+    let url = required("advertise", &c.advertise)?;
+    let host = url
+        .strip_prefix("http://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .filter(|rest| !rest.is_empty() && !rest.contains('/'));
+    if host.is_none() {
+        return bad(format!(
+            "cluster.advertise {url:?} must be a base URL http://host:port"
+        ));
+    }
+    if c.max_catchup.is_zero() {
+        return bad("cluster.max_catchup must be more than 0".into());
     }
     Ok(())
 }

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 pub use load::{ConfigError, Overrides, load};
 pub use sections::{
-    IngestConfig, LogConfig, OtlpConfig, RetentionConfig, ServerConfig, StorageSection,
-    TelemetryConfig,
+    ClusterConfig, IngestConfig, LogConfig, OtlpConfig, RetentionConfig, ServerConfig,
+    StorageSection, TelemetryConfig,
 };
 
 /// The whole configuration. Every section has a default, so an empty file is valid.
@@ -44,6 +44,8 @@ pub struct Config {
     /// OTLP in (`POST /v1/traces`, `/v1/logs`).
     pub otlp: OtlpConfig,
     pub telemetry: TelemetryConfig,
+    /// Cluster mode on Kafka (docs/CLUSTER.md).
+    pub cluster: ClusterConfig,
     pub log: LogConfig,
     /// `--repair`: a start-up mode, not a key; never read from the file or env.
     #[serde(skip)]
@@ -150,6 +152,34 @@ impl std::fmt::Debug for TokenDecl {
             .field("token", &"<redacted>")
             .field("scopes", &self.scopes)
             .finish()
+    }
+}
+
+/// `cluster.mode`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    /// One node with its own log.
+    #[default]
+    Single,
+    /// Shards are the partitions of a Kafka topic (docs/CLUSTER.md).
+    Kafka,
+}
+
+impl ClusterMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "single" => Some(Self::Single),
+            "kafka" => Some(Self::Kafka),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::Kafka => "kafka",
+        }
     }
 }
 

@@ -3,9 +3,9 @@
 //! row. The section structs, their defaults and [`KEYS`] are generated from this; list-valued
 //! keys, file only, are in [`FILE_ONLY`].
 
-use super::codec::{Dur, Fsync, Log, Millis, Num, Octal, Opt, Path, Size, Text};
+use super::codec::{Cluster, Dur, Fsync, Log, Millis, Num, Octal, Opt, Path, Size, Text};
 use super::declare::{FileOnly, sections};
-use super::{FsyncSetting, LogFormat};
+use super::{ClusterMode, FsyncSetting, LogFormat};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -283,6 +283,63 @@ sections! {
             start-up error. The standard `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`, \
             `OTEL_BSP_*` and `OTEL_EXPORTER_OTLP_HEADERS` variables apply. See docs/OPERATIONS.md \
             \"Traces\".";
+    }
+    /// Cluster mode on Kafka (docs/CLUSTER.md).
+    cluster: ClusterConfig {
+        mode: ClusterMode = ClusterMode::Single, via Cluster,
+        flag(
+            "--cluster",
+            "MODE",
+            clap::builder::EnumValueParser::<ClusterMode>::new()
+        ),
+        help "single (default) | kafka: shards are partitions of cluster.topic",
+        doc "\
+            `single`: one node, its own log (the default; nothing below is read). `kafka`: \
+            cluster mode (docs/CLUSTER.md): the shards are the partitions of `cluster.topic`, \
+            any node takes writes and answers reads, each node applies the partitions the \
+            consumer group gives it. Needs `cluster.kafka_brokers`, `cluster.topic`, \
+            `cluster.node_id` and `cluster.advertise`.";
+        kafka_brokers: Option<String> = None, via Opt<Text>,
+        flag("--kafka-brokers", "H:P,...", clap::value_parser!(String)),
+        help "cluster: Kafka bootstrap brokers, host:port[,host:port...]",
+        doc "\
+            Kafka's bootstrap brokers, `host:port[,host:port…]` (librdkafka's \
+            `bootstrap.servers`). Required with `cluster.mode: kafka`.";
+        topic: Option<String> = None, via Opt<Text>,
+        flag("--kafka-topic", "T", clap::value_parser!(String)),
+        help "cluster: the topic whose partitions are the shards",
+        doc "\
+            The topic whose partitions are the shards, created with `storage.shards` partitions \
+            if absent (a different count is a start-up error). The cluster also uses \
+            `T.entities` (the feature path, keyed by entity) and `T.members` (compacted: who \
+            owns which partition at which URL); the consumer group is `T.group`. 1–240 bytes \
+            of `[A-Za-z0-9._-]`. Required with `cluster.mode: kafka`.";
+        node_id: Option<String> = None, via Opt<Text>,
+        flag("--node-id", "N", clap::value_parser!(String)),
+        help "cluster: this node's name, unique in the cluster",
+        doc "\
+            This node's name, unique in the cluster and stable across its restarts (its Kafka \
+            transactional ids are derived from it, so a restarted node fences its old self): \
+            1–64 bytes of `[A-Za-z0-9._-]`. Reported as `X-Vx-Node`. Required with \
+            `cluster.mode: kafka`.";
+        advertise: Option<String> = None, via Opt<Text>,
+        flag("--advertise", "URL", clap::value_parser!(String)),
+        help "cluster: the URL other nodes reach this node's HTTP API at",
+        doc "\
+            The base URL at which the other nodes (and clients told by `X-Vx-Node`) reach this \
+            node's HTTP API, `http://host:port`. Required with `cluster.mode: kafka`.";
+        /// A partition whose local copy lags the topic by more than this much replay time is
+        /// discarded and rebuilt.
+        max_catchup: Duration = Duration::from_secs(300), via Dur,
+        de "super::units::duration",
+        help "cluster: replay at most this long to catch a shard up, else rebuild it",
+        doc "\
+            When this node is given a partition, it loads its local copy and replays the topic \
+            from the offset that copy had applied. If that replay would take longer than this \
+            (estimated from the gap and the measured apply rate), or the copy is missing or \
+            older than what the topic still holds, the local copy of that shard is discarded \
+            and rebuilt from the start of the topic (docs/CLUSTER.md, \"Restart and \
+            rebalance\").";
     }
     log: LogConfig {
         format: LogFormat = LogFormat::Pretty, via Log,

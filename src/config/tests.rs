@@ -580,3 +580,82 @@ proptest::proptest! {
         proptest::prop_assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
     }
 }
+
+/// `cluster.*`: single mode reads none of them; kafka mode needs each, well-formed, from the
+/// file, the env or the flags.
+#[test]
+fn cluster_keys_are_required_and_checked_in_kafka_mode() {
+    use super::ClusterMode;
+    let kafka = |c: &mut Config| {
+        c.cluster.mode = ClusterMode::Kafka;
+        c.cluster.kafka_brokers = Some("127.0.0.1:9092,broker-2:9092".into());
+        c.cluster.topic = Some("events".into());
+        c.cluster.node_id = Some("n1".into());
+        c.cluster.advertise = Some("http://10.0.0.1:7100".into());
+    };
+    let mut c = Config::default();
+    c.cluster.topic = Some("not read in single mode!".into());
+    validate(&c).unwrap();
+    kafka(&mut c);
+    validate(&c).unwrap();
+    let bad = |edit: &dyn Fn(&mut Config), needle: &str| {
+        let mut c = Config::default();
+        kafka(&mut c);
+        edit(&mut c);
+        let msg = validate(&c).unwrap_err().to_string();
+        assert!(msg.contains(needle), "{msg} lacks {needle}");
+    };
+    bad(&|c| c.cluster.kafka_brokers = None, "--kafka-brokers");
+    bad(&|c| c.cluster.topic = Some(" ".into()), "--kafka-topic");
+    bad(&|c| c.cluster.node_id = None, "--node-id");
+    bad(&|c| c.cluster.advertise = None, "cluster.advertise");
+    bad(
+        &|c| c.cluster.kafka_brokers = Some("host".into()),
+        "host:port",
+    );
+    bad(
+        &|c| c.cluster.kafka_brokers = Some("a:1,:2".into()),
+        "host:port",
+    );
+    bad(&|c| c.cluster.topic = Some("a/b".into()), "cluster.topic");
+    bad(
+        &|c| c.cluster.topic = Some("t".repeat(241)),
+        "cluster.topic",
+    );
+    bad(
+        &|c| c.cluster.node_id = Some("node 1".into()),
+        "cluster.node_id",
+    );
+    bad(
+        &|c| c.cluster.advertise = Some("10.0.0.1:7100".into()),
+        "http://host:port",
+    );
+    bad(
+        &|c| c.cluster.advertise = Some("http://h:1/path".into()),
+        "http://host:port",
+    );
+    bad(
+        &|c| c.cluster.max_catchup = Duration::ZERO,
+        "cluster.max_catchup",
+    );
+
+    let e = env(&[
+        ("VX_CLUSTER_MODE", "kafka"),
+        ("VX_CLUSTER_KAFKA_BROKERS", "k:9092"),
+        ("VX_CLUSTER_TOPIC", "t"),
+        ("VX_CLUSTER_NODE_ID", "a"),
+        ("VX_CLUSTER_ADVERTISE", "http://a:7100"),
+        ("VX_CLUSTER_MAX_CATCHUP", "30s"),
+    ]);
+    let (c, _) = load(None, &e, &Overrides::default()).unwrap();
+    assert_eq!(c.cluster.mode, ClusterMode::Kafka);
+    assert_eq!(c.cluster.max_catchup, Duration::from_secs(30));
+    let err = load(
+        None,
+        &env(&[("VX_CLUSTER_MODE", "raft")]),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("single, kafka"), "{err}");
+}

@@ -1,0 +1,39 @@
+//! What can go wrong in cluster mode, typed: the server maps these to start-up errors or to
+//! the HTTP answers of docs/API.md (503 for a broker that is down, 429 for a full producer).
+
+use rdkafka::error::KafkaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A topic exists with another partition count than the data dir's shard count.
+    #[error(
+        "topic {topic} has {found} partitions but this data dir has {shards} shards; the \
+         partitions are the shards, so they must match (create the topic with {shards} \
+         partitions, or use a data dir with {found} shards)"
+    )]
+    PartitionMismatch {
+        topic: String,
+        found: usize,
+        shards: u32,
+    },
+    /// Kafka refused or failed an operation; `what` says which.
+    #[error("{what}: {source}")]
+    Kafka {
+        what: String,
+        #[source]
+        source: KafkaError,
+    },
+    /// A topic could not be created.
+    #[error("creating topic {topic}: {reason}")]
+    CreateTopic { topic: String, reason: String },
+    /// Kafka did not answer in time.
+    #[error("{what}: no answer from Kafka within {secs} s")]
+    Timeout { what: String, secs: u64 },
+}
+
+impl ClusterError {
+    pub(crate) fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> ClusterError {
+        let what = what.into();
+        move |source| ClusterError::Kafka { what, source }
+    }
+}

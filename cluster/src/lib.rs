@@ -1,0 +1,19 @@
+//! `vx-cluster`: cluster mode on Kafka (docs/CLUSTER.md). The shards are the partitions of
+//! the topic `T`; any node takes writes (it produces them to Kafka) and answers reads (the
+//! owner of a shard applies its partition into the node's local store, through the storage
+//! engine's input seam, and serves it).
+//!
+//! # Layout
+//! - [`names`]: the topics, group and transactional ids derived from `cluster.topic`.
+//! - [`admin`]: creating and checking the topics at start-up.
+//! - [`error`]: what can go wrong, typed.
+//! - `testing` (feature `testing`): a real single-node Kafka for the tests.
+
+pub mod admin;
+pub mod error;
+pub mod names;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::ClusterError;
+pub use names::Names;
