@@ -6,14 +6,19 @@
 //! # Layout
 //! - [`names`]: the topics, group and transactional ids derived from `cluster.topic`.
 //! - [`admin`]: creating and checking the topics at start-up.
+//! - [`txn`]: one Kafka transaction at a time on a blocking thread (begin, produce, wait for
+//!   the deliveries, add consumed offsets, commit or abort).
+//! - [`ingest`]: the write path: requests grouped into transactions by one thread.
 //! - [`error`]: what can go wrong, typed.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
 
 pub mod admin;
 pub mod error;
+pub mod ingest;
 pub mod names;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod txn;
 
 pub use error::ClusterError;
 pub use names::Names;

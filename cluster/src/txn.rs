@@ -1,0 +1,217 @@
+//! One Kafka transaction at a time, on a blocking thread: begin, produce every record, wait for
+//! every delivery, optionally add the consumed offsets of a consumer group, commit — or abort
+//! everything. The ingest producer ([`crate::ingest`]) and the apply loop's producer both run
+//! their groups through [`Txn::commit`].
+//!
+//! librdkafka's transactional calls block (up to their timeout), so a `Txn` lives on a thread
+//! of its own; deliveries are awaited on the server's runtime through its handle. A fatal
+//! error (this producer was fenced by a newer one with the same transactional id, or its state
+//! is unknown) makes the next call start a new producer and `init_transactions` again, which
+//! aborts whatever the old one left open.
+
+use crate::names::Names;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaErrorCode;
+use std::time::Duration;
+use tokio::runtime::Handle;
+
+/// Which of the cluster's topics a record goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// `T`, partition = the stream's shard.
+    Streams,
+    /// `T.entities`, partition = the entity's shard.
+    Entities,
+}
+
+/// One record to produce: its topic, partition and value (records are not keyed: the
+/// partition is chosen here, and compaction is never used on these topics).
+#[derive(Clone, Debug)]
+pub struct OutRecord {
+    pub topic: Topic,
+    pub partition: u32,
+    pub value: Vec<u8>,
+}
+
+impl OutRecord {
+    pub fn size(&self) -> usize {
+        self.value.len() + 64
+    }
+}
+
+/// Producer settings shared by the transactional producers.
+#[derive(Clone, Debug)]
+pub struct TxnSettings {
+    pub brokers: String,
+    pub names: Names,
+    /// `transactional.id`.
+    pub txn_id: String,
+    /// The largest record value (`message.max.bytes`).
+    pub max_record_bytes: u64,
+    /// `transaction.timeout.ms`: how long the broker lets a transaction of a dead producer
+    /// stay open before aborting it (it holds back `read_committed` consumers meanwhile).
+    pub txn_timeout: Duration,
+    /// Bound on each blocking call (init, begin, commit, abort, adding offsets).
+    pub call_timeout: Duration,
+}
+
+/// A failed transaction; nothing of it is visible to `read_committed` consumers.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    /// Kafka could not take it now (broker down or slow, a timeout, a retriable error).
+    #[error("Kafka did not take the transaction: {0}")]
+    Unavailable(String),
+    /// A record was refused for what it is (too large, say): retrying does not help.
+    #[error("Kafka refused a record: {0}")]
+    Refused(String),
+}
+
+/// A transactional producer, used from one thread.
+pub struct Txn {
+    settings: TxnSettings,
+    runtime: Handle,
+    producer: Option<FutureProducer>,
+}
+
+impl Txn {
+    pub fn new(settings: TxnSettings, runtime: Handle) -> Txn {
+        Txn {
+            settings,
+            runtime,
+            producer: None,
+        }
+    }
+
+    /// The producer, created and initialised (`init_transactions`) if it is not.
+    fn producer(&mut self) -> Result<&FutureProducer, TxnError> {
+        if self.producer.is_none() {
+            let s = &self.settings;
+            let p: FutureProducer = ClientConfig::new()
+                .set("bootstrap.servers", &s.brokers)
+                .set("transactional.id", &s.txn_id)
+                .set("enable.idempotence", "true")
+                .set("acks", "all")
+                // Grouping is done per transaction; do not wait to fill batches as well.
+                .set("linger.ms", "0")
+                .set("message.max.bytes", s.max_record_bytes.to_string())
+                .set(
+                    "transaction.timeout.ms",
+                    s.txn_timeout.as_millis().to_string(),
+                )
+                .set("message.timeout.ms", s.txn_timeout.as_millis().to_string())
+                .create()
+                .map_err(|e| TxnError::Unavailable(format!("creating the producer: {e}")))?;
+            p.init_transactions(s.call_timeout)
+                .map_err(|e| TxnError::Unavailable(format!("init_transactions: {e}")))?;
+            tracing::info!(txn_id = %s.txn_id, "transactional producer ready");
+            self.producer = Some(p);
+        }
+        self.producer
+            .as_ref()
+            .ok_or_else(|| TxnError::Unavailable("no producer".into()))
+    }
+
+    /// Start the producer now (at start-up), so that the first request does not pay for it
+    /// and a zombie of this node is fenced at once.
+    pub fn init(&mut self) -> Result<(), TxnError> {
+        self.producer().map(|_| ())
+    }
+
+    /// Produce `records` in one transaction, with `offsets` of `group` committed in it if
+    /// given. Returns each record's offset, in order. On any failure the transaction is
+    /// aborted: none of it is visible, and the caller may retry all of it.
+    pub fn commit(
+        &mut self,
+        records: &[OutRecord],
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+    ) -> Result<Vec<u64>, TxnError> {
+        let result = self.try_commit(records, offsets);
+        if let Err(e) = &result {
+            self.after_failure(e);
+        }
+        result
+    }
+
+    fn try_commit(
+        &mut self,
+        records: &[OutRecord],
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+    ) -> Result<Vec<u64>, TxnError> {
+        let timeout = self.settings.call_timeout;
+        let streams = self.settings.names.streams.clone();
+        let entities = self.settings.names.entities.clone();
+        let runtime = self.runtime.clone();
+        let producer = self.producer()?;
+        producer.begin_transaction().map_err(classify)?;
+        let mut deliveries = Vec::with_capacity(records.len());
+        for r in records {
+            let topic = match r.topic {
+                Topic::Streams => streams.as_str(),
+                Topic::Entities => entities.as_str(),
+            };
+            let partition = i32::try_from(r.partition)
+                .map_err(|_| TxnError::Refused(format!("partition {}", r.partition)))?;
+            let mut record = FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(&r.value);
+            loop {
+                match producer.send_result(record) {
+                    Ok(d) => {
+                        deliveries.push(d);
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // librdkafka's queue is bounded: wait for deliveries to make room.
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(classify(e)),
+                }
+            }
+        }
+        let delivered = runtime.block_on(futures_util::future::join_all(deliveries));
+        let mut out = Vec::with_capacity(delivered.len());
+        for d in delivered {
+            match d {
+                Ok(Ok(d)) => out.push(u64::try_from(d.offset).unwrap_or(0)),
+                Ok(Err((e, _))) => return Err(classify(e)),
+                Err(_) => return Err(TxnError::Unavailable("delivery dropped".into())),
+            }
+        }
+        if let Some((tpl, cgm)) = offsets {
+            producer
+                .send_offsets_to_transaction(tpl, cgm, timeout)
+                .map_err(classify)?;
+        }
+        producer.commit_transaction(timeout).map_err(classify)?;
+        Ok(out)
+    }
+
+    /// After a failed transaction: abort it; if the producer's state is unknown or it was
+    /// fenced, drop it so that the next call starts afresh.
+    fn after_failure(&mut self, e: &TxnError) {
+        let timeout = self.settings.call_timeout;
+        let Some(p) = self.producer.as_ref() else {
+            return;
+        };
+        if let Err(abort) = p.abort_transaction(timeout) {
+            tracing::warn!(error = %e, abort_error = %abort, "aborting a failed transaction failed: starting a new producer");
+            self.producer = None;
+        }
+    }
+}
+
+fn classify(e: KafkaError) -> TxnError {
+    match e.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::InvalidRecord
+            | RDKafkaErrorCode::InvalidMessageSize,
+        ) => TxnError::Refused(e.to_string()),
+        _ => TxnError::Unavailable(e.to_string()),
+    }
+}
