@@ -98,12 +98,16 @@ impl IngestProducer {
             Ok(()) => {}
             Err(flume::TrySendError::Full(_)) => return Err(ProduceError::Full),
             Err(flume::TrySendError::Disconnected(_)) => {
-                return Err(ProduceError::Unavailable("the Kafka producer stopped".into()));
+                return Err(ProduceError::Unavailable(
+                    "the Kafka producer stopped".into(),
+                ));
             }
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(ProduceError::Unavailable("the Kafka producer stopped".into())))
+        answer.await.unwrap_or_else(|_| {
+            Err(ProduceError::Unavailable(
+                "the Kafka producer stopped".into(),
+            ))
+        })
     }
 }
 
@@ -168,8 +172,12 @@ fn commit_group(
     );
     match result {
         Ok(offsets) if offsets.len() == records.len() => {
-            stats.requests.fetch_add(replies.len() as u64, Ordering::Relaxed);
-            stats.records.fetch_add(records.len() as u64, Ordering::Relaxed);
+            stats
+                .requests
+                .fetch_add(replies.len() as u64, Ordering::Relaxed);
+            stats
+                .records
+                .fetch_add(records.len() as u64, Ordering::Relaxed);
             stats.bytes.fetch_add(
                 records.iter().map(|r| r.value.len() as u64).sum(),
                 Ordering::Relaxed,
@@ -182,7 +190,11 @@ fn commit_group(
         }
         Ok(offsets) => {
             // Committed, but the deliveries do not match the records: a bug, said as such.
-            tracing::error!(records = records.len(), offsets = offsets.len(), "Kafka returned another number of offsets than records");
+            tracing::error!(
+                records = records.len(),
+                offsets = offsets.len(),
+                "Kafka returned another number of offsets than records"
+            );
             for reply in replies {
                 let _ = reply.send(Err(ProduceError::Unavailable(
                     "internal: offsets do not match the records".into(),

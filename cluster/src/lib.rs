@@ -9,6 +9,7 @@
 //! - [`txn`]: one Kafka transaction at a time on a blocking thread (begin, produce, wait for
 //!   the deliveries, add consumed offsets, commit or abort).
 //! - [`ingest`]: the write path: requests grouped into transactions by one thread.
+//! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
 
@@ -19,6 +20,7 @@ pub mod names;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod txn;
+pub mod wire;
 
 pub use error::ClusterError;
 pub use names::Names;

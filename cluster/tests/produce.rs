@@ -97,7 +97,9 @@ async fn requests_are_produced_in_transactions_at_the_offsets_they_are_told() {
         told.insert(((i + 1) % 4, offsets[1]), format!("b{i}"));
     }
     let stats = producer.stats();
-    let txns = stats.transactions.load(std::sync::atomic::Ordering::Relaxed);
+    let txns = stats
+        .transactions
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert!((1..=50).contains(&txns), "{txns} transactions");
 
     // A record past max.message.bytes fails its own request only.
@@ -124,5 +126,8 @@ async fn requests_are_produced_in_transactions_at_the_offsets_they_are_told() {
         .into_iter()
         .map(|(p, o, v)| ((p, o), String::from_utf8(v).unwrap()))
         .collect();
-    assert_eq!(seen, told, "committed records are exactly the acknowledged ones");
+    assert_eq!(
+        seen, told,
+        "committed records are exactly the acknowledged ones"
+    );
 }

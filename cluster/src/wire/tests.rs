@@ -1,0 +1,111 @@
+//! Golden bytes, round trips and damaged records of the cluster record format.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use super::*;
+use vx_proto::{EventView, Kind, Num};
+
+fn ev<'a>(stream: &'a str, ty: &'a str, entity: Option<&'a str>, ts: i64) -> EventView<'a> {
+    EventView {
+        stream,
+        entity,
+        ty,
+        ts,
+        kind: Kind::Event,
+        value: None,
+        id: None,
+        data: None,
+    }
+}
+
+/// The bytes of an events record, pinned: a change of the format must change VERSION.
+#[test]
+fn golden_bytes_of_an_events_record() {
+    let mut b = Batch::new();
+    b.push(&EventView {
+        kind: Kind::Counter,
+        value: Some(Num::Int(3)),
+        id: Some("i"),
+        ..ev("s", "t", Some("e"), 5)
+    })
+    .unwrap();
+    let v = encode_events(&b, None, 0x0102, Some(7), false).unwrap();
+    let mut want = vec![
+        1, 1, 1, 0, // version, kind events, flag expected, reserved
+        1, 0, 0, 0, // one run
+        0x02, 0x01, 0, 0, 0, 0, 0, 0, // append_ms
+        7, 0, 0, 0, 0, 0, 0, 0, // expected last seq
+        1, 0, b's', // stream
+        1, 0, 0, 0, // count
+    ];
+    let mut event = Vec::new();
+    vx_proto::packed::encode_event(&mut event, &b.iter().next().unwrap()).unwrap();
+    want.extend_from_slice(&(event.len() as u32).to_le_bytes());
+    want.extend_from_slice(&event);
+    assert_eq!(v, want);
+    assert_eq!(
+        encode_delete("ab", -1),
+        vec![
+            1, 2, 0, 0, 1, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 0,
+            2, 0, b'a', b'b'
+        ]
+    );
+}
+
+#[test]
+fn events_round_trip_per_shard() {
+    let mut b = Batch::new();
+    for (i, s) in ["a", "b", "c", "a"].iter().enumerate() {
+        b.push(&ev(s, "t", Some("ent"), i as i64)).unwrap();
+    }
+    b.prepare(4, |_, _| 0);
+    let mut total = 0;
+    for shard in 0..4 {
+        let Some(v) = encode_events(&b, Some(shard), 9, None, false) else {
+            continue;
+        };
+        let rec = decode(&v).unwrap();
+        assert_eq!(rec.append_ms, 9);
+        let Body::Events {
+            batch,
+            expected_last_seq: None,
+        } = rec.body
+        else {
+            panic!("{:?}", rec.body);
+        };
+        for run in batch.runs() {
+            assert_eq!(vx_proto::shard::shard_of(batch.stream(run), 4), shard);
+        }
+        total += batch.len();
+    }
+    assert_eq!(total, 4);
+    let v = encode_events(&b, None, 1, None, true).unwrap();
+    assert!(matches!(decode(&v).unwrap().body, Body::EntityEvents { batch } if batch.len() == 4));
+    match decode(&encode_delete("gone", 3)).unwrap().body {
+        Body::Delete { stream } => assert_eq!(stream, "gone"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Any cut or flipped byte is an error, never a panic.
+#[test]
+fn damaged_records_are_errors() {
+    let mut b = Batch::new();
+    b.push(&ev("s", "t", None, 1)).unwrap();
+    b.push(&ev("s2", "t", Some("x"), 2)).unwrap();
+    let v = encode_events(&b, None, 1, None, false).unwrap();
+    for cut in 0..v.len() {
+        assert!(decode(&v[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = v.clone();
+    longer.push(0);
+    assert!(decode(&longer).is_err());
+    for i in 0..v.len() {
+        for bit in 0..8 {
+            let mut w = v.clone();
+            w[i] ^= 1 << bit;
+            let _ = decode(&w);
+        }
+    }
+    assert!(matches!(decode(&[2]), Err(WireError::Version(2))));
+}
