@@ -9,6 +9,7 @@
 //! - [`txn`]: one Kafka transaction at a time on a blocking thread (begin, produce, wait for
 //!   the deliveries, add consumed offsets, commit or abort).
 //! - [`ingest`]: the write path: requests grouped into transactions by one thread.
+//! - [`members`]: who owns which partition at which URL (the compacted `T.members`).
 //! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod error;
 pub mod ingest;
+pub mod members;
 pub mod names;
 #[cfg(feature = "testing")]
 pub mod testing;

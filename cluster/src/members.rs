@@ -1,0 +1,229 @@
+//! Who owns which partition, at which URL: the compacted topic `T.members`, one record per
+//! node (key: the node id; value: its URL and the partitions the consumer group gave it, as
+//! JSON), written by each node after every change of its assignment and read by every node
+//! from the beginning. No second coordination service: Kafka's consumer group decides the
+//! owners, this topic only tells everyone what it decided.
+//!
+//! A node that dies leaves its last record behind. Its partitions are claimed again by their
+//! new owners, whose records come later in the topic's single partition, and the latest
+//! claim of a partition wins. A node that stops cleanly writes a tombstone (a null value).
+
+use crate::error::ClusterError;
+use crate::names::Names;
+use parking_lot::RwLock;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What one node says of itself.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    pub node: String,
+    /// Base URL of its HTTP API (`cluster.advertise`).
+    pub url: String,
+    /// Partitions of `T` it owns.
+    pub streams: BTreeSet<u32>,
+    /// Partitions of `T.entities` it owns.
+    pub entities: BTreeSet<u32>,
+}
+
+/// A member as last read, with the offset of its record (later claims win).
+#[derive(Clone, Debug)]
+struct Seen {
+    member: Member,
+    offset: i64,
+}
+
+/// The members table every node reads.
+#[derive(Clone, Default)]
+pub struct Members {
+    inner: Arc<RwLock<BTreeMap<String, Seen>>>,
+    /// The reader has read the topic up to its end at least once.
+    caught_up: Arc<AtomicBool>,
+}
+
+/// Where a partition is served from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub node: String,
+    pub url: String,
+}
+
+impl Members {
+    /// The owner of `partition` of `T` (`entities: false`) or `T.entities`: the latest claim.
+    pub fn owner(&self, partition: u32, entities: bool) -> Option<Owner> {
+        let table = self.inner.read();
+        table
+            .values()
+            .filter(|s| {
+                let set = if entities {
+                    &s.member.entities
+                } else {
+                    &s.member.streams
+                };
+                set.contains(&partition)
+            })
+            .max_by_key(|s| s.offset)
+            .map(|s| Owner {
+                node: s.member.node.clone(),
+                url: s.member.url.clone(),
+            })
+    }
+
+    /// Every node with a record, and its URL.
+    pub fn nodes(&self) -> Vec<Owner> {
+        self.inner
+            .read()
+            .values()
+            .map(|s| Owner {
+                node: s.member.node.clone(),
+                url: s.member.url.clone(),
+            })
+            .collect()
+    }
+
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    fn apply(&self, key: &str, value: Option<&[u8]>, offset: i64) {
+        let mut table = self.inner.write();
+        match value {
+            None => {
+                table.remove(key);
+            }
+            Some(v) => match serde_json::from_slice::<Member>(v) {
+                Ok(member) if member.node == key => {
+                    table.insert(key.to_string(), Seen { member, offset });
+                }
+                Ok(_) | Err(_) => {
+                    tracing::warn!(key, offset, "ignoring a members record that does not parse");
+                }
+            },
+        }
+    }
+
+    /// Read `T.members` from the beginning, on a thread of its own, until `stop`.
+    pub fn start_reader(
+        &self,
+        brokers: &str,
+        names: &Names,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(), ClusterError> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            // Assigned, not subscribed: the group id is never used to commit.
+            .set("group.id", format!("{}.members-reader", names.members))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .map_err(ClusterError::kafka("creating the members reader"))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&names.members, 0, Offset::Beginning)
+            .map_err(ClusterError::kafka("assigning the members topic"))?;
+        consumer
+            .assign(&tpl)
+            .map_err(ClusterError::kafka("assigning the members topic"))?;
+        let members = self.clone();
+        let topic = names.members.clone();
+        std::thread::Builder::new()
+            .name("vx-kafka-members".into())
+            .spawn(move || members.read_loop(&consumer, &topic, &stop))
+            .map_err(|e| ClusterError::CreateTopic {
+                topic: names.members.clone(),
+                reason: format!("cannot start its reader thread: {e}"),
+            })?;
+        Ok(())
+    }
+
+    fn read_loop(&self, consumer: &BaseConsumer, topic: &str, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    if let Some(Ok(key)) = m.key_view::<str>() {
+                        self.apply(key, m.payload(), m.offset());
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "members reader");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                None => {}
+            }
+            if !self.caught_up.load(Ordering::Relaxed)
+                && let Ok((_, high)) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5))
+                && let Ok(tpl) = consumer.position()
+                && tpl
+                    .elements_for_topic(topic)
+                    .first()
+                    .is_some_and(|e| match e.offset() {
+                        Offset::Offset(o) => o >= high,
+                        _ => high == 0,
+                    })
+            {
+                self.caught_up.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Writes this node's record to `T.members`.
+pub struct Announcer {
+    producer: ThreadedProducer<DefaultProducerContext>,
+    topic: String,
+}
+
+impl Announcer {
+    pub fn new(brokers: &str, names: &Names) -> Result<Announcer, ClusterError> {
+        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()
+            .map_err(ClusterError::kafka("creating the members producer"))?;
+        Ok(Announcer {
+            producer,
+            topic: names.members.clone(),
+        })
+    }
+
+    /// Say which partitions this node owns now (waits until Kafka has it).
+    pub fn announce(&self, member: &Member) -> Result<(), ClusterError> {
+        let value = serde_json::to_vec(member).map_err(|e| ClusterError::CreateTopic {
+            topic: self.topic.clone(),
+            reason: format!("encoding the member record: {e}"),
+        })?;
+        self.send(&member.node, Some(&value))
+    }
+
+    /// Leave: a tombstone, so that nobody forwards to this node any more.
+    pub fn leave(&self, node: &str) -> Result<(), ClusterError> {
+        self.send(node, None)
+    }
+
+    fn send(&self, node: &str, value: Option<&[u8]>) -> Result<(), ClusterError> {
+        let mut record = BaseRecord::<str, [u8]>::to(&self.topic)
+            .key(node)
+            .partition(0);
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        self.producer
+            .send(record)
+            .map_err(|(e, _)| ClusterError::Kafka {
+                what: "announcing this node in the members topic".into(),
+                source: e,
+            })?;
+        self.producer
+            .flush(Duration::from_secs(10))
+            .map_err(ClusterError::kafka(
+                "announcing this node in the members topic",
+            ))
+    }
+}
