@@ -9,16 +9,21 @@
 //! - [`txn`]: one Kafka transaction at a time on a blocking thread (begin, produce, wait for
 //!   the deliveries, add consumed offsets, commit or abort).
 //! - [`ingest`]: the write path: requests grouped into transactions by one thread.
+//! - [`apply`]: the apply loop: this node's member of the consumer group, applying the
+//!   partitions it owns into the local copy and routing entity events exactly once.
+//! - [`outcomes`]: what applying each record did, for `applied` answers and position waits.
 //! - [`members`]: who owns which partition at which URL (the compacted `T.members`).
 //! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
 
 pub mod admin;
+pub mod apply;
 pub mod error;
 pub mod ingest;
 pub mod members;
 pub mod names;
+pub mod outcomes;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod txn;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 /// Which of the cluster's topics a record goes to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Topic {
     /// `T`, partition = the stream's shard.
     Streams,
