@@ -12,6 +12,7 @@
 //! - [`apply`]: the apply loop: this node's member of the consumer group, applying the
 //!   partitions it owns into the local copy and routing entity events exactly once.
 //! - [`outcomes`]: what applying each record did, for `applied` answers and position waits.
+//! - [`position`]: a write's opaque position and what `X-Vx-Min-Position` waits for.
 //! - [`members`]: who owns which partition at which URL (the compacted `T.members`).
 //! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
@@ -24,6 +25,7 @@ pub mod ingest;
 pub mod members;
 pub mod names;
 pub mod outcomes;
+pub mod position;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod txn;
