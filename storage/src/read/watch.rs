@@ -16,8 +16,9 @@ use tokio::sync::watch;
 pub struct Visible {
     /// The last visible `seq` (0 for a stream never written).
     pub last_seq: u64,
-    /// Tombstones applied since the watch began: a change means the stream was deleted, even
-    /// if it was written again before the follower looked (a counter, not a flag, for that).
+    /// Tombstones applied since the watch began, and resets of the stream's shard (cluster
+    /// mode; `last_seq` then goes back to 0): a change means the stream was deleted, even if
+    /// it was written again before the follower looked (a counter, not a flag, for that).
     pub deletes: u64,
 }
 
@@ -72,6 +73,25 @@ impl Watches {
             v.last_seq = v.last_seq.max(last_seq);
             true
         });
+    }
+
+    /// The writer forgot every stream of `shard` (a reset): each watched one counts a delete
+    /// and starts again from seq 0.
+    pub fn reset_shard(&self, shard: u32, shards: u32) {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut map = self.map.lock();
+        map.retain(|_, tx| tx.receiver_count() > 0);
+        for (name, tx) in map.iter() {
+            if vx_proto::shard::shard_of(name, shards) == shard {
+                tx.send_modify(|v| {
+                    v.deletes += 1;
+                    v.last_seq = 0;
+                });
+            }
+        }
+        self.len.store(map.len(), Ordering::Release);
     }
 
     fn change(&self, stream: &str, f: impl FnOnce(&mut Visible) -> bool) {

@@ -33,6 +33,7 @@ pub fn req(events: &[EventView<'_>]) -> WriteRequest {
         durability: None,
         expected_last_seq: None,
         guard: None,
+        origin: None,
     }
 }
 
