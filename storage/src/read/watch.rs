@@ -139,4 +139,31 @@ mod tests {
         w.published("a", 11);
         assert_eq!(w.len.load(Ordering::Relaxed), 0, "dropped once unwatched");
     }
+
+    /// A reset of a shard counts a delete for its watched streams and starts them at 0.
+    #[test]
+    fn a_reset_counts_as_a_delete_of_the_shards_streams() {
+        let w = Watches::default();
+        let (a, b) = ("a", "b");
+        let shard = |s: &str| vx_proto::shard::shard_of(s, 64);
+        assert_ne!(shard(a), shard(b));
+        let mut ra = w.subscribe(a, || 7);
+        let mut rb = w.subscribe(b, || 9);
+        w.reset_shard(shard(a), 64);
+        assert_eq!(
+            *ra.borrow_and_update(),
+            Visible {
+                last_seq: 0,
+                deletes: 1
+            }
+        );
+        assert!(!rb.has_changed().unwrap_or(true));
+        assert_eq!(rb.borrow_and_update().last_seq, 9);
+        w.published(a, 1);
+        assert_eq!(
+            ra.borrow_and_update().last_seq,
+            1,
+            "written again from seq 1"
+        );
+    }
 }
