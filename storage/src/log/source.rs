@@ -2,16 +2,13 @@
 //!
 //! Whatever makes a batch durable first, the engine's state changes the same way: a durable
 //! record's runs (with their `seq`s), its tombstone, its ids, its origin and a reset are
-//! applied by [`LogWriter::apply`], in the order of their [`SourcePos`]. Today there is one source, the
-//! local log: the group commit applies each record it just wrote and synced, and recovery
-//! applies the active segment's records as it reads them back, both through this entry. In
-//! cluster mode a shard is a Kafka partition: its owner's consumer will apply each record
-//! at its partition offset through the same entry, deciding `seq`s, dedup and conditional
-//! writes from the record alone (see docs/ARCHITECTURE.md, "The engine's input seam").
-//!
-//! Cluster mode today writes what it consumes into the local log (`Store::write` with an
-//! [`Origin`]); the record carries its origin, and applying it moves its partition's applied
-//! offset, the offset a restarted node resumes consuming after.
+//! applied by [`LogWriter::apply`], in the order of their [`SourcePos`]. There is one
+//! source, the local log: the group commit applies each record it just wrote and synced, and
+//! recovery applies the active segment's records as it reads them back, both through this
+//! entry. Cluster mode writes what it consumes from its Kafka partitions into the same local
+//! log, each record carrying its [`Origin`]; applying it moves its partition's applied
+//! offset, the offset a restarted node resumes consuming after (see docs/ARCHITECTURE.md,
+//! "The engine's input seam").
 
 pub use crate::api::SourcePos;
 use crate::api::{Origin, OriginTopic};
