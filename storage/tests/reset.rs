@@ -179,48 +179,104 @@ fn a_crash_right_after_the_reset() {
 }
 
 /// A reset whose segment is sealed (start-up folds the resets table of the index files),
-/// then retention removing the segments from before it (whose entries of the shard's
-/// streams belong to streams that no longer exist) and the reset's own segment: the new
-/// streams of the same names keep their own counters, and nothing old comes back.
+/// then retention removing the segments from before it, whose entries of the shard's streams
+/// belong to streams that no longer exist: the new streams of the same names keep their own
+/// counters, none is orphaned, and nothing old comes back.
 #[test]
 fn a_reset_across_seals_and_retention() {
     let fs = SimFs::new();
     let mut c = cfg(&fs);
     c.segment_bytes = 1024;
-    c.retention.max_bytes = Some(16 << 10);
     let (store, _) = Store::open(c.clone()).unwrap();
     let xs = streams_in("x", 2, SHARDS, 2);
     let ys = streams_in("y", 1, SHARDS, 1);
     fill(&store, &xs[0], "old", 60);
-    fill(&store, &xs[1], "old", 3); // only in the oldest segments: an orphan once retained
+    fill(&store, &xs[1], "old", 3); // an orphan once retained, were it not forgotten
+    let log = std::path::Path::new("/data/log");
+    let segments = |fs: &SimFs| -> Vec<(String, u64)> {
+        fs.files(log)
+            .into_iter()
+            .filter(|(n, _)| n.ends_with(".log") || n.ends_with(".idx"))
+            .collect()
+    };
     block(store.reset_shard(Streams, 2)).unwrap();
+    // The segment holding the reset: the active one.
+    let reset_seg = segments(&fs)
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.ends_with(".log"))
+        .max()
+        .unwrap();
     fill(&store, &xs[0], "new", 4);
+    fill(&store, &ys[0], "y", 40); // the reset's segment is sealed
     let xs_after = view(&store, &xs);
     assert_eq!(xs_after[&xs[0]].as_ref().unwrap().0.events, 4);
     assert!(xs_after[&xs[1]].is_none());
     store.shutdown();
-    let (store, _) = Store::open(c.clone()).unwrap();
+    let (store, report) = Store::open(c.clone()).unwrap();
+    assert!(report.index_files > 3, "{report:?}");
     assert_eq!(view(&store, &xs), xs_after, "folded from the index files");
-    // Push the old segments (and the reset's) out.
-    fill(&store, &ys[0], "y", 400);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let first_seq = |s: &Store| s.stream(&xs[0]).map(|i| (i.first_seq, i.events));
-    while first_seq(&store) != Some((5, 0)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The new stream's own events went; nothing of the old one came back or counted.
-    let info = store.stream(&xs[0]).unwrap();
-    assert_eq!((info.first_seq, info.last_seq, info.events), (5, 4, 0));
-    assert!(
-        store.stream(&xs[1]).is_none(),
-        "an old stream is not orphaned by retention"
-    );
-    let xs_now = view(&store, &xs);
     store.shutdown();
-    let (store, _) = Store::open(c.clone()).unwrap();
-    assert_eq!(view(&store, &xs), xs_now);
+    // Retention down to the reset's segment: everything before it goes, nothing after.
+    let files = segments(&fs);
+    let total: u64 = files.iter().map(|(_, b)| b).sum();
+    let before: u64 = files
+        .iter()
+        .filter(|(n, _)| n[..20] < reset_seg[..20])
+        .map(|(_, b)| b)
+        .sum();
+    assert!(before > 0);
+    let mut r = c.clone();
+    r.retention.max_bytes = Some(total - before);
+    let (store, _) = Store::open(r.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while segments(&fs).iter().any(|(n, _)| n[..20] < reset_seg[..20]) && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!segments(&fs).iter().any(|(n, _)| n[..20] < reset_seg[..20]));
+    assert!(segments(&fs).iter().any(|(n, _)| *n == reset_seg));
+    assert_eq!(view(&store, &xs), xs_after, "neither orphaned nor shrunk");
+    store.shutdown();
+    let (store, _) = Store::open(r).unwrap();
+    assert_eq!(view(&store, &xs), xs_after);
     let out = block(store.write(req(&[ev(&xs[0], Some("old0"), 1, 1)]))).unwrap();
     assert_eq!((out.accepted, out.last_seq[0].1), (1, 5));
+    store.shutdown();
+}
+
+/// Ids stored before a reset are new after it, also after restarts that refill the dedup
+/// tables from the log: with the reset in the active segment (the scan clears the table)
+/// and in a sealed one (the refill leaves out what is older than the reset).
+#[test]
+fn ids_from_before_a_reset_are_new_after_restarts() {
+    let fs = SimFs::new();
+    let c = cfg(&fs);
+    let (store, _) = Store::open(c.clone()).unwrap();
+    let x = streams_in("x", 0, SHARDS, 1).remove(0);
+    let y = streams_in("y", 1, SHARDS, 1).remove(0);
+    fill(&store, &x, "i", 60); // several sealed segments within the dedup window
+    block(store.reset_shard(Streams, 0)).unwrap();
+    store.shutdown();
+    let (store, _) = Store::open(c.clone()).unwrap();
+    let out = block(store.write(req(&[ev(&x, Some("i1"), 1, 1)]))).unwrap();
+    assert_eq!(
+        (out.accepted, out.last_seq[0].1),
+        (1, 1),
+        "reset in the active segment"
+    );
+    fill(&store, &y, "y", 60); // the reset's segment is sealed now
+    kill(&fs, store);
+    let (store, _) = Store::open(c).unwrap();
+    let out = block(store.write(req(&[ev(&x, Some("i2"), 1, 1)]))).unwrap();
+    assert_eq!(
+        (out.accepted, out.last_seq[0].1),
+        (1, 2),
+        "reset in a sealed segment"
+    );
+    // What was stored after the reset is remembered as usual.
+    let out = block(store.write(req(&[ev(&x, Some("i1"), 1, 1)]))).unwrap();
+    assert_eq!((out.accepted, out.duplicates), (0, 1));
     store.shutdown();
 }
 
