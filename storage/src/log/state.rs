@@ -392,13 +392,14 @@ impl LogWriter {
             .collect()
     }
 
-    /// Whether the streams of `stream`'s shard were reset after a segment that ends before
-    /// `end_lsn`: the segment's entries of the stream are from before the reset.
-    pub fn reset_after(&self, stream: &str, end_lsn: u64) -> bool {
+    /// Whether the streams of `stream`'s shard were reset after every record of a segment
+    /// whose next LSN (the next segment's first) is `next_lsn`: that segment's entry of the
+    /// stream belongs to a stream of the same name that no longer exists.
+    pub fn reset_after(&self, stream: &str, next_lsn: u64) -> bool {
         let shard = vx_proto::shard::shard_of(stream, self.shards);
         self.streams_reset
             .get(shard as usize)
-            .is_some_and(|&r| r >= end_lsn)
+            .is_some_and(|&r| r >= next_lsn)
     }
 
     /// Readers see the applied origins of every group applied so far; waiters are woken.
