@@ -245,6 +245,79 @@ fn a_reset_across_seals_and_retention() {
     store.shutdown();
 }
 
+/// Index files rebuilt from their segments after retention removed the reset's segment: a
+/// newer index file listing the reset (from before its own segment) must not forget the new
+/// streams the rebuilt ones hold.
+#[test]
+fn rebuilt_index_files_after_the_resets_segment_was_retained_away() {
+    use vx_storage::vfs::{OpenMode, Vfs};
+    let fs = SimFs::new();
+    let mut c = cfg(&fs);
+    c.segment_bytes = 1024;
+    let (store, _) = Store::open(c.clone()).unwrap();
+    let xs = streams_in("x", 2, SHARDS, 1);
+    let ys = streams_in("y", 1, SHARDS, 1);
+    fill(&store, &xs[0], "old", 30);
+    block(store.reset_shard(Streams, 2)).unwrap();
+    let log = std::path::Path::new("/data/log");
+    let files = |fs: &SimFs, ext: &str| -> Vec<(String, u64)> {
+        let mut v: Vec<_> = fs
+            .files(log)
+            .into_iter()
+            .filter(|(n, _)| n.ends_with(ext))
+            .collect();
+        v.sort();
+        v
+    };
+    let reset_seg = files(&fs, ".log").pop().unwrap().0;
+    fill(&store, &ys[0], "a", 20); // the reset's segment is sealed
+    fill(&store, &xs[0], "new", 4);
+    fill(&store, &ys[0], "b", 40); // and the new stream's too, several times over
+    let want = view(&store, &xs);
+    assert_eq!(want[&xs[0]].as_ref().unwrap().0.events, 4);
+    store.shutdown();
+    // Retention up to and including the reset's segment.
+    let all: Vec<(String, u64)> = fs.files(log);
+    let total: u64 = all
+        .iter()
+        .filter(|(n, _)| !n.ends_with(".carry"))
+        .map(|(_, b)| b)
+        .sum();
+    let gone: u64 = all
+        .iter()
+        .filter(|(n, _)| !n.ends_with(".carry") && n[..20] <= reset_seg[..20])
+        .map(|(_, b)| b)
+        .sum();
+    let mut r = c.clone();
+    r.retention.max_bytes = Some(total - gone);
+    let (store, _) = Store::open(r.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while files(&fs, ".log")
+        .first()
+        .is_some_and(|(n, _)| n[..20] <= reset_seg[..20])
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(files(&fs, ".log")[0].0[..20] > reset_seg[..20]);
+    assert_eq!(view(&store, &xs), want);
+    store.shutdown();
+    // Every index file but the newest damaged: start-up rebuilds them from their records.
+    let idx = files(&fs, ".idx");
+    assert!(idx.len() > 2);
+    for (name, _) in &idx[..idx.len() - 1] {
+        let f = fs.open(&log.join(name), OpenMode::Write).unwrap();
+        let mut b = f.read_all().unwrap();
+        b[20] ^= 0xff;
+        f.write_all_at(&b, 0).unwrap();
+        f.sync_data().unwrap();
+    }
+    let (store, report) = Store::open(r).unwrap();
+    assert!(report.scanned_segments as usize >= idx.len(), "{report:?}");
+    assert_eq!(view(&store, &xs), want);
+    store.shutdown();
+}
+
 /// Ids stored before a reset are new after it, also after restarts that refill the dedup
 /// tables from the log: with the reset in the active segment (the scan clears the table)
 /// and in a sealed one (the refill leaves out what is older than the reset).

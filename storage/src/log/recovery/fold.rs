@@ -44,12 +44,22 @@ impl Recovery<'_> {
         let entries = contents
             .entries()
             .map_err(io_err(format!("reading {}", path.display())))?;
-        // Resets the file records that are new: in this segment (or in one retention
-        // removed); this file's entries are all from after them.
+        // Resets the file records that start know of yet. One in this segment forgets what
+        // came before it (this file's entries are all from after it). One before this
+        // segment was in a segment retention removed (with everything before it, so what was
+        // folded so far is from after it) or in one rebuilt from its records (whose scan
+        // applied it): only its LSN is noted.
         for &(shard, reset_lsn) in &tables.resets {
-            let known = self.engine.streams_reset.get(shard as usize).copied();
-            if known.is_some_and(|k| reset_lsn > k) {
+            let Some(known) = self.engine.streams_reset.get_mut(shard as usize) else {
+                continue;
+            };
+            if reset_lsn <= *known {
+                continue;
+            }
+            if reset_lsn >= lsn {
                 self.engine.forget_streams(shard, reset_lsn);
+            } else {
+                *known = reset_lsn;
             }
         }
         self.engine.origins = tables
