@@ -150,6 +150,10 @@ impl From<WriteError> for Failure {
             }
             WriteError::NotFound { .. } => Failure::new(ErrorCode::NotFound, message),
             WriteError::ShuttingDown => Failure::shutting_down(message),
+            // Cluster mode only (a record consumed twice, a partition or shard out of range);
+            // no request of the HTTP or frames API can cause them.
+            WriteError::OriginNotAfter { .. } => Failure::new(ErrorCode::Conflict, message),
+            WriteError::UnknownShard { .. } => Failure::new(ErrorCode::BadRequest, message),
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   ([`crate::window`], [`crate::hll`]);
 //! - a feature put sets values (a PUT wins over everything earlier in the log; the value keeps
 //!   the `ts` of the value it replaced, so a later gauge with an older `ts` does not undo it);
-//!   `null` deletes; a feature delete removes one feature or the whole entity.
+//!   `null` deletes; a feature delete removes one feature or the whole entity;
+//! - a shard reset (cluster mode: the node discards its copy of one shard) empties the shard.
 //!
 //! A record the tables cannot take is an [`ApplyError`]: the tables no longer follow the log,
 //! and the caller must act on it (the storage engine poisons itself, docs/FEATURES.md).
@@ -59,6 +60,9 @@ pub enum ApplyError {
         "the record at LSN {lsn} is older than LSN {applied}, which shard {shard} applied already: the feature tables would leave log order"
     )]
     OutOfOrder { lsn: u64, shard: u32, applied: u64 },
+    /// A reset of a shard the tables do not have.
+    #[error("the record at LSN {lsn} resets shard {shard}, but the tables have {shards} shards")]
+    NoShard { lsn: u64, shard: u32, shards: u32 },
     /// Only the test fault hook (`Features::fail_next_apply`, feature `testing`) makes it.
     #[error("the record at LSN {lsn}: apply failure injected by a test")]
     Injected { lsn: u64 },
@@ -137,6 +141,66 @@ impl Features {
         self.change(er, |sh| {
             self.delete_from(sh, er, name, at.lsn, replay, redo_only)
         })
+    }
+
+    /// Empty shard `shard` (a reset record at `at`): every entity of it is forgotten, as if
+    /// no record had touched it. During recovery, a shard whose snapshot covers the reset
+    /// holds what came after it already; only the declarations being recomputed start over
+    /// here, since the records before the reset fed them too.
+    pub fn reset_shard(
+        &self,
+        at: LogPos,
+        shard: u32,
+        replay: Option<&Replay<'_>>,
+    ) -> Result<(), ApplyError> {
+        self.injected_fault(at)?;
+        let Some(lock) = self.shards.get(shard as usize) else {
+            return Err(ApplyError::NoShard {
+                lsn: at.lsn,
+                shard,
+                shards: self.nshards,
+            });
+        };
+        let covered = replay
+            .and_then(|r| r.covered.get(shard as usize))
+            .is_some_and(|&c| at.lsn <= c);
+        let mut g = lock.write();
+        let before = g.bytes;
+        if covered {
+            let redo = replay.map_or(&[][..], |r| r.redo);
+            let redone = |id: u32| {
+                self.decls
+                    .decl_of(id)
+                    .is_some_and(|d| redo.get(d) == Some(&true))
+            };
+            let (entities, _, bytes) = g.parts();
+            for (_, e) in entities.iter_mut() {
+                e.feats.retain(|f| {
+                    let drop = redone(f.name);
+                    if drop {
+                        *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
+                    }
+                    !drop
+                });
+            }
+        } else {
+            if at.lsn < g.lsn {
+                return Err(ApplyError::OutOfOrder {
+                    lsn: at.lsn,
+                    shard,
+                    applied: g.lsn,
+                });
+            }
+            let gone = g.entities.len();
+            *g = self.empty_shard();
+            g.lsn = at.lsn;
+            self.entities
+                .fetch_sub(i64::try_from(gone).unwrap_or(i64::MAX), Ordering::Relaxed);
+        }
+        let after = g.bytes;
+        drop(g);
+        self.add_used(after, before);
+        Ok(())
     }
 
     /// Move entity `er`'s shard to the record at `lsn`. Records apply in log order: one
@@ -497,5 +561,93 @@ mod tests {
         )
         .unwrap();
         assert_eq!(total, Some(11.0));
+    }
+
+    /// A reset empties one shard (entities, bytes, counts) and leaves the others; records
+    /// before what the shard applied are refused, a shard that does not exist too.
+    #[test]
+    fn reset_empties_one_shard_only() {
+        let f = Features::new(4, vec![decl("total", Agg::Sum, None)], u64::MAX);
+        let names: Vec<String> = (0..40).map(|i| format!("e{i}")).collect();
+        let mut events = f.events(at(5), None).unwrap();
+        for n in &names {
+            events.apply(&hit(n, 1)).unwrap();
+        }
+        let target = f.shard_of(&names[0]);
+        let (kept, gone): (Vec<&String>, Vec<&String>) =
+            names.iter().partition(|n| f.shard_of(n) != target);
+        let bytes_kept: u64 = (0..4)
+            .filter(|&s| s != target)
+            .map(|s| f.shards[s as usize].read().bytes)
+            .sum();
+        f.reset_shard(at(6), target, None).unwrap();
+        assert!(gone.iter().all(|n| !f.exists(n, None)));
+        assert!(kept.iter().all(|n| f.exists(n, Some("total"))));
+        assert_eq!(f.stats().entities, kept.len() as u64);
+        assert_eq!(f.used_bytes(), bytes_kept);
+        assert!(matches!(
+            f.reset_shard(at(4), target, None),
+            Err(ApplyError::OutOfOrder { lsn: 4, .. })
+        ));
+        assert!(matches!(
+            f.reset_shard(at(7), 4, None),
+            Err(ApplyError::NoShard { shard: 4, .. })
+        ));
+        // Written again after the reset, an entity starts from nothing.
+        f.events(at(8), None)
+            .unwrap()
+            .apply(&hit(gone[0], 3))
+            .unwrap();
+        let mut total = None;
+        f.read(
+            gone[0],
+            Some(&["total"]),
+            crate::ReadAt { now_ms: 0 },
+            &mut |_, v| {
+                if let crate::Reading::Num(x) = v {
+                    total = Some(x);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(total, Some(3.0));
+    }
+
+    /// During recovery, a reset the shard's snapshot covers keeps what the snapshot holds
+    /// and restarts only the recomputed declarations.
+    #[test]
+    fn a_covered_reset_restarts_only_redone_declarations() {
+        let f = Features::new(1, vec![decl("total", Agg::Sum, None)], u64::MAX);
+        f.events(at(9), None).unwrap().apply(&hit("p", 1)).unwrap();
+        let replay = Replay {
+            covered: &[9],
+            redo: &[true],
+        };
+        f.events(at(3), Some(&replay))
+            .unwrap()
+            .apply(&hit("p", 10))
+            .unwrap();
+        f.reset_shard(at(4), 0, Some(&replay)).unwrap();
+        // The records after the reset are redone too, the one at 9 included.
+        for (lsn, v) in [(5, 100), (9, 1)] {
+            f.events(at(lsn), Some(&replay))
+                .unwrap()
+                .apply(&hit("p", v))
+                .unwrap();
+        }
+        let mut total = None;
+        f.read(
+            "p",
+            Some(&["total"]),
+            crate::ReadAt { now_ms: 0 },
+            &mut |_, v| {
+                if let crate::Reading::Num(x) = v {
+                    total = Some(x);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(total, Some(101.0), "10 from before the reset is gone");
+        assert!(f.exists("p", Some("hit")), "what the snapshot holds stays");
     }
 }

@@ -17,7 +17,8 @@
 //! The storage engine's writer is the only caller that changes the tables. After a record
 //! reached the mode's durability and before its request is answered, it hands the record's
 //! contents over as typed values — [`Features::events`] then [`RecordEvents::apply`] per
-//! event, [`Features::put`], [`Features::delete`] — with the record's [`LogPos`]; after each
+//! event, [`Features::put`], [`Features::delete`], [`Features::reset_shard`] (cluster mode:
+//! one shard's copy discarded) — with the record's [`LogPos`]; after each
 //! group it marks the LSN everything is applied through ([`Features::applied_through`]).
 //! Recovery replays the same records through the same calls, in the same order, with a
 //! [`Replay`] saying what the loaded snapshot covers, so it rebuilds the same state; a read
@@ -25,9 +26,9 @@
 //!
 //! The crate takes typed values rather than storage's record bytes: the record format stays
 //! storage's alone (vx-storage decodes, in `feed.rs`), the tables can be replaced behind these
-//! calls (issue 19), and a different source of records (issue 20's Kafka partitions, with an
-//! offset instead of an LSN in [`LogPos`]) feeds the same calls. The cost is one small loop
-//! over a record's runs on storage's side.
+//! calls (issue 19), and storage decides which records feed them (in cluster mode the events
+//! of `T.entities`, written as entity-events records, rather than every event batch). The cost
+//! is one small loop over a record's runs on storage's side.
 //!
 //! A record the tables cannot take is an [`ApplyError`], never a log line: the caller must
 //! stop trusting the tables (the storage engine poisons itself; docs/FEATURES.md).

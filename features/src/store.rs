@@ -139,6 +139,13 @@ impl Features {
         let before = g.bytes;
         let out = f(&mut g);
         let after = g.bytes;
+        drop(g);
+        self.add_used(after, before);
+        out
+    }
+
+    /// A shard's bytes went from `before` to `after`: the tables' count follows.
+    pub(crate) fn add_used(&self, after: u64, before: u64) {
         if after != before {
             self.used.fetch_add(
                 i64::try_from(after).unwrap_or(i64::MAX)
@@ -146,7 +153,6 @@ impl Features {
                 Ordering::Relaxed,
             );
         }
-        out
     }
 
     /// Test support: make the next apply (of any record) fail with

@@ -234,6 +234,11 @@ impl EntityMap {
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entity)> {
         self.table.iter().map(|(k, e)| (k.as_bytes(), e))
     }
+
+    /// Every entity, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut Entity)> {
+        self.table.iter_mut().map(|(k, e)| (k.as_bytes(), e))
+    }
 }
 
 /// One shard of the tables.

@@ -386,6 +386,7 @@ impl Router {
                     durability: req
                         .durability
                         .unwrap_or_else(|| store.fsync_mode().durability()),
+                    stored: Vec::new(),
                 },
                 queue_fill: 0.0,
             });
@@ -458,6 +459,8 @@ impl Router {
                 durability: req.durability,
                 expected_last_seq: req.expected_last_seq,
                 guard: Some(Box::new(reservation)),
+                // Single-node mode: the request comes from a client, not from a partition.
+                origin: None,
             })
             .await;
         match result {

@@ -129,7 +129,7 @@ pub async fn delete(
     let durability = super::ingest::durability(&headers)?;
     let router = engine(&state)?;
     let shard = router.shard_of(&stream);
-    let resp = match router.store().delete(&stream, durability).await {
+    let resp = match router.store().delete(&stream, durability, None).await {
         Ok(out) => {
             state.metrics().streams_deleted.inc();
             Json(Deleted {

@@ -4,9 +4,10 @@
 //!
 //! - `meta.json`: parses and names a format this version reads.
 //! - Log segments: every record's header, length and CRC (`recovery::read_records`,
-//!   `record::crc_ok`), LSN continuity within and across segments, each record's body (runs and
-//!   their events through `vx_proto::packed`, tombstones, feature writes), and the `seq`
-//!   continuity of every stream from the first record that names it.
+//!   `record::crc_ok`), LSN continuity within and across segments, each record's body (its
+//!   origin, runs and their events through `vx_proto::packed`, tombstones, feature writes,
+//!   resets, entity events), and the `seq` continuity of every stream from the first record
+//!   that names it (a reset of its shard's streams starts it over).
 //! - Index files: checksum, header, entries and spans (`idxfile::IdxContents`), and that the
 //!   header matches its segment (first LSN, length, next segment's LSN).
 //! - Snapshots: `snapshot::verify`, the checks of start-up's loader, one shard at a time.
@@ -19,6 +20,7 @@
 //! listing is not checked. A bad record followed by a valid one, or any bad record in a
 //! sealed segment, is corruption, named by file and offset.
 
+use crate::api::OriginTopic;
 use crate::index::carry::Carry;
 use crate::index::idxfile::IdxContents;
 use crate::log::record::{self, BadRecord, Decode, RecordType};
@@ -149,6 +151,7 @@ pub fn check_with(vfs: &dyn Vfs, root: &Path) -> Result<Report, CheckError> {
     let mut log = LogCheck {
         streams: HashMap::new(),
         next_lsn: None,
+        shards,
     };
     let mut lens: HashMap<u64, u64> = HashMap::new();
     for (i, &lsn) in segs.iter().enumerate() {
@@ -225,6 +228,8 @@ struct LogCheck {
     /// Each stream's last seq seen so far (bounded like the server's streams).
     streams: HashMap<String, u64>,
     next_lsn: Option<u64>,
+    /// The data dir's shard count (a reset forgets the streams of one shard).
+    shards: Option<u32>,
 }
 
 impl LogCheck {
@@ -357,7 +362,30 @@ impl LogCheck {
 
     /// Check a checksum-verified record's body; returns its events.
     fn body(&mut self, h: &record::Header, rec: &[u8]) -> Result<u64, BadRecord> {
+        record::origin(h, rec)?;
         match h.ty {
+            RecordType::Reset => {
+                let (target, shard) = record::reset(rec)?;
+                if let (OriginTopic::Streams, Some(shards)) = (target, self.shards) {
+                    self.streams
+                        .retain(|name, _| vx_proto::shard::shard_of(name, shards) != shard);
+                }
+                Ok(0)
+            }
+            RecordType::EntityEvents => {
+                for run in record::runs(rec, h.n) {
+                    let run = run?;
+                    let mut n = 0u32;
+                    for ev in vx_proto::packed::events(run.events, run.stream) {
+                        ev.map_err(Decode::from)?;
+                        n += 1;
+                    }
+                    if n != run.count || n == 0 {
+                        return Err(BadRecord::RunLength);
+                    }
+                }
+                Ok(0)
+            }
             RecordType::FeaturePut => Ok(record::feature_put(rec, h.n).map(|_| 0)?),
             RecordType::FeatureDelete => Ok(record::feature_delete(rec).map(|_| 0)?),
             RecordType::Tombstone => {

@@ -76,6 +76,12 @@ impl DedupTable {
         }
     }
 
+    /// Forget every id (the shard's streams were reset).
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+
     /// How many ids the table remembers at most.
     pub fn capacity(&self) -> usize {
         self.max_entries

@@ -1,7 +1,12 @@
 //! The one path from the log to the feature tables: decode a checksum-verified record and
 //! hand its contents, as typed values and in log order, to vx-features' apply interface. The
 //! writer calls it for every record it made durable, recovery for every record it replays.
+//!
+//! What feeds the tables: event-batch records (unless `storage.features_from_events` is off,
+//! as in cluster mode), entity-events records, feature puts and deletes, and resets of a
+//! shard's feature tables. Tombstones and resets of a shard's streams change no feature.
 
+use crate::api::OriginTopic;
 use crate::features::{ApplyError, DirectApplied, Features, LogPos, Replay};
 use crate::record::{self, Decode, Header, RecordType};
 
@@ -21,19 +26,22 @@ impl From<Decode> for FeedError {
     }
 }
 
-/// Apply one checksum-verified record. `replay` is set during recovery only.
+/// Apply one checksum-verified record. `replay` is set during recovery only;
+/// `from_events` is `storage.features_from_events`.
 pub(crate) fn apply_record(
     features: &Features,
     rec: &[u8],
     h: &Header,
     replay: Option<&Replay<'_>>,
+    from_events: bool,
 ) -> Result<DirectApplied, FeedError> {
     let at = LogPos {
         lsn: h.lsn,
         append_ms: h.append_ms,
     };
     match h.ty {
-        RecordType::Events => {
+        RecordType::Events if !from_events => Ok(DirectApplied::default()),
+        RecordType::Events | RecordType::EntityEvents => {
             let mut events = features.events(at, replay)?;
             for run in record::runs(rec, h.n) {
                 let run = run?;
@@ -52,5 +60,12 @@ pub(crate) fn apply_record(
             Ok(features.delete(at, entity, name, replay)?)
         }
         RecordType::Tombstone => Ok(DirectApplied::default()),
+        RecordType::Reset => match record::reset(rec)? {
+            (OriginTopic::Entities, shard) => {
+                features.reset_shard(at, shard, replay)?;
+                Ok(DirectApplied::default())
+            }
+            (OriginTopic::Streams, _) => Ok(DirectApplied::default()),
+        },
     }
 }

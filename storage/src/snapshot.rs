@@ -204,6 +204,7 @@ pub(crate) fn bootstrap(engine: &LogWriter) -> Result<(FeatureBoot, Vec<SnapInfo
         from.covered.iter().copied().min().unwrap_or(0) + 1
     };
     let replay = from.replay();
+    let from_events = engine.features_from_events();
     let mut n = 0u64;
     for (i, seg) in segs.iter().enumerate() {
         let end = segs.get(i + 1).map_or(u64::MAX, |s| s.first_lsn - 1);
@@ -228,7 +229,8 @@ pub(crate) fn bootstrap(engine: &LogWriter) -> Result<(FeatureBoot, Vec<SnapInfo
                 failed = Some(corrupt(&path, off, "record checksum mismatch"));
                 return false;
             }
-            if let Err(e) = crate::feed::apply_record(features, rec, &h, Some(&replay)) {
+            if let Err(e) = crate::feed::apply_record(features, rec, &h, Some(&replay), from_events)
+            {
                 failed = Some(corrupt(&path, off, &e.to_string()));
                 return false;
             }

@@ -153,3 +153,37 @@ fn not_a_data_dir_is_an_error() {
     let err = check::check(&dir.path().join("nope")).unwrap_err();
     assert!(matches!(err, check::CheckError::NotADataDir(_)), "{err}");
 }
+
+/// Cluster mode's records check clean: origins, entity events, a record that only carries
+/// an origin, and a reset after which the shard's streams start at seq 1 again (not a gap).
+#[test]
+fn a_cluster_data_dir_checks_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = real_cfg(tmp.path());
+    cfg.segment_bytes = 4096;
+    cfg.features_from_events = false;
+    let (store, _) = Store::open(cfg).unwrap();
+    let s = streams_in("c", 1, 4, 1).remove(0);
+    let streams = OriginTopic::Streams;
+    for i in 0..60u64 {
+        let id = format!("id-{i}");
+        block(store.write(req_at(&[ev(&s, Some(&id), 1, 1)], origin(streams, 1, i)))).unwrap();
+    }
+    // Duplicates only: a record with the origin and no runs.
+    block(store.write(req_at(
+        &[ev(&s, Some("id-0"), 1, 1)],
+        origin(streams, 1, 60),
+    )))
+    .unwrap();
+    let mut b = vx_proto::Batch::new();
+    b.push(&ev(&s, None, 1, 1)).unwrap();
+    block(store.write_entity_events(b, origin(OriginTopic::Entities, 0, 0))).unwrap();
+    block(store.reset_shard(streams, 1)).unwrap();
+    for i in 0..5u64 {
+        block(store.write(req_at(&[ev(&s, None, 1, 1)], origin(streams, 1, i)))).unwrap();
+    }
+    store.shutdown();
+    let report = check::check(tmp.path()).unwrap();
+    assert!(report.is_ok(), "{:?}", report.corrupt().collect::<Vec<_>>());
+    assert_eq!(report.events, 65);
+}

@@ -40,6 +40,7 @@ fn batch(n: usize, tag: usize) -> WriteRequest {
         durability: None,
         expected_last_seq: None,
         guard: None,
+        origin: None,
     }
 }
 

@@ -96,7 +96,7 @@ fn a_failed_fsync_poisons_and_never_pretends() {
         Err(WriteError::Poisoned(_))
     ));
     assert!(store.is_poisoned());
-    assert!(block(store.delete("s", None)).is_err());
+    assert!(block(store.delete("s", None, None)).is_err());
     store.shutdown();
     drop(store);
     let (store, _) = Store::open(sim_cfg(&fs)).unwrap();
@@ -142,6 +142,7 @@ fn a_failed_feature_apply_poisons_and_a_restart_rebuilds_the_tables() {
         op: FeatureOp::Delete(None),
         durability: None,
         guard: None,
+        origin: None,
     };
     assert!(matches!(
         block(store.write_features(delete)),
@@ -243,7 +244,7 @@ fn an_io_error_on_write_poisons_and_later_writes_get_the_poisoned_error() {
         assert_eq!(later.unwrap_err(), err);
     }
     assert!(matches!(
-        block(store.delete("s", None)),
+        block(store.delete("s", None, None)),
         Err(WriteError::Poisoned(_))
     ));
     store.shutdown();

@@ -349,6 +349,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 durability: None,
                 expected_last_seq: None,
                 guard: None,
+                origin: None,
             }))
             .unwrap();
             true
@@ -363,6 +364,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 op: FeatureOp::Put(set),
                 durability: None,
                 guard: None,
+                origin: None,
             }))
             .unwrap();
             true
@@ -376,6 +378,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 op: FeatureOp::Delete(name.map(str::to_string)),
                 durability: None,
                 guard: None,
+                origin: None,
             }))
             .unwrap();
             true

@@ -293,6 +293,7 @@ fn run_case(seed: u64) -> Result<(), String> {
                                     durability,
                                     expected_last_seq: expected,
                                     guard: None,
+                                    origin: None,
                                 })
                                 .await
                             {
@@ -300,7 +301,7 @@ fn run_case(seed: u64) -> Result<(), String> {
                                 Err(e) => Answer::Refused(e),
                             },
                             Op::Delete { stream, durability } => {
-                                match store.delete(stream, durability).await {
+                                match store.delete(stream, durability, None).await {
                                     Ok(out) => Answer::Deleted(out),
                                     Err(e) => Answer::Refused(e),
                                 }
@@ -349,6 +350,7 @@ fn run_case(seed: u64) -> Result<(), String> {
             durability: None,
             expected_last_seq: None,
             guard: None,
+            origin: None,
         }))
         .map_err(|e| format!("retry after recovery: {e}"))?;
         if again.accepted != 0 {
@@ -383,6 +385,7 @@ fn run_case(seed: u64) -> Result<(), String> {
             durability: None,
             expected_last_seq: None,
             guard: None,
+            origin: None,
         }))
         .map_err(|e| format!("write after recovery: {e}"))?;
         let seq = out.last_seq[0].1;

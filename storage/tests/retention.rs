@@ -154,17 +154,17 @@ fn delete_tombstones_at_once_and_after_restart_and_continues_seq() {
     write_n(&store, "gone", 50, "g", 1_000);
     write_n(&store, "kept", 50, "k", 1_000);
     assert_eq!(
-        block(store.delete("nope", None)).unwrap_err(),
+        block(store.delete("nope", None, None)).unwrap_err(),
         WriteError::NotFound {
             stream: "nope".into()
         }
     );
-    let out = block(store.delete("gone", None)).unwrap();
+    let out = block(store.delete("gone", None, None)).unwrap();
     assert_eq!(out.last_seq, 50);
     assert!(store.stream("gone").is_none());
     assert!(store.read("gone", all(10)).is_none());
     assert_eq!(
-        block(store.delete("gone", None)).unwrap_err(),
+        block(store.delete("gone", None, None)).unwrap_err(),
         WriteError::NotFound {
             stream: "gone".into()
         }
@@ -216,7 +216,7 @@ fn deleted_streams_leave_memory_and_retention_frees_their_space() {
     let (store, _) = Store::open(c.clone()).unwrap();
     for i in 0..20 {
         write_n(&store, &format!("m{i:02}"), 10, "x", 1);
-        block(store.delete(&format!("m{i:02}"), None)).unwrap();
+        block(store.delete(&format!("m{i:02}"), None, None)).unwrap();
     }
     write_n(&store, "bulk", 1_500, "b", 1);
     assert_eq!(store.stream_count(), 1);

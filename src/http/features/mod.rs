@@ -337,6 +337,7 @@ pub async fn put(
             op: FeatureOp::Put(set),
             durability,
             guard: None,
+            origin: None,
         })
         .await;
     Ok(with_shard(outcome(&state, &entity, res, false), shard))
@@ -439,6 +440,7 @@ async fn delete(
             op: FeatureOp::Delete(name),
             durability,
             guard: None,
+            origin: None,
         })
         .await;
     Ok(with_shard(outcome(&state, &entity, res, true), shard))

@@ -111,6 +111,21 @@ pub enum WriteError {
     NotFound { stream: String },
     #[error("the storage engine is shutting down")]
     ShuttingDown,
+    /// Cluster mode: a record whose origin offset is not above the last one applied of its
+    /// partition. Origins of a partition arrive in offset order, so this one was applied
+    /// already (or the caller lost its place); it is refused rather than applied twice.
+    #[error(
+        "origin offset {offset} of {topic:?} partition {partition} is not after {applied}, the last one applied"
+    )]
+    OriginNotAfter {
+        topic: super::OriginTopic,
+        partition: u32,
+        offset: u64,
+        applied: u64,
+    },
+    /// A shard (or partition, which is a shard) the store does not have.
+    #[error("shard {shard} does not exist: the store has {shards} shards")]
+    UnknownShard { shard: u32, shards: u32 },
 }
 
 #[derive(Debug, thiserror::Error)]

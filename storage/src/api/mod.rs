@@ -127,6 +127,11 @@ pub struct StorageConfig {
     pub features: Vec<crate::features::FeatureDecl>,
     /// `storage.max_feature_bytes`: past it, writes creating entities or features are refused.
     pub max_feature_bytes: u64,
+    /// Whether event-batch records feed the feature tables (single-node mode, the default).
+    /// Cluster mode sets it to `false`: the tables are then fed by entity-events records
+    /// ([`crate::Store::write_entity_events`]), feature puts and deletes only. Keep it the
+    /// same across restarts of a data dir: start-up replays the log with the current value.
+    pub features_from_events: bool,
     /// `storage.snapshot_interval`: how often the feature tables are snapshotted.
     pub snapshot_interval: Duration,
     /// Descriptors of sealed segments and index files kept open for readers (an LRU cache);
@@ -156,6 +161,7 @@ impl StorageConfig {
             max_streams: 1_000_000,
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
+            features_from_events: true,
             snapshot_interval: Duration::from_secs(300),
             open_files: FILE_CACHE,
             channel_capacity: 4096,

@@ -12,6 +12,41 @@ pub enum SourcePos {
     Lsn(u64),
 }
 
+/// The Kafka topic a record was consumed from in cluster mode: `T` (one partition per shard,
+/// keyed by stream) or `T.entities` (one partition per shard, keyed by entity). On disk it is
+/// the origin's `topic` byte (docs/ARCHITECTURE.md, "Record format").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OriginTopic {
+    Streams = 0,
+    Entities = 1,
+}
+
+impl OriginTopic {
+    /// The topic of an origin's `topic` byte; `None` for any other value.
+    pub fn from_u8(b: u8) -> Option<OriginTopic> {
+        match b {
+            0 => Some(OriginTopic::Streams),
+            1 => Some(OriginTopic::Entities),
+            _ => None,
+        }
+    }
+
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Where a record came from in cluster mode: a Kafka offset of one partition of one topic.
+/// A record written with an origin carries it on disk, and the store remembers, per
+/// (topic, partition), the largest offset it applied ([`crate::Store::applied_offset`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub topic: OriginTopic,
+    /// The partition: partition p is shard p, so it is below the store's shard count.
+    pub partition: u32,
+    pub offset: u64,
+}
+
 /// One request to append: all of its events are stored in one record, or none is.
 pub struct WriteRequest {
     pub batch: Batch,
@@ -21,6 +56,18 @@ pub struct WriteRequest {
     pub expected_last_seq: Option<u64>,
     /// Dropped once the request is applied (or refused): releases the admission reservation.
     pub guard: Option<Box<dyn Send>>,
+    /// Cluster mode: the Kafka offset this request was consumed at (`None` in single-node
+    /// mode). Refused with [`crate::WriteError::OriginNotAfter`] unless it is above the last
+    /// offset applied of its partition.
+    pub origin: Option<Origin>,
+}
+
+/// Events a write stored in one stream: seqs `first_seq ..= first_seq + count - 1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRun {
+    pub stream: String,
+    pub first_seq: u64,
+    pub count: u64,
 }
 
 /// Result of a stored request: docs/API.md §3's 200 body.
@@ -32,6 +79,9 @@ pub struct WriteOutcome {
     /// of the duplicate when all of the stream's events were duplicates.
     pub last_seq: Vec<(String, u64)>,
     pub durability: Durability,
+    /// The newly stored events, per stream in the request's run order (duplicates left out;
+    /// empty when every event was a duplicate), so that a caller can read them back.
+    pub stored: Vec<StoredRun>,
 }
 
 /// A direct feature write (docs/API.md §6 `PUT` / `DELETE /v1/features/...`): one log record.
@@ -41,6 +91,8 @@ pub struct FeatureWrite {
     pub durability: Option<Durability>,
     /// Dropped once the request is applied (or refused): releases the admission reservation.
     pub guard: Option<Box<dyn Send>>,
+    /// Cluster mode: the Kafka offset this write was consumed at (see [`WriteRequest::origin`]).
+    pub origin: Option<Origin>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

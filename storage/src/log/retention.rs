@@ -4,7 +4,8 @@
 //! are written to the carry file first, then the streams' counters move on, then the segment
 //! and its index file are unlinked and the directory fsynced. A crash in between leaves a
 //! segment that the carry already accounts for; start-up folds it in again and retention
-//! removes it again.
+//! removes it again. A segment from before a reset of a shard's streams holds nothing of that
+//! shard any more: its entries of the shard's streams are passed over.
 
 use crate::index::carry::{Carry, CarryEntry};
 use crate::index::idxfile::IdxContents;
@@ -62,6 +63,27 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Drop every carry entry of `shard`'s streams (a reset of them), if it has any. The
+    /// caller has made the reset record durable first: a crash before this rewrite leaves the
+    /// reset in the log, and start-up drops them again.
+    pub fn carry_drop_shard(&mut self, shard: u32) -> io::Result<()> {
+        let old = self.shared.carry.read().clone();
+        let mut all = old.all()?;
+        let before = all.len();
+        let shards = self.shards;
+        all.retain(|e| shard_of(&e.name, shards) != shard);
+        if all.len() == before {
+            return Ok(());
+        }
+        let new = Carry::write(&*self.vfs, &self.shared.carry_path(), &all)?;
+        *self.shared.carry.write() = new;
+        self.carry_orphans = all
+            .iter()
+            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
+            .count() as u64;
+        Ok(())
+    }
+
     /// Remove sealed segments that retention no longer keeps (see the module docs).
     pub fn retention(&mut self, now_ms: i64) {
         let r = self.cfg.retention;
@@ -94,7 +116,7 @@ impl LogWriter {
             if !self.snapshot_covers(next_first.saturating_sub(1)) {
                 break;
             }
-            if let Err(e) = self.remove_segment(oldest) {
+            if let Err(e) = self.remove_segment(oldest, next_first) {
                 tracing::warn!(segment = oldest.first_lsn, error = %e, "retention cannot remove a segment; retrying later");
                 break;
             }
@@ -120,11 +142,15 @@ impl LogWriter {
         lsn <= self.shared.snapshot_floor.load(Ordering::Acquire)
     }
 
-    fn remove_segment(&mut self, info: SegInfo) -> io::Result<()> {
+    /// Remove segment `info`, whose records end before LSN `next_first`.
+    fn remove_segment(&mut self, info: SegInfo, next_first: u64) -> io::Result<()> {
         let seg = info.first_lsn;
         let (f, _) = self.shared.segments.idx(seg)?;
-        let entries = IdxContents::read(&*f)?.entries()?;
+        let mut entries = IdxContents::read(&*f)?.entries()?;
         drop(f);
+        // Entries of streams reset since: those streams are new ones of the same name, whose
+        // nodes (and counters) all come from later segments.
+        entries.retain(|e| !self.reset_after(&e.name, next_first));
         let index = &self.shared.index;
         let shards = self.shards;
         // First the streams this removal orphans, into the carry file.

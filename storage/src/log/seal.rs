@@ -3,7 +3,9 @@
 //! 1. fsync the segment (under `interval`, what is unsynced);
 //! 2. build its index file from the active spans of every stream it touched, linking each
 //!    stream's new node into its chain ([`crate::index::chain`]; at most one older node read per
-//!    stream), write it to `<lsn>.idx.tmp`, fsync, rename to `<lsn>.idx`;
+//!    stream), with the tables of applied origins and shard resets as of the segment's end
+//!    (cluster mode; [`crate::index::idxfile::Tables`]), write it to `<lsn>.idx.tmp`, fsync,
+//!    rename to `<lsn>.idx`;
 //! 3. create the next segment (named by the next LSN), fsync the directory: this makes the
 //!    rename and the create durable together;
 //! 4. publish: the streams' heads move to the new nodes and their active spans are dropped.
@@ -15,7 +17,9 @@
 
 use crate::index::carry::CarryEntry;
 use crate::index::chain::{self, ChainHead};
-use crate::index::idxfile::{self, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, SegSummary, TsRange};
+use crate::index::idxfile::{
+    self, Entry, F_EVENTS, F_TOMBSTONE, IdxBuilder, SegSummary, Tables, TsRange,
+};
 use crate::index::memory::SealedTs;
 use crate::log::segment::{self, SegInfo};
 use crate::log::state::LogWriter;
@@ -84,7 +88,11 @@ impl LogWriter {
             max_append_ms: self.active_append.max_ts,
             ids: self.active_ids,
         };
-        let bytes = b.finish(&summary)?;
+        let tables = Tables {
+            origins: self.origins_list(),
+            resets: self.resets_list(),
+        };
+        let bytes = b.finish_with(&summary, &tables)?;
         let idx = segment::idx_path(&self.log_dir, seg);
         let tmp = idx.with_extension("idx.tmp");
         let written = (|| -> io::Result<()> {

@@ -1,15 +1,17 @@
 //! The engine's input seam: what the storage engine applies, and where it came from.
 //!
 //! Whatever makes a batch durable first, the engine's state changes the same way: a durable
-//! record's runs (with their `seq`s), its tombstone and its ids are applied by
-//! [`LogWriter::apply`], in the order of their [`SourcePos`]. Today there is one source, the
-//! local log: the group commit applies each record it just wrote and synced, and recovery
-//! applies the active segment's records as it reads them back, both through this entry. In
-//! cluster mode a shard is a Kafka partition: its owner's consumer will apply each record
-//! at its partition offset through the same entry, deciding `seq`s, dedup and conditional
-//! writes from the record alone (see docs/ARCHITECTURE.md, "The engine's input seam").
+//! record's runs (with their `seq`s), its tombstone, its ids, its origin and a reset are
+//! applied by [`LogWriter::apply`], in the order of their [`SourcePos`]. There is one
+//! source, the local log: the group commit applies each record it just wrote and synced, and
+//! recovery applies the active segment's records as it reads them back, both through this
+//! entry. Cluster mode writes what it consumes from its Kafka partitions into the same local
+//! log, each record carrying its [`Origin`]; applying it moves its partition's applied
+//! offset, the offset a restarted node resumes consuming after (see docs/ARCHITECTURE.md,
+//! "The engine's input seam").
 
 pub use crate::api::SourcePos;
+use crate::api::{Origin, OriginTopic};
 use crate::index::idxfile::TsRange;
 use crate::index::memory::Placed;
 use crate::log::state::LogWriter;
@@ -36,18 +38,47 @@ pub(crate) struct Durable<'a, R> {
     /// Events with an id in the record, remembered or not (recovery forgets those older
     /// than the dedup window).
     pub id_count: u64,
+    /// Cluster mode: where the record was consumed (its partition's offset moves on).
+    pub origin: Option<Origin>,
+    /// Cluster mode: the record discards one shard's streams or feature tables.
+    pub reset: Option<(OriginTopic, u32)>,
+}
+
+impl<'a, R> Durable<'a, R> {
+    /// A record with nothing to apply but its place (the caller fills in what it has).
+    pub fn at(pos: SourcePos, append_ms: i64, runs: R) -> Self {
+        Durable {
+            pos,
+            append_ms,
+            runs,
+            tombstone: None,
+            ids: &[],
+            id_count: 0,
+            origin: None,
+            reset: None,
+        }
+    }
 }
 
 impl LogWriter {
-    /// Apply a durable record: its runs and tombstone become visible to readers and
-    /// followers, its ids are remembered. The `seq`s were assigned before (by the planning
-    /// of the group, or in the record read back); nothing here can fail.
+    /// Apply a durable record: a reset forgets its shard's streams (and the shard's applied
+    /// origin of its topic); its runs and tombstone become visible to readers and followers,
+    /// its ids are remembered, its origin's partition moves on. The `seq`s were assigned
+    /// before (by the planning of the group, or in the record read back); nothing here can
+    /// fail (what a reset changes on disk, the carry file, was changed before).
     pub(crate) fn apply<'a>(
         &mut self,
         input: Durable<'a, impl IntoIterator<Item = RunAt<'a>>>,
         now: i64,
     ) {
         debug_assert!(input.pos > self.applied, "applied out of order");
+        if let Some((target, shard)) = input.reset {
+            let SourcePos::Lsn(lsn) = input.pos;
+            if target == OriginTopic::Streams {
+                self.forget_streams(shard, lsn);
+            }
+            self.origin_forgotten(target, shard);
+        }
         for r in input.runs {
             self.apply_run(r.shard, r.stream, r.floor, r.placed);
         }
@@ -60,6 +91,9 @@ impl LogWriter {
             }
         }
         self.active_ids += input.id_count;
+        if let Some(o) = input.origin {
+            self.origin_applied(o);
+        }
         self.applied = input.pos;
     }
 

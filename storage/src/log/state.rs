@@ -4,7 +4,7 @@
 //! same state by applying the log through the same entry ([`crate::log::source`]), so a
 //! restart ends where the running process was; the writer thread then owns it alone.
 
-use crate::api::{PoisonCause, SourcePos, StorageConfig, WriteError};
+use crate::api::{Origin, OriginTopic, PoisonCause, SourcePos, StorageConfig, WriteError};
 use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
@@ -14,6 +14,7 @@ use crate::log::segment::{self, DataDir, Segments};
 use crate::vfs::{VFile, Vfs};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +38,12 @@ pub(crate) struct Published {
     pub snapshot_floor: AtomicU64,
     /// Followers' notifications of newly visible events and deletes.
     pub watches: crate::read::watch::Watches,
+    /// Cluster mode: per (topic, partition), the largest origin offset applied, published
+    /// after each group (once its records also reached the feature tables).
+    pub origins: RwLock<BTreeMap<(OriginTopic, u32), u64>>,
+    /// Bumped each time `origins` changes (an applied origin, a reset): what
+    /// [`crate::Store::watch_origins`] hands out.
+    pub origins_version: tokio::sync::watch::Sender<u64>,
 }
 
 impl Published {
@@ -59,6 +66,8 @@ impl Published {
             features,
             snapshot_floor: AtomicU64::new(0),
             watches: crate::read::watch::Watches::default(),
+            origins: RwLock::new(BTreeMap::new()),
+            origins_version: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -166,6 +175,14 @@ pub(crate) struct LogWriter {
     /// Asks the snapshot thread for a snapshot and waits for it: retention does when the
     /// snapshot floor holds it back.
     pub(super) snapshots: Option<TakeSnapshot>,
+    /// Cluster mode: per (topic, partition), the largest origin offset applied
+    /// ([`crate::log::source`]); what the index files record and readers see once published.
+    pub(super) origins: BTreeMap<(OriginTopic, u32), u64>,
+    /// `origins` changed since it was last published.
+    pub(super) origins_changed: bool,
+    /// Per shard: the LSN of the last reset of its streams (0: never). Records before it
+    /// hold nothing of the shard that counts any more (retention, the dedup refill).
+    pub(super) streams_reset: Vec<u64>,
 }
 
 impl LogWriter {
@@ -176,6 +193,11 @@ impl LogWriter {
     /// The seed of the dedup keys, recorded in the data dir's metadata.
     pub(crate) fn dedup_key(&self) -> u64 {
         self.dedup_key
+    }
+
+    /// `storage.features_from_events`: whether event batches feed the feature tables.
+    pub(crate) fn features_from_events(&self) -> bool {
+        self.cfg.features_from_events
     }
 
     /// Let retention ask for snapshots (see [`TakeSnapshot`]).
@@ -301,6 +323,93 @@ impl LogWriter {
                 lock.write().active_seg = seg;
             }
         }
+    }
+
+    /// Every shard's streams are forgotten as if they never existed (a reset record at
+    /// `lsn`, applied): their writer state, the reader index (open cursors end at their next
+    /// event), the active segment's spans, dedup, and their followers are told. What the
+    /// carry file holds of them was dropped before (it is on disk: see
+    /// [`LogWriter::carry_drop_shard`]).
+    pub fn forget_streams(&mut self, shard: u32, lsn: u64) {
+        let gone = self.shared.index.reset_shard(shard);
+        let spans: usize = gone.iter().map(|(_, n)| n).sum();
+        self.active_spans = self.active_spans.saturating_sub(spans);
+        let shards = self.shards;
+        let mut live = self.live;
+        self.streams.retain(|name, st| {
+            let keep = vx_proto::shard::shard_of(name, shards) != shard;
+            if !keep && !st.deleted {
+                live = live.saturating_sub(1);
+            }
+            keep
+        });
+        self.live = live;
+        self.touched.retain(|_, s| *s != shard);
+        if let Some(t) = self.dedup.get_mut(shard as usize) {
+            t.clear();
+        }
+        if let Some(r) = self.streams_reset.get_mut(shard as usize) {
+            *r = (*r).max(lsn);
+        }
+        self.shared.watches.reset_shard(shard, shards);
+    }
+
+    /// An origin was applied: its partition's offset moves on (never back).
+    pub fn origin_applied(&mut self, o: Origin) {
+        let at = self
+            .origins
+            .entry((o.topic, o.partition))
+            .or_insert(o.offset);
+        *at = (*at).max(o.offset);
+        self.origins_changed = true;
+    }
+
+    /// A reset forgets what its shard applied of its topic.
+    pub fn origin_forgotten(&mut self, topic: OriginTopic, partition: u32) {
+        if self.origins.remove(&(topic, partition)).is_some() {
+            self.origins_changed = true;
+        }
+    }
+
+    /// The applied origins as a list (what an index file records).
+    pub fn origins_list(&self) -> Vec<Origin> {
+        self.origins
+            .iter()
+            .map(|(&(topic, partition), &offset)| Origin {
+                topic,
+                partition,
+                offset,
+            })
+            .collect()
+    }
+
+    /// The shards whose streams were ever reset, with the LSN of the last reset.
+    pub fn resets_list(&self) -> Vec<(u32, u64)> {
+        (0u32..)
+            .zip(&self.streams_reset)
+            .filter(|&(_, &lsn)| lsn > 0)
+            .map(|(shard, &lsn)| (shard, lsn))
+            .collect()
+    }
+
+    /// Whether the streams of `stream`'s shard were reset after every record of a segment
+    /// whose next LSN (the next segment's first) is `next_lsn`: that segment's entry of the
+    /// stream belongs to a stream of the same name that no longer exists.
+    pub fn reset_after(&self, stream: &str, next_lsn: u64) -> bool {
+        let shard = vx_proto::shard::shard_of(stream, self.shards);
+        self.streams_reset
+            .get(shard as usize)
+            .is_some_and(|&r| r >= next_lsn)
+    }
+
+    /// Readers see the applied origins of every group applied so far; waiters are woken.
+    pub fn publish_origins(&mut self) {
+        if !self.origins_changed {
+            return;
+        }
+        self.origins_changed = false;
+        *self.shared.origins.write() = self.origins.clone();
+        self.shared.origins_version.send_modify(|v| *v += 1);
     }
 
     /// Publish the dedup horizons for metrics.

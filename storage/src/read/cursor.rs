@@ -8,7 +8,9 @@
 //! whole records, skipping other streams' runs, to the span's end.
 //!
 //! Retention may remove a segment while a cursor reads: the cursor then moves on to the first
-//! retained `seq` (docs/API.md §5: replay starts at the first retained seq).
+//! retained `seq` (docs/API.md §5: replay starts at the first retained seq). A reset of the
+//! stream's shard (cluster mode) ends it, as a delete does: what it would read next was
+//! discarded.
 
 use crate::api::{ReadError, ReadQuery};
 use crate::index::chain;
@@ -37,6 +39,8 @@ pub struct Cursor {
     shared: Option<Arc<Published>>,
     stream: Box<str>,
     shard: u32,
+    /// The shard's reset count when the cursor opened ([`crate::index::memory::Index::resets`]).
+    resets: u64,
     first_seq: u64,
     last_seq: u64,
     start_seq: u64,
@@ -208,7 +212,7 @@ impl SpanWalk {
                         self.skip_to(rec_end);
                         continue;
                     }
-                    self.pos += HEADER_LEN as u64;
+                    self.pos += h.body_at() as u64;
                     self.at = At::Runs { left: h.n, rec_end };
                 }
                 At::Runs { left: 0, rec_end } => {
@@ -255,9 +259,12 @@ fn decode(e: Decode) -> String {
 }
 
 impl Cursor {
+    /// A cursor over `stream` as its metadata was read after the shard's reset count was
+    /// `resets`.
     pub(crate) fn open(
         shared: Arc<Published>,
         shard: u32,
+        resets: u64,
         stream: &str,
         first_seq: u64,
         last_seq: u64,
@@ -269,6 +276,7 @@ impl Cursor {
             shared: Some(shared),
             stream: stream.into(),
             shard,
+            resets,
             first_seq,
             last_seq,
             start_seq,
@@ -289,6 +297,7 @@ impl Cursor {
             shared: None,
             stream: stream.into(),
             shard,
+            resets: 0,
             first_seq: last_seq + 1,
             last_seq,
             start_seq,
@@ -478,6 +487,12 @@ impl Cursor {
         };
         loop {
             if self.remaining == 0 || self.next_seq > self.end_seq {
+                return Ok(None);
+            }
+            if shared.index.resets(self.shard) != self.resets {
+                // The shard was reset: every event this cursor could still return is gone.
+                self.remaining = 0;
+                self.walk = None;
                 return Ok(None);
             }
             if self.walk.is_none() {

@@ -16,8 +16,9 @@ use tokio::sync::watch;
 pub struct Visible {
     /// The last visible `seq` (0 for a stream never written).
     pub last_seq: u64,
-    /// Tombstones applied since the watch began: a change means the stream was deleted, even
-    /// if it was written again before the follower looked (a counter, not a flag, for that).
+    /// Tombstones applied since the watch began, and resets of the stream's shard (cluster
+    /// mode; `last_seq` then goes back to 0): a change means the stream was deleted, even if
+    /// it was written again before the follower looked (a counter, not a flag, for that).
     pub deletes: u64,
 }
 
@@ -74,6 +75,25 @@ impl Watches {
         });
     }
 
+    /// The writer forgot every stream of `shard` (a reset): each watched one counts a delete
+    /// and starts again from seq 0.
+    pub fn reset_shard(&self, shard: u32, shards: u32) {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut map = self.map.lock();
+        map.retain(|_, tx| tx.receiver_count() > 0);
+        for (name, tx) in map.iter() {
+            if vx_proto::shard::shard_of(name, shards) == shard {
+                tx.send_modify(|v| {
+                    v.deletes += 1;
+                    v.last_seq = 0;
+                });
+            }
+        }
+        self.len.store(map.len(), Ordering::Release);
+    }
+
     fn change(&self, stream: &str, f: impl FnOnce(&mut Visible) -> bool) {
         if self.len.load(Ordering::Acquire) == 0 {
             return;
@@ -118,5 +138,32 @@ mod tests {
         drop(rx);
         w.published("a", 11);
         assert_eq!(w.len.load(Ordering::Relaxed), 0, "dropped once unwatched");
+    }
+
+    /// A reset of a shard counts a delete for its watched streams and starts them at 0.
+    #[test]
+    fn a_reset_counts_as_a_delete_of_the_shards_streams() {
+        let w = Watches::default();
+        let (a, b) = ("a", "b");
+        let shard = |s: &str| vx_proto::shard::shard_of(s, 64);
+        assert_ne!(shard(a), shard(b));
+        let mut ra = w.subscribe(a, || 7);
+        let mut rb = w.subscribe(b, || 9);
+        w.reset_shard(shard(a), 64);
+        assert_eq!(
+            *ra.borrow_and_update(),
+            Visible {
+                last_seq: 0,
+                deletes: 1
+            }
+        );
+        assert!(!rb.has_changed().unwrap_or(true));
+        assert_eq!(rb.borrow_and_update().last_seq, 9);
+        w.published(a, 1);
+        assert_eq!(
+            ra.borrow_and_update().last_seq,
+            1,
+            "written again from seq 1"
+        );
     }
 }

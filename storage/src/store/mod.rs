@@ -1,7 +1,9 @@
 //! [`Store`], the handle to the storage engine: opening it (recovery, the feature tables'
 //! bootstrap, the writer and snapshot threads), the write side, and shutdown. The read side
-//! (stream metadata, listings, replay cursors, watches) is in [`streams`].
+//! (stream metadata, listings, replay cursors, watches) is in [`streams`]; what cluster mode
+//! adds (entity events, shard resets, applied origins) in [`cluster`].
 
+mod cluster;
 mod streams;
 
 use crate::api::*;
@@ -170,10 +172,12 @@ impl Store {
     }
 
     /// Delete a stream (docs/API.md §5): a durable tombstone; `NotFound` if it does not exist.
+    /// `origin`: cluster mode's Kafka offset of the delete (`None` in single-node mode).
     pub async fn delete(
         &self,
         stream: &str,
         durability: Option<Durability>,
+        origin: Option<Origin>,
     ) -> Result<DeleteOutcome, WriteError> {
         if let Some(e) = self.refuse_early() {
             return Err(e);
@@ -184,6 +188,7 @@ impl Store {
             .send_async(Msg::Delete {
                 stream: stream.to_string(),
                 durability,
+                origin,
                 reply: tx,
             })
             .await

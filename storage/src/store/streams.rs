@@ -140,10 +140,13 @@ impl Store {
     pub fn read(&self, stream: &str, q: ReadQuery) -> Option<Cursor> {
         let shared = &self.inner.shared;
         let shard = self.shard_of(stream);
+        // Before the metadata: a reset after this ends the cursor.
+        let resets = shared.index.resets(shard);
         if let Some(view) = shared.index.view(shard, stream) {
             return Some(Cursor::open(
                 Arc::clone(shared),
                 shard,
+                resets,
                 stream,
                 view.first_seq,
                 view.last_seq,

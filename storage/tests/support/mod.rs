@@ -33,6 +33,7 @@ pub fn req(events: &[EventView<'_>]) -> WriteRequest {
         durability: None,
         expected_last_seq: None,
         guard: None,
+        origin: None,
     }
 }
 
@@ -105,4 +106,47 @@ impl Rng {
     pub fn chance(&mut self, pct: u64) -> bool {
         self.below(100) < pct
     }
+}
+
+/// Cluster mode: an origin of `topic`, partition `partition`, at `offset`.
+pub fn origin(topic: OriginTopic, partition: u32, offset: u64) -> Origin {
+    Origin {
+        topic,
+        partition,
+        offset,
+    }
+}
+
+/// `req` with an origin.
+pub fn req_at(events: &[EventView<'_>], o: Origin) -> WriteRequest {
+    WriteRequest {
+        origin: Some(o),
+        ..req(events)
+    }
+}
+
+/// The first `n` stream names `"{prefix}{i}"` that land in `shard` of `shards`.
+pub fn streams_in(prefix: &str, shard: u32, shards: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .filter(|s| vx_proto::shard::shard_of(s, shards) == shard)
+        .take(n)
+        .collect()
+}
+
+/// Stop the writer as a `kill -9` would leave the disk: whatever reached the page cache
+/// stays (every pending operation survives), nothing more is written.
+pub fn kill(fs: &SimFs, store: Store) {
+    fs.freeze();
+    store.shutdown();
+    drop(store);
+    fs.power_cut(&mut |n| n - 1);
+}
+
+/// A power cut: only what was synced survives.
+pub fn power_loss(fs: &SimFs, store: Store) {
+    fs.freeze();
+    store.shutdown();
+    drop(store);
+    fs.power_cut(&mut |_| 0);
 }

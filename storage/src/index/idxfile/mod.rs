@@ -9,9 +9,9 @@
 //! # Layout of `log/<first LSN, 20 digits>.idx` (all integers little-endian)
 //!
 //! ```text
-//! header (80 bytes)
+//! header (80 bytes in version 1, 88 in version 2)
 //!   0  [u8;4] magic "VXIX"
-//!   4  u16    version 1
+//!   4  u16    version: 1, or 2 when the file carries the tables of `tables.rs`
 //!   6  u16    0
 //!   8  u64    segment: first LSN of the segment (its name)
 //!  16  u64    next_lsn: the LSN after the segment's last record
@@ -23,6 +23,8 @@
 //!  60  u32    slots: a power of two ≥ 2 × entries (at least 1)
 //!  64  u64    entries_len: bytes of the entries region
 //!  72  u64    spans: number of spans
+//!  80  u32    origins: rows of the origins table (version 2 only)
+//!  84  u32    resets: rows of the resets table (version 2 only)
 //! slots (slots × 8 bytes): open addressing over xxh3-64 of the stream name, linear probing
 //!   u32 tag      the hash's high 32 bits
 //!   u32 entry    offset of the entry in the entries region + 1 (0: empty slot)
@@ -43,17 +45,29 @@
 //!  24  u32 count       28 u32 off: offset in the segment of the stream's first run header
 //!  32  u32 len: bytes from off to the end of the span's last run
 //!  36  u32 rec_end: bytes from off to the end of that first run's record
+//! tables (version 2 only): origins × 16 bytes, then resets × 16 bytes (see [`tables`])
 //! footer
 //!   u32 crc32c of every byte before it
 //! ```
+//!
+//! A single-node log never has origins or resets, so its index files are version 1, byte
+//! for byte what they were before version 2 existed; a file is version 2 only when one of
+//! its tables is not empty. Both versions are read.
+
+mod tables;
 
 use crate::log::record::{Decode, Fields};
 use crate::vfs::VFile;
 use std::io;
+pub use tables::Tables;
 
 pub const MAGIC: [u8; 4] = *b"VXIX";
+/// Version 1: no tables. Version 2: the origins and resets tables after the spans.
 pub const VERSION: u16 = 1;
+pub const VERSION_TABLES: u16 = 2;
+/// The header of a version 1 file; version 2 adds the two table sizes.
 pub const HEADER_LEN: usize = 80;
+pub const HEADER_LEN_TABLES: usize = 88;
 pub const ENTRY_FIXED: usize = 184;
 pub const SPAN_LEN: usize = 40;
 const SLOT_LEN: usize = 8;
@@ -219,6 +233,7 @@ fn name_hash(name: &str) -> u64 {
 /// What an index file says about its segment as a whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdxHeader {
+    pub version: u16,
     pub segment: u64,
     pub next_lsn: u64,
     pub log_len: u64,
@@ -229,20 +244,43 @@ pub struct IdxHeader {
     pub slots: u32,
     pub entries_len: u64,
     pub spans: u64,
+    /// Rows of the origins and resets tables (0 in version 1).
+    pub origins: u32,
+    pub resets: u32,
 }
 
 impl IdxHeader {
+    fn header_len(&self) -> u64 {
+        if self.version == VERSION {
+            HEADER_LEN as u64
+        } else {
+            HEADER_LEN_TABLES as u64
+        }
+    }
+
+    fn slots_at(&self) -> u64 {
+        self.header_len()
+    }
+
     fn entries_at(&self) -> u64 {
-        HEADER_LEN as u64 + u64::from(self.slots) * SLOT_LEN as u64
+        self.slots_at() + u64::from(self.slots) * SLOT_LEN as u64
     }
 
     fn spans_at(&self) -> u64 {
         self.entries_at() + self.entries_len
     }
 
+    fn tables_at(&self) -> u64 {
+        self.spans_at() + self.spans * SPAN_LEN as u64
+    }
+
+    fn tables_len(&self) -> u64 {
+        (u64::from(self.origins) + u64::from(self.resets)) * tables::ROW_LEN as u64
+    }
+
     /// Bytes of the whole file, footer included.
     pub fn file_len(&self) -> u64 {
-        self.spans_at() + self.spans * SPAN_LEN as u64 + 4
+        self.tables_at() + self.tables_len() + 4
     }
 
     fn parse(b: &[u8]) -> Result<IdxHeader, Decode> {
@@ -250,11 +288,13 @@ impl IdxHeader {
         if r.arr::<4>()? != MAGIC {
             return Err(Decode::Bad("not an index file"));
         }
-        if r.u16()? != VERSION {
+        let version = r.u16()?;
+        if version != VERSION && version != VERSION_TABLES {
             return Err(Decode::Bad("unknown index file version"));
         }
         r.u16()?;
-        let h = IdxHeader {
+        let mut h = IdxHeader {
+            version,
             segment: r.u64()?,
             next_lsn: r.u64()?,
             log_len: r.u64()?,
@@ -265,7 +305,13 @@ impl IdxHeader {
             slots: r.u32()?,
             entries_len: r.u64()?,
             spans: r.u64()?,
+            origins: 0,
+            resets: 0,
         };
+        if version == VERSION_TABLES {
+            h.origins = r.u32()?;
+            h.resets = r.u32()?;
+        }
         if !h.slots.is_power_of_two() || u64::from(h.slots) < u64::from(h.entries) {
             return Err(Decode::Bad("index slot table is too small"));
         }
@@ -331,8 +377,14 @@ impl IdxBuilder {
         Ok(())
     }
 
-    /// The finished file's bytes.
+    /// The finished file's bytes, without tables (version 1).
     pub fn finish(self, seg: &SegSummary) -> io::Result<Vec<u8>> {
+        self.finish_with(seg, &Tables::default())
+    }
+
+    /// The finished file's bytes: version 1 when both tables are empty (what a single-node
+    /// log always writes), else version 2 with them.
+    pub fn finish_with(self, seg: &SegSummary, tables: &Tables) -> io::Result<Vec<u8>> {
         let entries = u32::try_from(self.offsets.len())
             .map_err(|_| io::Error::other("too many index entries"))?;
         let slots = (u32::try_from(self.offsets.len() * 2).unwrap_or(u32::MAX))
@@ -353,11 +405,24 @@ impl IdxBuilder {
                 i = (i + 1) & (slots as usize - 1);
             }
         }
+        let too_many = || io::Error::other("too many rows in the index tables");
+        let origins = u32::try_from(tables.origins.len()).map_err(|_| too_many())?;
+        let resets = u32::try_from(tables.resets.len()).map_err(|_| too_many())?;
+        let version = if tables.is_empty() {
+            VERSION
+        } else {
+            VERSION_TABLES
+        };
         let mut out = Vec::with_capacity(
-            HEADER_LEN + table.len() + self.entries.len() + self.spans.len() + 4,
+            HEADER_LEN_TABLES
+                + table.len()
+                + self.entries.len()
+                + self.spans.len()
+                + (tables.origins.len() + tables.resets.len()) * tables::ROW_LEN
+                + 4,
         );
         out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         out.extend_from_slice(&seg.segment.to_le_bytes());
         out.extend_from_slice(&seg.next_lsn.to_le_bytes());
@@ -369,9 +434,14 @@ impl IdxBuilder {
         out.extend_from_slice(&slots.to_le_bytes());
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         out.extend_from_slice(&self.span_count.to_le_bytes());
+        if version == VERSION_TABLES {
+            out.extend_from_slice(&origins.to_le_bytes());
+            out.extend_from_slice(&resets.to_le_bytes());
+        }
         out.extend_from_slice(&table);
         out.extend_from_slice(&self.entries);
         out.extend_from_slice(&self.spans);
+        tables.write(&mut out);
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
@@ -500,6 +570,17 @@ impl IdxContents {
         Ok(out)
     }
 
+    /// The origins and resets tables (empty in a version 1 file).
+    pub fn tables(&self) -> io::Result<Tables> {
+        let at = usize::try_from(self.header.tables_at()).map_err(io::Error::other)?;
+        let len = usize::try_from(self.header.tables_len()).map_err(io::Error::other)?;
+        let region = self
+            .bytes
+            .get(at..at + len)
+            .ok_or_else(|| bad(Decode::Bad("index tables past the end")))?;
+        Tables::parse(region, self.header.origins, self.header.resets).map_err(bad)
+    }
+
     /// The spans of one entry.
     pub fn spans(&self, e: &Entry) -> io::Result<Vec<Span>> {
         let mut out = Vec::with_capacity(e.spans_n as usize);
@@ -516,11 +597,12 @@ impl IdxContents {
     }
 }
 
-/// Read the header of an index file (80 bytes).
+/// Read the header of an index file (80 or 88 bytes: every index file is longer than 88).
 pub fn read_header(file: &dyn VFile) -> io::Result<IdxHeader> {
-    let mut b = [0u8; HEADER_LEN];
-    file.read_exact_at(&mut b, 0)?;
-    IdxHeader::parse(&b).map_err(bad)
+    let mut b = [0u8; HEADER_LEN_TABLES];
+    let n = file.read_full_at(&mut b, 0)?;
+    let b = b.get(..n).unwrap_or_default();
+    IdxHeader::parse(b).map_err(bad)
 }
 
 /// Find a stream's entry with a few `pread`s (probe the slot table, then read the entry).
@@ -537,10 +619,7 @@ pub fn lookup(file: &dyn VFile, h: &IdxHeader, name: &str) -> io::Result<Option<
         let blk = i / 8;
         if blk != block_at {
             let n = (slots - blk * 8).min(8) as usize * SLOT_LEN;
-            file.read_exact_at(
-                &mut block[..n],
-                HEADER_LEN as u64 + blk * 8 * SLOT_LEN as u64,
-            )?;
+            file.read_exact_at(&mut block[..n], h.slots_at() + blk * 8 * SLOT_LEN as u64)?;
             block_at = blk;
         }
         let at = (i % 8) as usize * SLOT_LEN;

@@ -22,6 +22,7 @@ use crate::index::idxfile::{Span, TsRange};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest gap of other streams' bytes a span bridges.
 pub const SPAN_GAP: u32 = 16 << 10;
@@ -122,6 +123,9 @@ pub struct Index {
     shards: Vec<RwLock<ShardIdx>>,
     /// Listed (not deleted) streams in memory, sorted bytewise, with their shard.
     names: RwLock<BTreeMap<Box<str>, u32>>,
+    /// Per shard: how many times its streams were reset (cluster mode). A cursor notes it
+    /// when it opens and ends once it changes, so it never reads on into discarded events.
+    resets: Vec<AtomicU64>,
 }
 
 /// What a reader needs to start reading a stream.
@@ -144,7 +148,39 @@ impl Index {
                 })
                 .collect(),
             names: RwLock::new(BTreeMap::new()),
+            resets: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// How many times `shard`'s streams were reset since start.
+    pub fn resets(&self, shard: u32) -> u64 {
+        self.resets
+            .get(shard as usize)
+            .map_or(0, |r| r.load(Ordering::Acquire))
+    }
+
+    /// Forget every stream of `shard` (a reset): returns each one's name and the number of
+    /// active spans it held. The reset count moves first, under the shard's lock, so a
+    /// cursor that reads a stream's metadata after this sees it changed.
+    pub fn reset_shard(&self, shard: u32) -> Vec<(Box<str>, usize)> {
+        let Some(lock) = self.shard(shard) else {
+            return Vec::new();
+        };
+        let mut g = lock.write();
+        if let Some(r) = self.resets.get(shard as usize) {
+            r.fetch_add(1, Ordering::AcqRel);
+        }
+        let gone: Vec<(Box<str>, usize)> = g
+            .streams
+            .drain()
+            .map(|(name, s)| (name, s.active.len()))
+            .collect();
+        drop(g);
+        let mut names = self.names.write();
+        for (name, _) in &gone {
+            names.remove(&**name);
+        }
+        gone
     }
 
     pub fn shard(&self, shard: u32) -> Option<&RwLock<ShardIdx>> {

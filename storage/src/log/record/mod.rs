@@ -7,17 +7,24 @@
 //!
 //! ```text
 //! record header (32 bytes)
-//!   0   u32  len        bytes of the whole record, header included (32 ..= 1 GiB)
+//!   0   u32  len        bytes of the whole record, header (and origin) included (32 ..= 1 GiB)
 //!   4   u32  crc32c     CRC-32C (Castagnoli) of bytes [8, len)
 //!   8   u8   version    2
 //!   9   u8   type       1 = event batch, 2 = feature put, 3 = feature delete,
-//!                       4 = stream tombstone
-//!   10  u16  flags      0 (reserved: codec of the body)
+//!                       4 = stream tombstone, 5 = reset, 6 = entity events
+//!   10  u16  flags      bit 0: an origin follows the header; every other bit 0
 //!   12  u64  lsn        log sequence number: 1, 2, 3 … with no gaps across segments
 //!   20  i64  append_ms  server append time, ms since the Unix epoch
-//!   28  u32  n          event batch: number of runs; feature put: number of names;
-//!                       feature delete and tombstone: 1
-//! event batch: n runs, one per stream of the request
+//!   28  u32  n          event batch and entity events: number of runs; feature put: number
+//!                       of names; feature delete, tombstone and reset: 1
+//! origin (16 bytes, only with flag bit 0; cluster mode: where the record was consumed)
+//!   32  u8   topic      0 = the streams topic, 1 = the entities topic
+//!   33  [u8;3]          0
+//!   36  u32  partition  (= the shard)
+//!   40  u64  offset     the Kafka offset
+//! body: at 32, or at 48 with an origin
+//! event batch: n runs, one per stream of the request (n = 0: a request whose events were
+//! all duplicates, written only to carry its origin)
 //!   u16  stream_len, then the stream's bytes (UTF-8)
 //!   u64  base_seq       seq of the run's first event; the i-th event has base_seq + i
 //!   u32  count          events in the run (≥ 1)
@@ -27,7 +34,6 @@
 //!   u16  stream_len, then the stream's bytes
 //!   u64  last_seq       the stream's last seq when it was deleted: every seq ≤ it is gone,
 //!                       and a later write continues at last_seq + 1
-//! ```
 //! feature put (docs/API.md §6 `PUT /v1/features/{entity}`)
 //!   u16  entity_len, then the entity's bytes (1..=256)
 //!   n ×  u8 name_len (1..=128), the name's bytes, u8 tag, then the value by tag:
@@ -36,13 +42,26 @@
 //! feature delete (`DELETE /v1/features/{entity}[/{name}]`)
 //!   u16  entity_len, then the entity's bytes
 //!   u8   name_len       0: the whole entity; else the feature's name follows
+//! reset (cluster mode: the local copy of one shard is discarded)
+//!   u8   target         0 = the shard's streams, 1 = the shard's feature tables
+//!   u32  shard
+//! entity events (cluster mode: events applied to the feature tables only)
+//!   n runs laid out as an event batch's; a run's stream is the stream the events were
+//!   stored in, its base_seq is 0 (the events' seqs are not known to this record; readers
+//!   ignore it), and no seq, stream or dedup state follows from it
+//! ```
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
+use crate::api::{Origin, OriginTopic};
 use crate::features::FeatureValue;
 use vx_proto::le::Reader;
 use vx_proto::packed::DecodeError;
 
 pub const HEADER_LEN: usize = 32;
+/// Bytes of a record's origin, right after the header when flag [`F_ORIGIN`] is set.
+pub const ORIGIN_LEN: usize = 16;
+/// Header flag: an origin follows the header.
+pub const F_ORIGIN: u16 = 1;
 pub const VERSION: u8 = 2;
 /// Largest record recovery will believe in; anything longer is corruption. Config checks at
 /// start-up keep every request's record below it (`ingest.max_body_bytes`).
@@ -56,6 +75,10 @@ pub enum RecordType {
     FeaturePut = 2,
     FeatureDelete = 3,
     Tombstone = 4,
+    /// Cluster mode: one shard's streams or feature tables discarded.
+    Reset = 5,
+    /// Cluster mode: events for the feature tables only.
+    EntityEvents = 6,
 }
 
 impl RecordType {
@@ -65,6 +88,8 @@ impl RecordType {
             2 => Some(Self::FeaturePut),
             3 => Some(Self::FeatureDelete),
             4 => Some(Self::Tombstone),
+            5 => Some(Self::Reset),
+            6 => Some(Self::EntityEvents),
             _ => None,
         }
     }
@@ -136,15 +161,34 @@ pub struct RecordBuilder {
 }
 
 impl RecordBuilder {
+    /// Begin a record without an origin (single-node mode: flags 0).
     pub fn begin(buf: &mut Vec<u8>, ty: RecordType, lsn: u64, append_ms: i64) -> Self {
+        Self::begin_with(buf, ty, lsn, append_ms, None)
+    }
+
+    /// Begin a record, with its origin after the header if it has one (flag [`F_ORIGIN`]).
+    pub fn begin_with(
+        buf: &mut Vec<u8>,
+        ty: RecordType,
+        lsn: u64,
+        append_ms: i64,
+        origin: Option<Origin>,
+    ) -> Self {
         let start = buf.len();
         buf.extend_from_slice(&[0u8; 8]);
         buf.push(VERSION);
         buf.push(ty as u8);
-        buf.extend_from_slice(&0u16.to_le_bytes());
+        let flags = if origin.is_some() { F_ORIGIN } else { 0 };
+        buf.extend_from_slice(&flags.to_le_bytes());
         buf.extend_from_slice(&lsn.to_le_bytes());
         buf.extend_from_slice(&append_ms.to_le_bytes());
         buf.extend_from_slice(&0u32.to_le_bytes());
+        if let Some(o) = origin {
+            buf.push(o.topic.as_u8());
+            buf.extend_from_slice(&[0u8; 3]);
+            buf.extend_from_slice(&o.partition.to_le_bytes());
+            buf.extend_from_slice(&o.offset.to_le_bytes());
+        }
         RecordBuilder {
             start,
             n: 0,
@@ -196,6 +240,13 @@ impl RecordBuilder {
     pub fn tombstone(&mut self, buf: &mut Vec<u8>, stream: &str, last_seq: u64) {
         Self::stream(buf, stream);
         buf.extend_from_slice(&last_seq.to_le_bytes());
+        self.n = 1;
+    }
+
+    /// A reset record's body: what is discarded, of which shard.
+    pub fn reset(&mut self, buf: &mut Vec<u8>, target: OriginTopic, shard: u32) {
+        buf.push(target.as_u8());
+        buf.extend_from_slice(&shard.to_le_bytes());
         self.n = 1;
     }
 
@@ -337,9 +388,22 @@ pub struct Header {
     pub len: usize,
     pub crc: u32,
     pub ty: RecordType,
+    /// Flag [`F_ORIGIN`]: an origin follows the header ([`origin`] reads it).
+    pub has_origin: bool,
     pub lsn: u64,
     pub append_ms: i64,
     pub n: u32,
+}
+
+impl Header {
+    /// Offset of the body in the record: after the header, and after the origin if any.
+    pub fn body_at(&self) -> usize {
+        if self.has_origin {
+            HEADER_LEN + ORIGIN_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
 }
 
 pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
@@ -359,17 +423,47 @@ pub fn parse_header(b: &[u8]) -> Result<Header, Decode> {
         return Err(Decode::Bad("unknown record version"));
     }
     let ty = RecordType::from_u8(ty).ok_or(Decode::Bad("unknown record type"))?;
-    if flags != 0 {
+    if flags & !F_ORIGIN != 0 {
         return Err(Decode::Bad("unknown record flags"));
+    }
+    let has_origin = flags & F_ORIGIN != 0;
+    if has_origin && len < HEADER_LEN + ORIGIN_LEN {
+        return Err(Decode::Bad("record length out of range"));
     }
     Ok(Header {
         len,
         crc,
         ty,
+        has_origin,
         lsn,
         append_ms,
         n,
     })
+}
+
+/// The origin of a record (`rec` is the whole record), if its header says it has one.
+pub fn origin(h: &Header, rec: &[u8]) -> Result<Option<Origin>, Decode> {
+    if !h.has_origin {
+        return Ok(None);
+    }
+    let mut r = Fields::at(rec, HEADER_LEN);
+    let topic = OriginTopic::from_u8(r.u8()?).ok_or(Decode::Bad("unknown origin topic"))?;
+    if r.arr::<3>()? != [0; 3] {
+        return Err(Decode::Bad("origin padding is not zero"));
+    }
+    Ok(Some(Origin {
+        topic,
+        partition: r.u32()?,
+        offset: r.u64()?,
+    }))
+}
+
+/// Where the body of a record starts, from its own flags (`rec` is a parsed record).
+fn body_start(rec: &[u8]) -> usize {
+    match rec.get(10..12) {
+        Some(f) if u16::from_le_bytes([f[0], f[1]]) & F_ORIGIN != 0 => HEADER_LEN + ORIGIN_LEN,
+        _ => HEADER_LEN,
+    }
 }
 
 /// Checks a whole record's checksum (`rec` is exactly `len` bytes).
@@ -429,9 +523,9 @@ pub struct Run<'a> {
     pub events: &'a [u8],
 }
 
-/// Iterate the runs of a checksum-verified event-batch record.
+/// Iterate the runs of a checksum-verified event-batch or entity-events record.
 pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>> {
-    let mut pos = HEADER_LEN;
+    let mut pos = body_start(rec);
     let mut left = n;
     std::iter::from_fn(move || {
         if left == 0 {
@@ -468,7 +562,7 @@ pub fn runs(rec: &[u8], n: u32) -> impl Iterator<Item = Result<Run<'_>, Decode>>
 
 /// The body of a tombstone record: the stream and its last seq.
 pub fn tombstone(rec: &[u8]) -> Result<(&str, u64), Decode> {
-    let mut r = Fields::at(rec, HEADER_LEN);
+    let mut r = Fields::at(rec, body_start(rec));
     let sl = usize::from(r.u16()?);
     let stream = r.str(sl)?;
     let last_seq = r.u64()?;
@@ -483,7 +577,7 @@ pub type FeaturePut<'a> = (&'a str, Vec<(&'a str, Option<FeatureValue>)>);
 
 /// The body of a feature put record.
 pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
-    let mut r = Fields::at(rec, HEADER_LEN);
+    let mut r = Fields::at(rec, body_start(rec));
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
     let mut set = Vec::with_capacity((n as usize).min(1024));
@@ -521,7 +615,7 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
 
 /// The body of a feature delete record: the entity, and the feature (`None`: all of them).
 pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
-    let mut r = Fields::at(rec, HEADER_LEN);
+    let mut r = Fields::at(rec, body_start(rec));
     let el = usize::from(r.u16()?);
     let entity = r.str(el)?;
     let nl = usize::from(r.u8()?);
@@ -530,6 +624,17 @@ pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
         return Err(Decode::Bad("feature delete record length"));
     }
     Ok((entity, name))
+}
+
+/// The body of a reset record: what is discarded, of which shard.
+pub fn reset(rec: &[u8]) -> Result<(OriginTopic, u32), Decode> {
+    let mut r = Fields::at(rec, body_start(rec));
+    let target = OriginTopic::from_u8(r.u8()?).ok_or(Decode::Bad("unknown reset target"))?;
+    let shard = r.u32()?;
+    if r.pos() != rec.len() {
+        return Err(Decode::Bad("reset record length"));
+    }
+    Ok((target, shard))
 }
 
 #[cfg(test)]

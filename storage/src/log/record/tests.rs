@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::api::{Origin, OriginTopic};
 use vx_proto::{EventView, Kind, Num};
 
 fn ev(id: Option<&str>) -> EventView<'_> {
@@ -185,4 +186,162 @@ fn feature_records_golden_bytes() {
     assert_eq!(feature_delete(&buf).unwrap(), ("p7", None));
     // A truncated or padded body is refused.
     assert!(feature_delete(&buf[..buf.len() - 1]).is_err());
+}
+
+/// A record with an origin, byte by byte: flag bit 0 in the header, the 16 origin bytes
+/// (topic, three zero bytes, partition, offset) right after it, inside `len` and the CRC, and
+/// the body after them. Here a tombstone consumed from the streams topic.
+#[test]
+fn origin_golden_bytes() {
+    let origin = Origin {
+        topic: OriginTopic::Streams,
+        partition: 3,
+        offset: 0x0102_0304_0506_0708,
+    };
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin_with(&mut buf, RecordType::Tombstone, 3, 5, Some(origin));
+    rb.tombstone(&mut buf, "gone", 41);
+    let len = rb.finish(&mut buf).unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(&62u32.to_le_bytes());
+    want.extend_from_slice(&buf[4..8]);
+    want.extend_from_slice(&[2, 4, 1, 0]); // version, type, flags = 1 (origin follows)
+    want.extend_from_slice(&3u64.to_le_bytes());
+    want.extend_from_slice(&5i64.to_le_bytes());
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&[0, 0, 0, 0]); // topic 0 (streams), padding
+    want.extend_from_slice(&3u32.to_le_bytes());
+    want.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+    want.extend_from_slice(&4u16.to_le_bytes());
+    want.extend_from_slice(b"gone");
+    want.extend_from_slice(&41u64.to_le_bytes());
+    assert_eq!(buf, want);
+    assert_eq!(len, 62);
+    assert_eq!(
+        u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+        crc32c::crc32c(&buf[8..])
+    );
+    let h = parse_header(&buf).unwrap();
+    assert!(h.has_origin && crc_ok(&h, &buf));
+    assert_eq!(h.body_at(), 48);
+    assert_eq!(origin_of(&h, &buf), Some(origin));
+    assert_eq!(tombstone(&buf).unwrap(), ("gone", 41));
+    // Without the flag the same body starts at 32; a record without an origin has none.
+    let mut plain = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut plain, RecordType::Tombstone, 3, 5);
+    rb.tombstone(&mut plain, "gone", 41);
+    rb.finish(&mut plain).unwrap();
+    let h = parse_header(&plain).unwrap();
+    assert!(!h.has_origin);
+    assert_eq!(origin_of(&h, &plain), None);
+}
+
+fn origin_of(h: &Header, rec: &[u8]) -> Option<Origin> {
+    origin(h, rec).unwrap()
+}
+
+/// Any flag bit but bit 0 is a bad record; so is bit 0 on a record too short for an origin,
+/// and an origin with an unknown topic or non-zero padding.
+#[test]
+fn other_flags_and_bad_origins_are_refused() {
+    let o = Origin {
+        topic: OriginTopic::Entities,
+        partition: 1,
+        offset: 9,
+    };
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin_with(&mut buf, RecordType::Reset, 1, 0, Some(o));
+    rb.reset(&mut buf, OriginTopic::Entities, 1);
+    rb.finish(&mut buf).unwrap();
+    for bit in 1..16 {
+        let mut bad = buf.clone();
+        bad[10..12].copy_from_slice(&(1u16 | (1 << bit)).to_le_bytes());
+        assert_eq!(
+            parse_header(&bad),
+            Err(Decode::Bad("unknown record flags")),
+            "bit {bit}"
+        );
+    }
+    let mut short = buf.clone();
+    short[0..4].copy_from_slice(&40u32.to_le_bytes());
+    assert!(parse_header(&short).is_err());
+    let h = parse_header(&buf).unwrap();
+    let mut topic = buf.clone();
+    topic[32] = 2;
+    assert!(origin(&h, &topic).is_err());
+    let mut pad = buf.clone();
+    pad[34] = 1;
+    assert!(origin(&h, &pad).is_err());
+    assert_eq!(origin(&h, &buf).unwrap(), Some(o));
+}
+
+/// A reset record byte by byte: target (0 streams, 1 feature tables) and shard; the record is
+/// exactly 37 bytes (53 with an origin), anything else is bad.
+#[test]
+fn reset_golden_bytes() {
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::Reset, 12, 34);
+    rb.reset(&mut buf, OriginTopic::Entities, 0x0A0B_0C0D);
+    let len = rb.finish(&mut buf).unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(&37u32.to_le_bytes());
+    want.extend_from_slice(&buf[4..8]);
+    want.extend_from_slice(&[2, 5, 0, 0]);
+    want.extend_from_slice(&12u64.to_le_bytes());
+    want.extend_from_slice(&34i64.to_le_bytes());
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&[1, 0x0D, 0x0C, 0x0B, 0x0A]);
+    assert_eq!(buf, want);
+    assert_eq!(len, 37);
+    assert_eq!(
+        u32::from_le_bytes(buf[4..8].try_into().unwrap()),
+        crc32c::crc32c(&buf[8..])
+    );
+    assert_eq!(reset(&buf).unwrap(), (OriginTopic::Entities, 0x0A0B_0C0D));
+    assert!(reset(&buf[..36]).is_err());
+    let mut bad = buf.clone();
+    bad[32] = 7;
+    assert!(reset(&bad).is_err());
+}
+
+/// An entity-events record: an event batch's runs (base_seq 0) after the header and origin.
+#[test]
+fn entity_events_golden_bytes() {
+    let o = Origin {
+        topic: OriginTopic::Entities,
+        partition: 2,
+        offset: 77,
+    };
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin_with(&mut buf, RecordType::EntityEvents, 8, 9, Some(o));
+    rb.begin_run(&mut buf, "s1", 0, 1);
+    vx_proto::packed::encode_event(&mut buf, &ev(None)).unwrap();
+    rb.end_run(&mut buf).unwrap();
+    rb.finish(&mut buf).unwrap();
+    let mut event = Vec::new();
+    vx_proto::packed::encode_event(&mut event, &ev(None)).unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(&((48 + 2 + 2 + 16 + event.len()) as u32).to_le_bytes());
+    want.extend_from_slice(&buf[4..8]);
+    want.extend_from_slice(&[2, 6, 1, 0]);
+    want.extend_from_slice(&8u64.to_le_bytes());
+    want.extend_from_slice(&9i64.to_le_bytes());
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&[1, 0, 0, 0]);
+    want.extend_from_slice(&2u32.to_le_bytes());
+    want.extend_from_slice(&77u64.to_le_bytes());
+    want.extend_from_slice(&2u16.to_le_bytes());
+    want.extend_from_slice(b"s1");
+    want.extend_from_slice(&0u64.to_le_bytes());
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&(event.len() as u32).to_le_bytes());
+    want.extend_from_slice(&event);
+    assert_eq!(buf, want);
+    let h = parse_header(&buf).unwrap();
+    assert_eq!((h.ty, h.n), (RecordType::EntityEvents, 1));
+    let runs: Vec<_> = runs(&buf, h.n).collect::<Result<_, _>>().unwrap();
+    assert_eq!(
+        (runs[0].stream, runs[0].base_seq, runs[0].at),
+        ("s1", 0, 48)
+    );
 }

@@ -34,9 +34,40 @@ impl Recovery<'_> {
             tracing::warn!(file = %path.display(), "index file does not match its segment");
             return Ok(false);
         }
+        let tables = match contents.tables() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "invalid index file");
+                return Ok(false);
+            }
+        };
         let entries = contents
             .entries()
             .map_err(io_err(format!("reading {}", path.display())))?;
+        // Resets the file records that start know of yet. One in this segment forgets what
+        // came before it (this file's entries are all from after it). One before this
+        // segment was in a segment retention removed (with everything before it, so what was
+        // folded so far is from after it) or in one rebuilt from its records (whose scan
+        // applied it): only its LSN is noted.
+        for &(shard, reset_lsn) in &tables.resets {
+            let Some(known) = self.engine.streams_reset.get_mut(shard as usize) else {
+                continue;
+            };
+            if reset_lsn <= *known {
+                continue;
+            }
+            if reset_lsn >= lsn {
+                self.engine.forget_streams(shard, reset_lsn);
+            } else {
+                *known = reset_lsn;
+            }
+        }
+        self.engine.origins = tables
+            .origins
+            .iter()
+            .map(|o| ((o.topic, o.partition), o.offset))
+            .collect();
+        self.engine.origins_changed = true;
         for e in &entries {
             let shard = shard_of(&e.name, self.engine.shards);
             let ws = self.load(&e.name)?;
@@ -148,6 +179,7 @@ impl Recovery<'_> {
             let mut bad = None;
             let seed = self.engine.dedup_key;
             let (now, shards) = (self.now_ms, self.engine.shards);
+            let resets = &self.engine.streams_reset;
             let dedup = &mut self.engine.dedup;
             read_records(&*f, &path, len, &mut |off, item| {
                 let (h, rec) = match item {
@@ -170,6 +202,10 @@ impl Recovery<'_> {
                 if h.ty == RecordType::Events {
                     for run in record::runs(rec, h.n).flatten() {
                         let shard = shard_of(run.stream, shards);
+                        // Ids of a stream from before its shard's reset are forgotten.
+                        if resets.get(shard as usize).is_some_and(|&r| r > h.lsn) {
+                            continue;
+                        }
                         let Some(t) = dedup.get_mut(shard as usize) else {
                             continue;
                         };

@@ -5,12 +5,17 @@
 //!    empty segments that do not continue the log (an interrupted roll).
 //! 2. The carry file is verified; the streams it holds stay on disk.
 //! 3. Every sealed segment's index file is verified (checksum, segment, length, LSN
-//!    continuity) and folded into the streams' state. A sealed segment without a valid index
-//!    is scanned record by record and its index written again.
+//!    continuity) and folded into the streams' state: first the resets its table records
+//!    that are new (the shard's streams are forgotten: the entries of that index file and
+//!    later ones are from after the reset), then its entries; its table of applied origins
+//!    replaces the one so far (each index file holds the whole table). A sealed segment
+//!    without a valid index is scanned record by record and its index written again.
 //! 4. The dedup tables are refilled from the newest sealed segments whose records are within
 //!    `ingest.dedup_window` (at most as many ids as `ingest.dedup_memory` holds).
 //! 5. The active (last) segment is scanned record by record, checking each record's length,
-//!    checksum, version, type, LSN continuity and the `seq` continuity of its runs.
+//!    checksum, version, type, LSN continuity and the `seq` continuity of its runs, and
+//!    applied (origins and resets included: a reset found here also drops its shard's carry
+//!    entries, in case the crash came before the writer did).
 //!
 //! # Torn tails and corruption (docs/API.md §7)
 //! In the active segment, a bad record with no valid record anywhere after it is a torn tail
@@ -209,6 +214,9 @@ fn pass(
         cfg,
         dir,
         snapshots: None,
+        origins: std::collections::BTreeMap::new(),
+        origins_changed: false,
+        streams_reset: vec![0; shards as usize],
     };
     let mut r = Recovery {
         engine: &mut engine,
@@ -263,6 +271,7 @@ fn finish(engine: &mut LogWriter, removed: bool) -> Result<(), OpenError> {
             .map_err(io_err(format!("syncing {}", engine.log_dir.display())))?;
     }
     engine.publish_horizons();
+    engine.publish_origins();
     Ok(())
 }
 

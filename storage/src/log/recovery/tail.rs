@@ -197,7 +197,8 @@ impl Recovery<'_> {
                 ));
                 return false;
             }
-            match self.apply_record(off, &h, rec, active && h.append_ms >= window_from, now) {
+            let remember_ids = active && h.append_ms >= window_from;
+            match self.apply_record(off, &h, rec, active, remember_ids, now) {
                 Ok(Ok(())) => true,
                 Ok(Err(why)) => {
                     bad = fail(why.to_string());
@@ -216,23 +217,22 @@ impl Recovery<'_> {
         Ok(bad)
     }
 
-    /// Apply one verified record at `off` of the active segment. `Ok(Err)`: the record is bad.
+    /// Apply one verified record at `off` of the segment being scanned (`active`: the active
+    /// one, else a sealed one whose index is rebuilt). `Ok(Err)`: the record is bad.
     pub(super) fn apply_record(
         &mut self,
         off: u64,
         h: &record::Header,
         rec: &[u8],
+        active: bool,
         remember_ids: bool,
         now: i64,
     ) -> Result<Result<(), BadRecord>, OpenError> {
         let shards = self.engine.shards;
-        let mut applied = Durable {
-            pos: SourcePos::Lsn(h.lsn),
-            append_ms: h.append_ms,
-            runs: Vec::new(),
-            tombstone: None,
-            ids: &[],
-            id_count: 0,
+        let mut applied = Durable::at(SourcePos::Lsn(h.lsn), h.append_ms, Vec::new());
+        applied.origin = match record::origin(h, rec) {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e.into())),
         };
         let mut ids = Vec::new();
         match h.ty {
@@ -247,6 +247,35 @@ impl Recovery<'_> {
                 if let Err(e) = record::feature_delete(rec) {
                     return Ok(Err(e.into()));
                 }
+            }
+            // Feature-table records too: only their shape is checked here.
+            RecordType::EntityEvents => {
+                for run in record::runs(rec, h.n) {
+                    if let Err(e) = check_run(run) {
+                        return Ok(Err(e));
+                    }
+                }
+            }
+            RecordType::Reset => {
+                let (target, shard) = match record::reset(rec) {
+                    Ok(r) => r,
+                    Err(e) => return Ok(Err(e.into())),
+                };
+                if shard >= shards {
+                    return Ok(Err(
+                        Decode::Bad("reset of a shard the store does not have").into()
+                    ));
+                }
+                // In the active segment the writer may have crashed before it dropped the
+                // shard's carry entries; nothing after the reset can be in the carry file
+                // yet (only a seal or retention of a later segment adds entries). In a
+                // sealed segment it did, and later entries may be there: leave them.
+                if active && target == crate::api::OriginTopic::Streams {
+                    self.engine
+                        .carry_drop_shard(shard)
+                        .map_err(io_err("rewriting the carry file for a reset"))?;
+                }
+                applied.reset = Some((target, shard));
             }
             RecordType::Tombstone => {
                 let (stream, last) = match record::tombstone(rec) {
@@ -269,25 +298,10 @@ impl Recovery<'_> {
                 let mut runs = Vec::new();
                 let mut seen: HashMap<&str, u64> = HashMap::new();
                 for run in record::runs(rec, h.n) {
-                    let run = match run {
+                    let (run, min_ts, max_ts) = match check_run(run) {
                         Ok(r) => r,
-                        Err(e) => return Ok(Err(e.into())),
+                        Err(e) => return Ok(Err(e)),
                     };
-                    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
-                    let mut n = 0u32;
-                    for ev in vx_proto::packed::events(run.events, run.stream) {
-                        match ev {
-                            Ok(ev) => {
-                                min_ts = min_ts.min(ev.ts);
-                                max_ts = max_ts.max(ev.ts);
-                                n += 1;
-                            }
-                            Err(e) => return Ok(Err(Decode::from(e).into())),
-                        }
-                    }
-                    if n != run.count || n == 0 {
-                        return Ok(Err(BadRecord::RunLength));
-                    }
                     let prev = match seen.get(run.stream) {
                         Some(&l) => Some(l),
                         None => self.known(run.stream)?.map(|st| st.last),
@@ -355,4 +369,23 @@ impl Recovery<'_> {
         self.report.records += 1;
         Ok(Ok(()))
     }
+}
+
+/// A run's events decode and are as many as it says (at least one); its min and max `ts`.
+fn check_run(
+    run: Result<record::Run<'_>, Decode>,
+) -> Result<(record::Run<'_>, i64, i64), BadRecord> {
+    let run = run?;
+    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
+    let mut n = 0u32;
+    for ev in vx_proto::packed::events(run.events, run.stream) {
+        let ev = ev.map_err(Decode::from)?;
+        min_ts = min_ts.min(ev.ts);
+        max_ts = max_ts.max(ev.ts);
+        n += 1;
+    }
+    if n != run.count || n == 0 {
+        return Err(BadRecord::RunLength);
+    }
+    Ok((run, min_ts, max_ts))
 }

@@ -34,6 +34,7 @@ impl LogWriter {
         scratch.buf.clear();
         scratch.undo.clear();
         scratch.pending.clear();
+        scratch.origins.clear();
         let undo = Undo {
             first_lsn: self.next_lsn,
             counters: (self.live, self.carry_orphans),
@@ -57,7 +58,7 @@ impl LogWriter {
             .iter()
             .map(|p| match &p.answer {
                 Answer::Write(_, o) => o.accepted,
-                Answer::Delete(..) | Answer::Feature(..) => 0,
+                Answer::Delete(..) | Answer::Feature(..) | Answer::Done(_) => 0,
             })
             .sum();
         let need_sync = self.needs_sync(&planned, scratch.buf.is_empty(), *unsynced);
@@ -121,6 +122,7 @@ impl LogWriter {
                             rec: plan.rec,
                             ids: plan.ids,
                             span: caller,
+                            origin: req.origin,
                             ..Planned::new(
                                 Answer::Write(Some(reply), plan.outcome),
                                 req.guard,
@@ -136,6 +138,7 @@ impl LogWriter {
                 Msg::Delete {
                     stream,
                     durability,
+                    origin,
                     reply,
                 } => {
                     if let Some(err) = self.poisoned() {
@@ -143,9 +146,10 @@ impl LogWriter {
                         continue;
                     }
                     let want = durability.unwrap_or(visible_at);
-                    match self.plan_delete(&stream, now, scratch) {
+                    match self.plan_delete(&stream, origin, now, scratch) {
                         Ok((shard, last_seq)) => Planned {
                             tombstone: Some((shard, stream, last_seq)),
+                            origin,
                             ..Planned::new(
                                 Answer::Delete(
                                     Some(reply),
@@ -173,6 +177,7 @@ impl LogWriter {
                     match self.plan_feature(&fw, now, scratch) {
                         Ok((rec, found)) => Planned {
                             rec: Some(rec),
+                            origin: fw.origin,
                             ..Planned::new(
                                 Answer::Feature(
                                     Some(reply),
@@ -186,6 +191,50 @@ impl LogWriter {
                                 fw.guard,
                                 want,
                             )
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::EntityEvents {
+                    batch,
+                    origin,
+                    reply,
+                } => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    match self.plan_entity_events(&batch, origin, now, scratch) {
+                        Ok(rec) => Planned {
+                            rec: Some(rec),
+                            origin: Some(origin),
+                            ..Planned::new(Answer::Done(Some(reply)), None, visible_at)
+                        },
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            continue;
+                        }
+                    }
+                }
+                Msg::Reset {
+                    target,
+                    shard,
+                    reply,
+                } => {
+                    if let Some(err) = self.poisoned() {
+                        let _ = reply.send(Err(err));
+                        continue;
+                    }
+                    match self.plan_reset(target, shard, now, scratch) {
+                        // Always fsynced (`needs_sync`): the carry file it rewrites must
+                        // never be ahead of the log.
+                        Ok(rec) => Planned {
+                            rec: Some(rec),
+                            reset: Some((target, shard)),
+                            ..Planned::new(Answer::Done(Some(reply)), None, Durability::Fsync)
                         },
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -211,11 +260,11 @@ impl LogWriter {
     /// Whether the group needs an fsync: every group with records under `always`, and any
     /// group where a request asks for `fsync`. A request whose events were all duplicates
     /// wrote nothing, but `fsync` must still mean an fsync covers the originals: under
-    /// `interval` they may be unsynced.
+    /// `interval` they may be unsynced. A reset is always synced before it is applied.
     fn needs_sync(&self, planned: &[Planned], empty: bool, unsynced: bool) -> bool {
         let wants_fsync = planned
             .iter()
-            .any(|p| p.want == Durability::Fsync && p.owed());
+            .any(|p| (p.want == Durability::Fsync && p.owed()) || p.reset.is_some());
         (!empty && self.cfg.fsync == FsyncMode::Always) || (wants_fsync && (!empty || unsynced))
     }
 
@@ -300,6 +349,13 @@ impl LogWriter {
             self.appended(self.active_len, now);
         }
         for p in planned.iter_mut() {
+            if let (Some((target, shard)), Some(_)) = (p.reset, p.lsn)
+                && let Err(err) = self.reset_carry(target, shard)
+            {
+                // Memory forgets the shard all the same (below), so that readers never see
+                // it again; the store is poisoned and a restart finishes the reset.
+                p.answer(Err(err));
+            }
             if let Some(lsn) = p.lsn {
                 let runs = p.batch.as_ref().map(|batch| {
                     p.runs.iter().filter_map(move |r| {
@@ -330,6 +386,8 @@ impl LogWriter {
                             .map(|(shard, s, last)| (*shard, s.as_str(), *last)),
                         ids: &p.ids,
                         id_count: p.ids.len() as u64,
+                        origin: p.origin,
+                        reset: p.reset,
                     },
                     now,
                 );
@@ -346,6 +404,8 @@ impl LogWriter {
         features.end_group();
         features.applied_through(self.next_lsn.saturating_sub(1));
         self.publish_horizons();
+        // After the feature tables: a caller that waits for an offset reads them next.
+        self.publish_origins();
     }
 
     /// Apply a written record to the feature tables (the same path recovery replays it
@@ -355,8 +415,10 @@ impl LogWriter {
     fn apply_features(&self, rec: &[u8], answer: &mut Answer) -> Result<(), WriteError> {
         let header = crate::log::record::parse_header(rec).map_err(crate::feed::FeedError::from);
         let lsn = header.as_ref().map_or(0, |h| h.lsn);
-        let result =
-            header.and_then(|h| crate::feed::apply_record(&self.shared.features, rec, &h, None));
+        let from_events = self.cfg.features_from_events;
+        let result = header.and_then(|h| {
+            crate::feed::apply_record(&self.shared.features, rec, &h, None, from_events)
+        });
         match result {
             Ok(a) => {
                 if let Answer::Feature(_, o) = answer {

@@ -12,6 +12,10 @@
 //! the requests and release their reservations. After the group the writer seals the segment
 //! if it is full and applies retention (also once a second when idle).
 //!
+//! A reset (cluster mode: one shard's local copy discarded) is a group of its own, always
+//! fsynced: nothing planned before it in a group may see its effect, nothing after it may
+//! miss it, and the carry file it rewrites must never be ahead of the log.
+//!
 //! A failed write truncates the partial bytes and undoes the group's `seq` assignments, so the
 //! requests are answered 507 and a retry is not mistaken for a duplicate. Out of space
 //! (ENOSPC, EDQUOT) is [`WriteError::StorageFull`]: writes resume when space returns. Any
@@ -19,6 +23,7 @@
 //! store ([`WriteError::Poisoned`]): what the file holds is unknown, and every later write is
 //! refused until restart.
 
+mod cluster;
 mod commit;
 mod plan;
 mod planned;
@@ -34,6 +39,8 @@ pub(crate) use vx_sys::now_ms;
 pub(crate) type Reply = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 pub(crate) type DeleteReply = oneshot::Sender<Result<DeleteOutcome, WriteError>>;
 pub(crate) type FeatureReply = oneshot::Sender<Result<FeatureOutcome, WriteError>>;
+/// The answer of a request that returns nothing but success (entity events, a reset).
+pub(crate) type UnitReply = oneshot::Sender<Result<(), WriteError>>;
 
 pub(crate) enum Msg {
     /// The span is the caller's (an ingest request's `batch` span): the group's `commit` span
@@ -42,11 +49,45 @@ pub(crate) enum Msg {
     Delete {
         stream: String,
         durability: Option<Durability>,
+        origin: Option<Origin>,
         reply: DeleteReply,
     },
     Feature(FeatureWrite, FeatureReply),
+    /// Cluster mode: events for the feature tables only (an entity-events record).
+    EntityEvents {
+        batch: vx_proto::Batch,
+        origin: Origin,
+        reply: UnitReply,
+    },
+    /// Cluster mode: discard one shard's streams or feature tables (a reset record).
+    Reset {
+        target: OriginTopic,
+        shard: u32,
+        reply: UnitReply,
+    },
     /// Finish what is queued before this, fsync, and stop.
     Shutdown,
+}
+
+impl Msg {
+    /// Answer a request that will not be planned.
+    fn refuse(self, err: WriteError) {
+        match self {
+            Msg::Write(_, reply, _) => {
+                let _ = reply.send(Err(err));
+            }
+            Msg::Delete { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+            Msg::Feature(_, reply) => {
+                let _ = reply.send(Err(err));
+            }
+            Msg::EntityEvents { reply, .. } | Msg::Reset { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+            Msg::Shutdown => {}
+        }
+    }
 }
 
 /// Bounds of one group: what one write carries at most.
@@ -69,16 +110,21 @@ impl LogWriter {
             ..Scratch::default()
         };
         let mut group: Vec<Msg> = Vec::new();
+        // A reset drained after other requests: it starts the next group, alone.
+        let mut held: Option<Msg> = None;
         self.retention(now_ms());
         loop {
             let mut deadline = last_retention + RETENTION_TICK;
             if unsynced && mode == FsyncMode::Interval {
                 deadline = deadline.min(last_sync + self.cfg.fsync_interval);
             }
-            let first = match rx.recv_deadline(deadline) {
-                Ok(m) => Some(m),
-                Err(flume::RecvTimeoutError::Timeout) => None,
-                Err(flume::RecvTimeoutError::Disconnected) => break,
+            let first = match held.take() {
+                Some(m) => Some(m),
+                None => match rx.recv_deadline(deadline) {
+                    Ok(m) => Some(m),
+                    Err(flume::RecvTimeoutError::Timeout) => None,
+                    Err(flume::RecvTimeoutError::Disconnected) => break,
+                },
             };
             let mut stop = false;
             match first {
@@ -86,14 +132,20 @@ impl LogWriter {
                 Some(Msg::Shutdown) => stop = true,
                 Some(m) => group.push(m),
             }
+            let alone = matches!(group.first(), Some(Msg::Reset { .. }));
             let mut bytes: usize = group.iter().map(msg_bytes).sum();
             while !stop
+                && !alone
                 && !group.is_empty()
                 && group.len() < GROUP_MAX_REQUESTS
                 && bytes < GROUP_MAX_BYTES
             {
                 match rx.try_recv() {
                     Ok(Msg::Shutdown) => stop = true,
+                    Ok(m @ Msg::Reset { .. }) => {
+                        held = Some(m);
+                        break;
+                    }
                     Ok(m) => {
                         bytes += msg_bytes(&m);
                         group.push(m);
@@ -134,19 +186,8 @@ impl LogWriter {
             let _ = self.sync(&mut unsynced, &mut last_sync);
         }
         // Anything still queued arrived after shutdown began.
-        while let Ok(msg) = rx.try_recv() {
-            match msg {
-                Msg::Write(_, reply, _) => {
-                    let _ = reply.send(Err(WriteError::ShuttingDown));
-                }
-                Msg::Delete { reply, .. } => {
-                    let _ = reply.send(Err(WriteError::ShuttingDown));
-                }
-                Msg::Feature(_, reply) => {
-                    let _ = reply.send(Err(WriteError::ShuttingDown));
-                }
-                Msg::Shutdown => {}
-            }
+        for msg in held.into_iter().chain(rx.try_iter()) {
+            msg.refuse(WriteError::ShuttingDown);
         }
         tracing::info!(lsn = self.next_lsn - 1, "log writer stopped");
     }
@@ -206,6 +247,7 @@ fn msg_bytes(m: &Msg) -> usize {
             FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
             FeatureOp::Delete(_) => fw.entity.len(),
         },
-        Msg::Shutdown => 0,
+        Msg::EntityEvents { batch, .. } => batch.mem_bytes(),
+        Msg::Reset { .. } | Msg::Shutdown => 0,
     }
 }

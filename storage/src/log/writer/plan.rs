@@ -2,6 +2,7 @@
 //! `seq` assignment, and its record built into the group buffer. Nothing here touches the
 //! disk; a group whose write fails is undone from what planning noted ([`Scratch::undo`]).
 
+use super::cluster::note_origin;
 use crate::api::*;
 use crate::index::memory::Placed;
 use crate::log::record::{RecordBuilder, RecordType};
@@ -18,6 +19,9 @@ pub(super) struct Scratch {
     pub(super) pending: HashMap<u128, u64>,
     /// Ids of the request being planned.
     pub(super) keys: HashSet<u128>,
+    /// Origin offsets planned in this group, not yet applied: per (topic, partition), the
+    /// largest (see `cluster.rs`).
+    pub(super) origins: HashMap<(OriginTopic, u32), u64>,
 }
 
 /// One stream's run of a planned record; offsets are relative to the group buffer until the
@@ -55,6 +59,7 @@ impl LogWriter {
         now: i64,
         scratch: &mut Scratch,
     ) -> Result<((usize, usize), bool), WriteError> {
+        self.check_origin(fw.origin, scratch)?;
         let features = &self.shared.features;
         let found = match &fw.op {
             FeatureOp::Put(set) => {
@@ -73,7 +78,7 @@ impl LogWriter {
             FeatureOp::Put(_) => RecordType::FeaturePut,
             FeatureOp::Delete(_) => RecordType::FeatureDelete,
         };
-        let mut rb = RecordBuilder::begin(buf, ty, self.next_lsn, now);
+        let mut rb = RecordBuilder::begin_with(buf, ty, self.next_lsn, now, fw.origin);
         match &fw.op {
             FeatureOp::Put(set) => rb.feature_put(buf, &fw.entity, set),
             FeatureOp::Delete(name) => rb.feature_delete(buf, &fw.entity, name.as_deref()),
@@ -86,8 +91,10 @@ impl LogWriter {
             }
         };
         self.next_lsn += 1;
+        note_origin(fw.origin, scratch);
         Ok(((start, start + len), found))
     }
+
     /// Dedup, conditional check, `storage.max_streams` and `seq` assignment for one request,
     /// and its record appended to the group buffer (none if every event is a duplicate).
     pub(super) fn plan_write(
@@ -96,6 +103,7 @@ impl LogWriter {
         now: i64,
         scratch: &mut Scratch,
     ) -> Result<WritePlan, WriteError> {
+        self.check_origin(req.origin, scratch)?;
         let batch = &req.batch;
         let runs = batch.runs();
         let mut states: Vec<Option<WState>> = Vec::with_capacity(runs.len());
@@ -152,13 +160,20 @@ impl LogWriter {
                     (batch.stream(run).to_string(), dup_seq[ri].unwrap_or(last))
                 })
                 .collect();
+            // A duplicate is a success: with an origin, a record of no runs carries it, so
+            // that the partition's applied offset moves past it too.
+            let rec = match req.origin {
+                Some(o) => Some(self.origin_only(o, now, scratch)?),
+                None => None,
+            };
             return Ok(WritePlan {
-                rec: None,
+                rec,
                 outcome: WriteOutcome {
                     accepted: 0,
                     duplicates: dups,
                     last_seq,
                     durability: Durability::None,
+                    stored: Vec::new(),
                 },
                 runs: Vec::new(),
                 ids: Vec::new(),
@@ -188,7 +203,7 @@ impl LogWriter {
                 max: self.cfg.max_streams,
             });
         }
-        if !self.shared.features.reserve_events(batch) {
+        if self.cfg.features_from_events && !self.shared.features.reserve_events(batch) {
             return Err(WriteError::FeatureBudget {
                 max: self.cfg.max_feature_bytes,
             });
@@ -197,7 +212,7 @@ impl LogWriter {
         let lsn = self.next_lsn;
         let buf = &mut scratch.buf;
         let rec_start = buf.len();
-        let mut rb = RecordBuilder::begin(buf, RecordType::Events, lsn, now);
+        let mut rb = RecordBuilder::begin_with(buf, RecordType::Events, lsn, now, req.origin);
         let mut planned_runs = Vec::with_capacity(runs.len());
         let mut ids = Vec::new();
         let mut last_seq = Vec::with_capacity(runs.len());
@@ -304,6 +319,18 @@ impl LogWriter {
             r.rec_end_rel = rec_start + len;
         }
         self.next_lsn += 1;
+        note_origin(req.origin, scratch);
+        let stored = planned_runs
+            .iter()
+            .filter_map(|r| {
+                let run = runs.get(r.run)?;
+                Some(StoredRun {
+                    stream: batch.stream(run).to_string(),
+                    first_seq: r.placed.first_seq,
+                    count: u64::from(r.placed.count),
+                })
+            })
+            .collect();
         Ok(WritePlan {
             rec: Some((rec_start, rec_start + len)),
             outcome: WriteOutcome {
@@ -311,6 +338,7 @@ impl LogWriter {
                 duplicates: dups,
                 last_seq,
                 durability: Durability::None,
+                stored,
             },
             runs: planned_runs,
             ids,
@@ -321,9 +349,11 @@ impl LogWriter {
     pub(super) fn plan_delete(
         &mut self,
         stream: &str,
+        origin: Option<Origin>,
         now: i64,
         scratch: &mut Scratch,
     ) -> Result<(u32, u64), WriteError> {
+        self.check_origin(origin, scratch)?;
         let not_found = || WriteError::NotFound {
             stream: stream.to_string(),
         };
@@ -338,10 +368,12 @@ impl LogWriter {
         self.load(stream, if prior.is_none() { Some(st) } else { None });
         scratch.undo.push((stream.into(), prior));
         let buf = &mut scratch.buf;
-        let mut rb = RecordBuilder::begin(buf, RecordType::Tombstone, self.next_lsn, now);
+        let mut rb =
+            RecordBuilder::begin_with(buf, RecordType::Tombstone, self.next_lsn, now, origin);
         rb.tombstone(buf, stream, st.last);
         rb.finish(buf)?;
         self.next_lsn += 1;
+        note_origin(origin, scratch);
         self.set_state(
             stream,
             WState {

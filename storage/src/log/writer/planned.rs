@@ -2,7 +2,7 @@
 //! durable.
 
 use super::plan::PlannedRun;
-use super::{DeleteReply, FeatureReply, Reply};
+use super::{DeleteReply, FeatureReply, Reply, UnitReply};
 use crate::api::*;
 use vx_proto::Batch;
 
@@ -11,6 +11,8 @@ pub(super) enum Answer {
     Write(Option<Reply>, WriteOutcome),
     Delete(Option<DeleteReply>, DeleteOutcome),
     Feature(Option<FeatureReply>, FeatureOutcome),
+    /// Entity events and resets: success and nothing more.
+    Done(Option<UnitReply>),
 }
 
 /// A request planned within a group.
@@ -29,6 +31,10 @@ pub(super) struct Planned {
     pub(super) span: tracing::Span,
     /// The LSN of the request's record (none for a request of duplicates only).
     pub(super) lsn: Option<u64>,
+    /// Cluster mode: where the request was consumed (applied with its record).
+    pub(super) origin: Option<Origin>,
+    /// Cluster mode: the shard (and what of it) the request's record resets.
+    pub(super) reset: Option<(OriginTopic, u32)>,
 }
 
 impl Planned {
@@ -45,6 +51,8 @@ impl Planned {
             ids: Vec::new(),
             span: tracing::Span::none(),
             lsn: None,
+            origin: None,
+            reset: None,
         }
     }
 
@@ -53,6 +61,7 @@ impl Planned {
             Answer::Write(_, o) => o.durability = d,
             Answer::Delete(_, o) => o.durability = d,
             Answer::Feature(_, o) => o.durability = d,
+            Answer::Done(_) => {}
         }
     }
 
@@ -61,6 +70,7 @@ impl Planned {
             Answer::Write(r, _) => r.is_some(),
             Answer::Delete(r, _) => r.is_some(),
             Answer::Feature(r, _) => r.is_some(),
+            Answer::Done(r) => r.is_some(),
         }
     }
 
@@ -84,6 +94,11 @@ impl Planned {
             Answer::Feature(reply, o) => {
                 if let Some(reply) = reply.take() {
                     let _ = reply.send(res.map(|()| o.clone()));
+                }
+            }
+            Answer::Done(reply) => {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(res);
                 }
             }
         }
