@@ -461,6 +461,7 @@ impl Router {
                 guard: Some(Box::new(reservation)),
                 // Single-node mode: the request comes from a client, not from a partition.
                 origin: None,
+                append_ms: None,
             })
             .await;
         match result {

@@ -46,7 +46,7 @@ pub use api::*;
 pub use feed::FeedError;
 pub use read::cursor::Cursor;
 pub use segment::{CARRY_FILE, DEFAULT_SHARDS, LOCK_FILE, LOG_DIR, META_FILE};
-pub use store::{SnapshotStats, Store};
+pub use store::{OriginRecord, SnapshotStats, Store, Submit, Submitted, Ticket};
 
 /// The largest `storage.segment_bytes`: offsets inside a segment are 32-bit in the index
 /// (a segment may pass its size by one group of records, up to 1 GiB).

@@ -41,6 +41,7 @@ fn batch(n: usize, tag: usize) -> WriteRequest {
         expected_last_seq: None,
         guard: None,
         origin: None,
+        append_ms: None,
     }
 }
 

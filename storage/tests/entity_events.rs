@@ -253,5 +253,6 @@ fn req_from(batch: Batch) -> WriteRequest {
         expected_last_seq: None,
         guard: None,
         origin: None,
+        append_ms: None,
     }
 }

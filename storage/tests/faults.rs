@@ -143,6 +143,7 @@ fn a_failed_feature_apply_poisons_and_a_restart_rebuilds_the_tables() {
         durability: None,
         guard: None,
         origin: None,
+        append_ms: None,
     };
     assert!(matches!(
         block(store.write_features(delete)),

@@ -350,6 +350,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 expected_last_seq: None,
                 guard: None,
                 origin: None,
+                append_ms: None,
             }))
             .unwrap();
             true
@@ -365,6 +366,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 durability: None,
                 guard: None,
                 origin: None,
+                append_ms: None,
             }))
             .unwrap();
             true
@@ -379,6 +381,7 @@ fn apply(store: &Store, op: &Op) -> bool {
                 durability: None,
                 guard: None,
                 origin: None,
+                append_ms: None,
             }))
             .unwrap();
             true

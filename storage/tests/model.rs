@@ -83,6 +83,7 @@ proptest! {
                         expected_last_seq: expected,
                         guard: None,
                         origin: None,
+                        append_ms: None,
                     }));
                     // The model's answer. A request whose events are all duplicates is a
                     // duplicate (200) even when its expected last seq no longer holds: it is

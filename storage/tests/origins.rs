@@ -77,6 +77,7 @@ fn offsets_move_on_in_order_and_a_replayed_offset_is_refused() {
         durability: None,
         guard: None,
         origin: Some(origin(Entities, 1, 10)),
+        append_ms: None,
     }))
     .unwrap();
     assert_eq!(
@@ -151,6 +152,7 @@ fn write_partitions(store: &Store, rounds: u64, from: u64) {
             durability: None,
             guard: None,
             origin: Some(origin(Entities, (i % 4) as u32, i)),
+            append_ms: None,
         }))
         .unwrap();
     }
@@ -224,6 +226,7 @@ fn offsets_outlive_the_segments_retention_removes() {
         durability: None,
         guard: None,
         origin: Some(origin(Entities, 0, 7)),
+        append_ms: None,
     }))
     .unwrap();
     for i in 0..300u64 {

@@ -294,6 +294,7 @@ fn run_case(seed: u64) -> Result<(), String> {
                                     expected_last_seq: expected,
                                     guard: None,
                                     origin: None,
+                                    append_ms: None,
                                 })
                                 .await
                             {
@@ -351,6 +352,7 @@ fn run_case(seed: u64) -> Result<(), String> {
             expected_last_seq: None,
             guard: None,
             origin: None,
+            append_ms: None,
         }))
         .map_err(|e| format!("retry after recovery: {e}"))?;
         if again.accepted != 0 {
@@ -386,6 +388,7 @@ fn run_case(seed: u64) -> Result<(), String> {
             expected_last_seq: None,
             guard: None,
             origin: None,
+            append_ms: None,
         }))
         .map_err(|e| format!("write after recovery: {e}"))?;
         let seq = out.last_seq[0].1;

@@ -338,6 +338,7 @@ pub async fn put(
             durability,
             guard: None,
             origin: None,
+            append_ms: None,
         })
         .await;
     Ok(with_shard(outcome(&state, &entity, res, false), shard))
@@ -441,6 +442,7 @@ async fn delete(
             durability,
             guard: None,
             origin: None,
+            append_ms: None,
         })
         .await;
     Ok(with_shard(outcome(&state, &entity, res, true), shard))

@@ -60,6 +60,10 @@ pub struct WriteRequest {
     /// mode). Refused with [`crate::WriteError::OriginNotAfter`] unless it is above the last
     /// offset applied of its partition.
     pub origin: Option<Origin>,
+    /// Cluster mode: the append time to record (ms since the epoch) instead of the writer's
+    /// clock — the time the producing node took the request, carried in the Kafka record —
+    /// so that every replica of a partition decides dedup windows and retention alike.
+    pub append_ms: Option<i64>,
 }
 
 /// Events a write stored in one stream: seqs `first_seq ..= first_seq + count - 1`.
@@ -93,6 +97,8 @@ pub struct FeatureWrite {
     pub guard: Option<Box<dyn Send>>,
     /// Cluster mode: the Kafka offset this write was consumed at (see [`WriteRequest::origin`]).
     pub origin: Option<Origin>,
+    /// Cluster mode: the append time to record (see [`WriteRequest::append_ms`]).
+    pub append_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -4,6 +4,8 @@
 //! adds (entity events, shard resets, applied origins) in [`cluster`].
 
 mod cluster;
+
+pub use cluster::{OriginRecord, Submit, Submitted, Ticket};
 mod streams;
 
 use crate::api::*;
@@ -189,6 +191,7 @@ impl Store {
                 stream: stream.to_string(),
                 durability,
                 origin,
+                append_ms: None,
                 reply: tx,
             })
             .await

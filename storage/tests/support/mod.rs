@@ -34,6 +34,7 @@ pub fn req(events: &[EventView<'_>]) -> WriteRequest {
         expected_last_seq: None,
         guard: None,
         origin: None,
+        append_ms: None,
     }
 }
 
@@ -121,6 +122,7 @@ pub fn origin(topic: OriginTopic, partition: u32, offset: u64) -> Origin {
 pub fn req_at(events: &[EventView<'_>], o: Origin) -> WriteRequest {
     WriteRequest {
         origin: Some(o),
+        append_ms: None,
         ..req(events)
     }
 }

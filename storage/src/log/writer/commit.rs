@@ -115,6 +115,7 @@ impl LogWriter {
                         continue;
                     }
                     let want = req.durability.unwrap_or(visible_at);
+                    let now = req.append_ms.unwrap_or(now);
                     match self.plan_write(&req, now, scratch) {
                         Ok(plan) => Planned {
                             batch: Some(req.batch),
@@ -123,6 +124,7 @@ impl LogWriter {
                             ids: plan.ids,
                             span: caller,
                             origin: req.origin,
+                            append_ms: Some(now),
                             ..Planned::new(
                                 Answer::Write(Some(reply), plan.outcome),
                                 req.guard,
@@ -139,8 +141,10 @@ impl LogWriter {
                     stream,
                     durability,
                     origin,
+                    append_ms,
                     reply,
                 } => {
+                    let now = append_ms.unwrap_or(now);
                     if let Some(err) = self.poisoned() {
                         let _ = reply.send(Err(err));
                         continue;
@@ -150,6 +154,7 @@ impl LogWriter {
                         Ok((shard, last_seq)) => Planned {
                             tombstone: Some((shard, stream, last_seq)),
                             origin,
+                            append_ms: Some(now),
                             ..Planned::new(
                                 Answer::Delete(
                                     Some(reply),
@@ -174,10 +179,12 @@ impl LogWriter {
                         continue;
                     }
                     let want = fw.durability.unwrap_or(visible_at);
+                    let now = fw.append_ms.unwrap_or(now);
                     match self.plan_feature(&fw, now, scratch) {
                         Ok((rec, found)) => Planned {
                             rec: Some(rec),
                             origin: fw.origin,
+                            append_ms: Some(now),
                             ..Planned::new(
                                 Answer::Feature(
                                     Some(reply),
@@ -201,8 +208,10 @@ impl LogWriter {
                 Msg::EntityEvents {
                     batch,
                     origin,
+                    append_ms,
                     reply,
                 } => {
+                    let now = append_ms.unwrap_or(now);
                     if let Some(err) = self.poisoned() {
                         let _ = reply.send(Err(err));
                         continue;
@@ -211,6 +220,7 @@ impl LogWriter {
                         Ok(rec) => Planned {
                             rec: Some(rec),
                             origin: Some(origin),
+                            append_ms: Some(now),
                             ..Planned::new(Answer::Done(Some(reply)), None, visible_at)
                         },
                         Err(e) => {
@@ -375,10 +385,11 @@ impl LogWriter {
                         })
                     })
                 });
+                let append_ms = p.append_ms.unwrap_or(now);
                 self.apply(
                     Durable {
                         pos: SourcePos::Lsn(lsn),
-                        append_ms: now,
+                        append_ms,
                         runs: runs.into_iter().flatten(),
                         tombstone: p
                             .tombstone
@@ -389,7 +400,7 @@ impl LogWriter {
                         origin: p.origin,
                         reset: p.reset,
                     },
-                    now,
+                    append_ms,
                 );
             }
             if let Some((start, end)) = p.rec

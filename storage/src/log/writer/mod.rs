@@ -50,6 +50,8 @@ pub(crate) enum Msg {
         stream: String,
         durability: Option<Durability>,
         origin: Option<Origin>,
+        /// Cluster mode: the record's append time (see [`WriteRequest::append_ms`]).
+        append_ms: Option<i64>,
         reply: DeleteReply,
     },
     Feature(FeatureWrite, FeatureReply),
@@ -57,6 +59,7 @@ pub(crate) enum Msg {
     EntityEvents {
         batch: vx_proto::Batch,
         origin: Origin,
+        append_ms: Option<i64>,
         reply: UnitReply,
     },
     /// Cluster mode: discard one shard's streams or feature tables (a reset record).

@@ -15,8 +15,10 @@ pub(super) struct Scratch {
     pub(super) buf: Vec<u8>,
     /// Prior writer states, in touch order, to undo the group if its write fails.
     pub(super) undo: Vec<(Box<str>, Option<WState>)>,
-    /// Ids assigned in this group, not yet in the dedup tables.
-    pub(super) pending: HashMap<u128, u64>,
+    /// Ids assigned in this group, not yet in the dedup tables: their seq and the append
+    /// time of their request (which the window counts from, as for the tables: cluster
+    /// records carry their own, and how requests fall into groups must not matter).
+    pub(super) pending: HashMap<u128, (u64, i64)>,
     /// Ids of the request being planned.
     pub(super) keys: HashSet<u128>,
     /// Origin offsets planned in this group, not yet applied: per (topic, partition), the
@@ -126,10 +128,12 @@ impl LogWriter {
             let floor = states[ri].map_or(0, |s| s.floor);
             let mut f = run.count;
             for id in &run.ids {
+                let window = i64::try_from(self.cfg.dedup_window.as_millis()).unwrap_or(i64::MAX);
                 let seen = scratch
                     .pending
                     .get(&id.key)
-                    .copied()
+                    .filter(|&&(_, at)| at >= now.saturating_sub(window))
+                    .map(|&(seq, _)| seq)
                     .or_else(|| {
                         self.dedup
                             .get(run.shard as usize)
@@ -248,7 +252,7 @@ impl LogWriter {
                     for (id, &is_dup) in run.ids.iter().zip(run_dups) {
                         if !is_dup {
                             let seq = base + u64::from(id.idx) - dropped;
-                            scratch.pending.insert(id.key, seq);
+                            scratch.pending.insert(id.key, (seq, now));
                             ids.push((run.shard, id.key, seq));
                             continue;
                         }
@@ -262,7 +266,7 @@ impl LogWriter {
                     buf.extend_from_slice(&run.events);
                     for id in &run.ids {
                         let seq = base + u64::from(id.idx);
-                        scratch.pending.insert(id.key, seq);
+                        scratch.pending.insert(id.key, (seq, now));
                         ids.push((run.shard, id.key, seq));
                     }
                 }

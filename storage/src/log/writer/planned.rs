@@ -35,6 +35,8 @@ pub(super) struct Planned {
     pub(super) origin: Option<Origin>,
     /// Cluster mode: the shard (and what of it) the request's record resets.
     pub(super) reset: Option<(OriginTopic, u32)>,
+    /// The record's append time: the group's clock, or the one a cluster record carries.
+    pub(super) append_ms: Option<i64>,
 }
 
 impl Planned {
@@ -53,6 +55,7 @@ impl Planned {
             lsn: None,
             origin: None,
             reset: None,
+            append_ms: None,
         }
     }
 
