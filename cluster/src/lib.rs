@@ -11,6 +11,7 @@
 //! - [`ingest`]: the write path: requests grouped into transactions by one thread.
 //! - [`apply`]: the apply loop: this node's member of the consumer group, applying the
 //!   partitions it owns into the local copy and routing entity events exactly once.
+//! - [`local`]: the local store as the apply loop's local copy.
 //! - [`outcomes`]: what applying each record did, for `applied` answers and position waits.
 //! - [`position`]: a write's opaque position and what `X-Vx-Min-Position` waits for.
 //! - [`members`]: who owns which partition at which URL (the compacted `T.members`).
@@ -22,6 +23,7 @@ pub mod admin;
 pub mod apply;
 pub mod error;
 pub mod ingest;
+pub mod local;
 pub mod members;
 pub mod names;
 pub mod outcomes;

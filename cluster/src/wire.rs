@@ -5,10 +5,12 @@
 //! ```text
 //! header (24 bytes)
 //!   0   u8   version     1
-//!   1   u8   kind        1 = events, 2 = stream delete, 3 = entity events
+//!   1   u8   kind        1 = events, 2 = stream delete, 3 = entity events,
+//!                        4 = feature put, 5 = feature delete
 //!   2   u8   flags       bit 0: expected_last_seq is set (events only); other bits 0
 //!   3   u8   reserved    0
-//!   4   u32  n           events and entity events: runs; stream delete: 1
+//!   4   u32  n           events and entity events: runs; feature put: names;
+//!                        stream delete and feature delete: 1
 //!   8   i64  append_ms   the producing node's clock when it took the request, ms since the
 //!                        epoch: the append time every replica of the partition uses (the
 //!                        dedup window and retention count from it), so that they agree
@@ -20,6 +22,14 @@
 //!   events            `count` events in the event layout of vx_proto::packed
 //! stream delete
 //!   u16  stream_len, then the stream's bytes
+//! feature put (`PUT /v1/features/{entity}`; to the entity's partition of `T.entities`)
+//!   u16  entity_len (1..=256), then the entity's bytes
+//!   n ×  u8 name_len (1..=128), the name's bytes, u8 tag, then the value by tag:
+//!        0 null (delete that feature; no bytes), 1 i64, 2 f64 (finite), 3 bool (1 byte,
+//!        0 or 1), 4 string (u32 length, then UTF-8 bytes)
+//! feature delete (`DELETE /v1/features/{entity}[/{name}]`)
+//!   u16  entity_len, then the entity's bytes
+//!   u8   name_len       0: the whole entity; else the feature's name follows
 //! ```
 //!
 //! Entity events are the events an owner stored that carry an entity, on their way to the
@@ -32,6 +42,7 @@
 
 use vx_proto::le::Reader;
 use vx_proto::{Batch, packed};
+use vx_storage::features::FeatureValue;
 
 pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 24;
@@ -49,6 +60,16 @@ pub enum Body {
     Delete { stream: String },
     /// Feed these stored events to the feature tables of the entities' shard.
     EntityEvents { batch: Batch },
+    /// Set (or, `None`, delete) features of an entity.
+    FeaturePut {
+        entity: String,
+        set: Vec<(String, Option<FeatureValue>)>,
+    },
+    /// Delete one feature, or (`None`) the whole entity.
+    FeatureDelete {
+        entity: String,
+        name: Option<String>,
+    },
 }
 
 /// A decoded record.
@@ -118,6 +139,60 @@ pub fn encode_delete(name: &str, append_ms: i64) -> Vec<u8> {
     out
 }
 
+/// Encode a feature put.
+pub fn encode_feature_put(
+    entity: &str,
+    set: &[(String, Option<FeatureValue>)],
+    append_ms: i64,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 2 + entity.len() + set.len() * 24);
+    header(&mut out, 4, set.len() as u32, append_ms, None);
+    stream(&mut out, entity);
+    for (name, value) in set {
+        // Names are 1–128 bytes: the HTTP layer checks them first.
+        let len = u8::try_from(name.len()).unwrap_or(u8::MAX);
+        out.push(len);
+        out.extend_from_slice(&name.as_bytes()[..usize::from(len).min(name.len())]);
+        match value {
+            None => out.push(0),
+            Some(FeatureValue::Int(i)) => {
+                out.push(1);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Some(FeatureValue::Float(f)) => {
+                out.push(2);
+                out.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+            Some(FeatureValue::Bool(b)) => {
+                out.push(3);
+                out.push(u8::from(*b));
+            }
+            Some(FeatureValue::Str(s)) => {
+                out.push(4);
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Encode a feature delete (`name`: `None` deletes the whole entity).
+pub fn encode_feature_delete(entity: &str, name: Option<&str>, append_ms: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 3 + entity.len() + name.map_or(0, str::len));
+    header(&mut out, 5, 1, append_ms, None);
+    stream(&mut out, entity);
+    match name {
+        None => out.push(0),
+        Some(n) => {
+            let len = u8::try_from(n.len()).unwrap_or(u8::MAX);
+            out.push(len);
+            out.extend_from_slice(&n.as_bytes()[..usize::from(len).min(n.len())]);
+        }
+    }
+    out
+}
+
 fn header(out: &mut Vec<u8>, kind: u8, n: u32, append_ms: i64, expected: Option<u64>) {
     out.push(VERSION);
     out.push(kind);
@@ -172,6 +247,25 @@ pub fn decode(value: &[u8]) -> Result<Record, WireError> {
                 stream: stream_name(&mut r)?.to_string(),
             }
         }
+        4 | 5 => {
+            if expected_last_seq.is_some() || (kind == 5 && n != 1) {
+                return Err(WireError::Bad("feature write header"));
+            }
+            let entity = stream_name(&mut r)?.to_string();
+            if kind == 4 {
+                Body::FeaturePut {
+                    entity,
+                    set: feature_values(&mut r, n)?,
+                }
+            } else {
+                let len = usize::from(r.u8().ok_or_else(bad)?);
+                let name = match len {
+                    0 => None,
+                    _ => Some(utf8(r.bytes(len).ok_or_else(bad)?)?.to_string()),
+                };
+                Body::FeatureDelete { entity, name }
+            }
+        }
         k => return Err(WireError::Kind(k)),
     };
     if r.remaining() != 0 {
@@ -187,6 +281,50 @@ fn stream_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
     }
     let bytes = r.bytes(len).ok_or(WireError::Bad("truncated stream"))?;
     std::str::from_utf8(bytes).map_err(|_| WireError::Bad("stream name is not UTF-8"))
+}
+
+fn utf8(b: &[u8]) -> Result<&str, WireError> {
+    std::str::from_utf8(b).map_err(|_| WireError::Bad("not UTF-8"))
+}
+
+fn feature_values(
+    r: &mut Reader<'_>,
+    n: u32,
+) -> Result<Vec<(String, Option<FeatureValue>)>, WireError> {
+    let bad = || WireError::Bad("truncated feature value");
+    let mut set = Vec::with_capacity((n as usize).min(1024));
+    for _ in 0..n {
+        let len = usize::from(r.u8().ok_or_else(bad)?);
+        if !(1..=128).contains(&len) {
+            return Err(WireError::Bad("feature name length"));
+        }
+        let name = utf8(r.bytes(len).ok_or_else(bad)?)?.to_string();
+        let value = match r.u8().ok_or_else(bad)? {
+            0 => None,
+            1 => Some(FeatureValue::Int(r.i64().ok_or_else(bad)?)),
+            2 => {
+                let f = f64::from_bits(r.u64().ok_or_else(bad)?);
+                if !f.is_finite() {
+                    return Err(WireError::Bad("non-finite feature value"));
+                }
+                Some(FeatureValue::Float(f))
+            }
+            3 => match r.u8().ok_or_else(bad)? {
+                0 => Some(FeatureValue::Bool(false)),
+                1 => Some(FeatureValue::Bool(true)),
+                _ => return Err(WireError::Bad("feature bool")),
+            },
+            4 => {
+                let len = r.u32().ok_or_else(bad)? as usize;
+                Some(FeatureValue::Str(
+                    utf8(r.bytes(len).ok_or_else(bad)?)?.into(),
+                ))
+            }
+            _ => return Err(WireError::Bad("unknown feature value tag")),
+        };
+        set.push((name, value));
+    }
+    Ok(set)
 }
 
 fn runs(r: &mut Reader<'_>, n: u32) -> Result<Batch, WireError> {

@@ -4,6 +4,7 @@
 
 use super::*;
 use vx_proto::{EventView, Kind, Num};
+use vx_storage::features::FeatureValue;
 
 fn ev<'a>(stream: &'a str, ty: &'a str, entity: Option<&'a str>, ts: i64) -> EventView<'a> {
     EventView {
@@ -108,4 +109,41 @@ fn damaged_records_are_errors() {
         }
     }
     assert!(matches!(decode(&[2]), Err(WireError::Version(2))));
+}
+
+#[test]
+fn feature_writes_round_trip_and_are_pinned() {
+    let set = vec![
+        ("a".to_string(), Some(FeatureValue::Int(-2))),
+        ("b".to_string(), Some(FeatureValue::Float(0.5))),
+        ("c".to_string(), Some(FeatureValue::Bool(true))),
+        ("d".to_string(), Some(FeatureValue::Str("xy".into()))),
+        ("e".to_string(), None),
+    ];
+    let v = encode_feature_put("ent", &set, 7);
+    assert_eq!(&v[..8], &[1, 4, 0, 0, 5, 0, 0, 0]);
+    assert_eq!(&v[24..29], &[3, 0, b'e', b'n', b't']);
+    assert_eq!(&v[29..32], &[1, b'a', 1]);
+    match decode(&v).unwrap().body {
+        Body::FeaturePut { entity, set: got } => {
+            assert_eq!(entity, "ent");
+            assert_eq!(got, set);
+        }
+        other => panic!("{other:?}"),
+    }
+    let d = encode_feature_delete("ent", Some("a"), 7);
+    assert_eq!(&d[24..], &[3, 0, b'e', b'n', b't', 1, b'a']);
+    match decode(&d).unwrap().body {
+        Body::FeatureDelete { entity, name } => {
+            assert_eq!((entity.as_str(), name.as_deref()), ("ent", Some("a")));
+        }
+        other => panic!("{other:?}"),
+    }
+    match decode(&encode_feature_delete("ent", None, 7)).unwrap().body {
+        Body::FeatureDelete { name: None, .. } => {}
+        other => panic!("{other:?}"),
+    }
+    for cut in 0..v.len() {
+        assert!(decode(&v[..cut]).is_err(), "cut at {cut}");
+    }
 }

@@ -132,6 +132,11 @@ pub struct StorageConfig {
     /// ([`crate::Store::write_entity_events`]), feature puts and deletes only. Keep it the
     /// same across restarts of a data dir: start-up replays the log with the current value.
     pub features_from_events: bool,
+    /// Whether `storage.max_streams` and `storage.max_feature_bytes` refuse writes (507).
+    /// Cluster mode sets it to `false`: its records were acknowledged by Kafka before they
+    /// reach this store, and every replica must apply a partition alike whatever else it
+    /// holds, so past a limit it applies and warns instead of refusing (docs/CLUSTER.md).
+    pub refuse_at_limits: bool,
     /// `storage.snapshot_interval`: how often the feature tables are snapshotted.
     pub snapshot_interval: Duration,
     /// Descriptors of sealed segments and index files kept open for readers (an LRU cache);
@@ -162,6 +167,7 @@ impl StorageConfig {
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
             features_from_events: true,
+            refuse_at_limits: true,
             snapshot_interval: Duration::from_secs(300),
             open_files: FILE_CACHE,
             channel_capacity: 4096,

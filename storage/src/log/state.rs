@@ -175,6 +175,8 @@ pub(crate) struct LogWriter {
     /// Asks the snapshot thread for a snapshot and waits for it: retention does when the
     /// snapshot floor holds it back.
     pub(super) snapshots: Option<TakeSnapshot>,
+    /// When a cluster record past a storage limit was last warned about (ms).
+    pub(super) limit_warned_ms: i64,
     /// Cluster mode: per (topic, partition), the largest origin offset applied
     /// ([`crate::log::source`]); what the index files record and readers see once published.
     pub(super) origins: BTreeMap<(OriginTopic, u32), u64>,

@@ -43,6 +43,8 @@ pub enum Submitted {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginRecord {
     pub offset: u64,
+    /// The record's append time (for cluster records, the one their Kafka record carried).
+    pub append_ms: i64,
     pub runs: Vec<(String, Vec<u8>)>,
 }
 
@@ -277,6 +279,7 @@ impl Store {
                 }
                 found.push(OriginRecord {
                     offset: o.offset,
+                    append_ms: h.append_ms,
                     runs,
                 });
                 true

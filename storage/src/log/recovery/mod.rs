@@ -214,6 +214,7 @@ fn pass(
         cfg,
         dir,
         snapshots: None,
+        limit_warned_ms: 0,
         origins: std::collections::BTreeMap::new(),
         origins_changed: false,
         streams_reset: vec![0; shards as usize],

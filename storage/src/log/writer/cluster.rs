@@ -74,7 +74,9 @@ impl LogWriter {
         scratch: &mut Scratch,
     ) -> Result<(usize, usize), WriteError> {
         self.check_origin(Some(origin), scratch)?;
-        if !self.shared.features.reserve_events(batch) {
+        if !self.shared.features.reserve_events(batch)
+            && self.over_limit("storage.max_feature_bytes")
+        {
             return Err(WriteError::FeatureBudget {
                 max: self.cfg.max_feature_bytes,
             });

@@ -65,7 +65,7 @@ impl LogWriter {
         let features = &self.shared.features;
         let found = match &fw.op {
             FeatureOp::Put(set) => {
-                if !features.reserve_put(&fw.entity, set) {
+                if !features.reserve_put(&fw.entity, set) && self.cfg.refuse_at_limits {
                     return Err(WriteError::FeatureBudget {
                         max: self.cfg.max_feature_bytes,
                     });
@@ -99,6 +99,23 @@ impl LogWriter {
 
     /// Dedup, conditional check, `storage.max_streams` and `seq` assignment for one request,
     /// and its record appended to the group buffer (none if every event is a duplicate).
+    /// A limit is reached: whether to refuse (single-node), or to apply anyway and say so
+    /// (cluster mode, where Kafka acknowledged the record already; rate-limited warning).
+    pub(super) fn over_limit(&mut self, key: &'static str) -> bool {
+        if self.cfg.refuse_at_limits {
+            return true;
+        }
+        let now = vx_sys::now_ms();
+        if now - self.limit_warned_ms >= 60_000 {
+            self.limit_warned_ms = now;
+            tracing::warn!(
+                limit = key,
+                "past a storage limit: applying an acknowledged cluster record anyway"
+            );
+        }
+        false
+    }
+
     pub(super) fn plan_write(
         &mut self,
         req: &WriteRequest,
@@ -202,12 +219,16 @@ impl LogWriter {
             .count() as u64;
         if becoming_live > 0
             && self.live + self.carry_orphans + becoming_live > self.cfg.max_streams
+            && self.over_limit("storage.max_streams")
         {
             return Err(WriteError::TooManyStreams {
                 max: self.cfg.max_streams,
             });
         }
-        if self.cfg.features_from_events && !self.shared.features.reserve_events(batch) {
+        if self.cfg.features_from_events
+            && !self.shared.features.reserve_events(batch)
+            && self.over_limit("storage.max_feature_bytes")
+        {
             return Err(WriteError::FeatureBudget {
                 max: self.cfg.max_feature_bytes,
             });
