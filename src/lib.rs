@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`cli`]: `veltrix serve` and its flags, and the client commands; [`remote`]: the commands
 //!   that talk to a running server over HTTP; [`check`]: `veltrix check`'s report (the checks are `vx_storage::check`).
+//! - [`cluster`]: cluster mode's side of the HTTP API (writes to Kafka, reads forwarded
+//!   to the shard's owner); the Kafka side is `vx_cluster`'s.
 //! - [`config`]: the key tree, its defaults and the file < env < flag layers.
 //! - [`logging`]: the tracing subscriber (pretty or JSON); [`telemetry`]: OTLP trace export.
 //! - [`server`]: bind, bootstrap (store recovery), serve, drain, stop.
@@ -23,6 +25,7 @@
 pub mod auth;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod failure;
 pub mod frames;

@@ -68,12 +68,6 @@ impl Server {
     /// Bind the TCP listener (and the Unix socket, if configured). Nothing is served yet.
     pub async fn bind(config: Config) -> Result<Server, StartError> {
         let started = Instant::now();
-        if config.cluster.mode == crate::config::ClusterMode::Kafka {
-            // Until the whole of docs/CLUSTER.md works, refuse rather than run half of it.
-            return Err(StartError::Cluster(
-                "not available in this build yet (docs/CLUSTER.md says what is built)".into(),
-            ));
-        }
         let listen = config.server.listen.clone();
         let bind_err = |source| StartError::Bind {
             addr: listen.clone(),
@@ -240,6 +234,13 @@ impl Server {
         let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
         storage.open_files = storage.open_files.min(quarter).max(16);
         storage.observer = Some(state.metrics().observer());
+        let clustered = config.cluster.mode == crate::config::ClusterMode::Kafka;
+        if clustered {
+            // Features come from T.entities, and a record Kafka acknowledged is always
+            // applied (docs/CLUSTER.md).
+            storage.features_from_events = false;
+            storage.refuse_at_limits = false;
+        }
         let opened = tokio::task::spawn_blocking(move || vx_storage::Store::open(storage)).await;
         let opened = match opened {
             Ok(Ok(opened)) => Ok(opened),
@@ -273,6 +274,21 @@ impl Server {
                 return Err(e);
             }
         };
+        if clustered {
+            match join_cluster(&config, store.clone()).await {
+                Ok(cluster) => state.set_cluster(cluster),
+                Err(e) => {
+                    stop.cancel();
+                    close.cancel();
+                    while listeners.join_next().await.is_some() {}
+                    let closing = store.clone();
+                    let _ = tokio::task::spawn_blocking(move || closing.shutdown()).await;
+                    remove_socket(uds_path.as_deref());
+                    remove_socket(frames_path.as_deref());
+                    return Err(e);
+                }
+            }
+        }
         let router = vx_router::Router::new(config.admission_config(store.shards()), store.clone());
         state.set_ready(router);
         let took = started.elapsed();
@@ -306,6 +322,11 @@ impl Server {
             );
             listeners.abort_all();
         }
+        // A cluster node leaves first: what it applied is committed, its partitions move.
+        if let Some(cluster) = state.cluster() {
+            let node = std::sync::Arc::clone(&cluster.node);
+            let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
+        }
         // Whatever is still queued for the writer is written and fsynced before this returns.
         let closing = store.clone();
         tokio::task::spawn_blocking(move || closing.shutdown())
@@ -316,6 +337,32 @@ impl Server {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Cluster mode: create or check the topics, join the group, start producing and applying.
+async fn join_cluster(
+    config: &Config,
+    store: vx_storage::Store,
+) -> Result<Arc<crate::cluster::Cluster>, StartError> {
+    let c = &config.cluster;
+    let need = |v: &Option<String>| v.clone().unwrap_or_default();
+    let settings = vx_cluster::NodeSettings {
+        brokers: need(&c.kafka_brokers),
+        topic: need(&c.topic),
+        node: need(&c.node_id),
+        advertise: need(&c.advertise).trim_end_matches('/').to_string(),
+        max_catchup: c.max_catchup,
+        session_timeout: c.session_timeout,
+        txn_timeout: c.session_timeout.max(Duration::from_secs(5)),
+        // A request is one record per partition: room for the largest body and its header.
+        max_record_bytes: config.ingest.max_body_bytes + (1 << 20),
+    };
+    let node = vx_cluster::Node::start(settings, store, tokio::runtime::Handle::current())
+        .await
+        .map_err(|e| StartError::Cluster(e.to_string()))?;
+    let cluster = crate::cluster::Cluster::new(node)
+        .map_err(|e| StartError::Cluster(format!("the HTTP client between nodes: {e}")))?;
+    Ok(Arc::new(cluster))
 }
 
 /// How long, at most, open connections may keep sending requests (answered 503 with

@@ -42,6 +42,8 @@ struct StateFields {
     hub: Arc<crate::live::Hub>,
     /// The status page's top streams, computed at most once a second for all viewers.
     top: crate::status::top::TopCache,
+    /// Cluster mode: this node's handle, once it has joined.
+    cluster: OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl AppState {
@@ -78,6 +80,7 @@ impl AppState {
             otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
             top: crate::status::top::TopCache::default(),
+            cluster: OnceLock::new(),
         }))
     }
 
@@ -127,6 +130,16 @@ impl AppState {
         self.0.phase.store(Phase::Ready as u8, Ordering::Release);
     }
 
+    /// Cluster mode: this node joined its cluster (before [`AppState::set_ready`]).
+    pub fn set_cluster(&self, cluster: Arc<crate::cluster::Cluster>) {
+        let _ = self.0.cluster.set(cluster);
+    }
+
+    /// Cluster mode's handle; `None` in single-node mode (and before the node joined).
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.0.cluster.get()
+    }
+
     /// The router, once the store is open.
     pub fn router(&self) -> Option<&vx_router::Router> {
         self.0.router.get()
@@ -134,7 +147,9 @@ impl AppState {
 
     /// Ready to serve: bootstrapped, not draining, and the store accepts writes.
     pub fn is_ready(&self) -> bool {
-        self.phase() == Phase::Ready && self.router().is_some_and(|r| !r.store().is_poisoned())
+        self.phase() == Phase::Ready
+            && self.router().is_some_and(|r| !r.store().is_poisoned())
+            && self.cluster().is_none_or(|c| c.node.ready())
     }
 
     pub fn metrics(&self) -> &Metrics {

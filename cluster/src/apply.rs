@@ -390,11 +390,10 @@ impl Ctx {
                 }
             }
             let st = if start >= high {
-                self.outcomes.applied_through(
-                    topic == Topic::Entities,
-                    partition,
-                    high.saturating_sub(1),
-                );
+                if high > 0 {
+                    self.outcomes
+                        .applied_through(topic == Topic::Entities, partition, high - 1);
+                }
                 PartitionState::Live
             } else {
                 PartitionState::CatchingUp { end: high }

@@ -4,6 +4,7 @@
 //! engine's input seam, and serves it).
 //!
 //! # Layout
+//! - [`node`]: one cluster node: everything it runs besides its HTTP API.
 //! - [`names`]: the topics, group and transactional ids derived from `cluster.topic`.
 //! - [`admin`]: creating and checking the topics at start-up.
 //! - [`txn`]: one Kafka transaction at a time on a blocking thread (begin, produce, wait for
@@ -26,6 +27,7 @@ pub mod ingest;
 pub mod local;
 pub mod members;
 pub mod names;
+pub mod node;
 pub mod outcomes;
 pub mod position;
 #[cfg(feature = "testing")]
@@ -35,3 +37,4 @@ pub mod wire;
 
 pub use error::ClusterError;
 pub use names::Names;
+pub use node::{Node, NodeSettings, Route};

@@ -239,7 +239,8 @@ impl Router {
         self.shared.drain.rate()
     }
 
-    fn fill_of(&self, shards: &[(u32, u64)]) -> f64 {
+    /// The fill (0–1) of the fullest of `shards`, as `X-Vx-Queue-Fill` reports it.
+    pub fn fill_of(&self, shards: &[(u32, u64)]) -> f64 {
         let cap = self.capacity().max(1) as f64;
         let max = shards
             .iter()

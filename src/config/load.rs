@@ -352,6 +352,15 @@ fn validate_cluster(cfg: &Config) -> Result<(), ConfigError> {
             ))),
         }
     };
+    if cfg.server.frames_listen.is_some() || cfg.server.frames_uds.is_some() {
+        // Frames over HTTP (`POST /v1/events` with the frames content type) works.
+        return bad(
+            "the binary frames listener (server.frames_listen, server.frames_uds) is not \
+             available in cluster mode yet; send frames over HTTP (POST /v1/events), see \
+             docs/CLUSTER.md"
+                .into(),
+        );
+    }
     let brokers = required("kafka_brokers", &c.kafka_brokers)?;
     for b in brokers.split(',') {
         let ok = b
@@ -395,6 +404,12 @@ fn validate_cluster(cfg: &Config) -> Result<(), ConfigError> {
     }
     if c.max_catchup.is_zero() {
         return bad("cluster.max_catchup must be more than 0".into());
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&c.session_timeout) {
+        return bad(format!(
+            "cluster.session_timeout must be between 1s and 5m, got {}",
+            super::units::format_duration(c.session_timeout)
+        ));
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use vx_router::{Submit, SubmitError};
-use vx_storage::{Durability, WriteOutcome};
+use vx_storage::Durability;
 use vx_sys::now_ms;
 
 const DURABILITY: &str = "x-vx-durability";
@@ -37,9 +37,46 @@ impl Serialize for LastSeq<'_> {
 #[derive(Serialize)]
 struct Stored<'a> {
     accepted: u64,
-    duplicates: u64,
-    last_seq: LastSeq<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicates: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_seq: Option<LastSeq<'a>>,
     durability: &'static str,
+    /// Cluster mode: the write's position (also `X-Vx-Position`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<String>,
+}
+
+/// An ingest request taken: stored here (single-node), or by Kafka (cluster mode, where
+/// `duplicates` and `last_seq` are known only with `X-Vx-Durability: applied`).
+pub(crate) struct Took {
+    pub accepted: u64,
+    pub duplicates: Option<u64>,
+    pub last_seq: Option<Vec<(String, u64)>>,
+    pub durability: &'static str,
+    pub queue_fill: f64,
+    pub position: Option<vx_cluster::position::Position>,
+}
+
+impl Took {
+    fn local(a: vx_router::Accepted) -> Took {
+        Took {
+            accepted: a.outcome.accepted,
+            duplicates: Some(a.outcome.duplicates),
+            last_seq: Some(a.outcome.last_seq),
+            durability: a.outcome.durability.as_str(),
+            queue_fill: a.queue_fill,
+            position: None,
+        }
+    }
+}
+
+/// What `X-Vx-Durability` asks: a level of the local store, or (cluster mode) `applied`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Asked {
+    pub local: Option<Durability>,
+    /// Cluster mode: answer once the owners applied the write.
+    pub applied: bool,
 }
 
 /// The metrics label of a decoder format.
@@ -51,7 +88,7 @@ fn format_label(format: vx_ingest::Format) -> &'static str {
 struct Request {
     format: vx_ingest::Format,
     encoding: vx_ingest::Encoding,
-    durability: Option<Durability>,
+    durability: Asked,
     expected_last_seq: Option<u64>,
 }
 
@@ -66,7 +103,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
         .transpose()
 }
 
-fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
+fn check_headers(headers: &HeaderMap, clustered: bool) -> Result<Request, AppError> {
     // A Content-Type that is not even ASCII is unsupported, like any other unknown type.
     let content_type = headers
         .get(CONTENT_TYPE)
@@ -74,7 +111,7 @@ fn check_headers(headers: &HeaderMap) -> Result<Request, AppError> {
     let format = vx_ingest::format_for(content_type)
         .map_err(|e| AppError::unsupported_media_type(e.to_string(), vx_ingest::SUPPORTED_TYPES))?;
     let encoding = encoding(headers)?;
-    let durability = durability(headers)?;
+    let durability = durability(headers, clustered)?;
     let expected_last_seq = header_str(headers, EXPECTED_LAST_SEQ)?
         .map(|v| {
             v.parse::<u64>().map_err(|_| {
@@ -116,21 +153,59 @@ pub(super) fn body_error(e: vx_ingest::IngestError) -> AppError {
 }
 
 /// The router's one admission path for every ingest route: the stored outcome, counted per
-/// format, or the refusal (429 with `Retry-After`, a write error) as a counted answer.
+/// format, or the refusal (429 with `Retry-After`, a write error) as a counted answer. In
+/// cluster mode the admitted batch goes to Kafka instead of the local store.
 pub(super) async fn submit(
     state: &AppState,
     router: &vx_router::Router,
     label: &'static str,
     req: Submit,
-) -> Result<vx_router::Accepted, Response> {
+    asked: Asked,
+    headers: &HeaderMap,
+) -> Result<Took, Response> {
     let metrics = state.metrics();
     let events = req.batch.len() as u64;
+    if let Some(cluster) = state.cluster() {
+        let auth = headers.get(axum::http::header::AUTHORIZATION);
+        let result = crate::cluster::write::events(
+            cluster,
+            router,
+            req.batch,
+            req.expected_last_seq,
+            asked.applied,
+            auth,
+        )
+        .await;
+        return match result {
+            Ok(t) => {
+                let handles = metrics.format(label);
+                handles.ingested.inc_by(t.accepted);
+                handles.duplicates.inc_by(t.duplicates.unwrap_or(0));
+                Ok(Took {
+                    accepted: t.accepted,
+                    duplicates: t.duplicates,
+                    last_seq: t.last_seq,
+                    durability: if asked.applied {
+                        "applied"
+                    } else {
+                        "replicated"
+                    },
+                    queue_fill: t.queue_fill,
+                    position: Some(t.position),
+                })
+            }
+            Err((error, fill)) => {
+                metrics.rejected(error.code, label, Some(events));
+                Err(with_fill(error.into_response(), fill))
+            }
+        };
+    }
     let (error, fill) = match router.submit(req).await {
         Ok(accepted) => {
             let handles = metrics.format(label);
             handles.ingested.inc_by(accepted.outcome.accepted);
             handles.duplicates.inc_by(accepted.outcome.duplicates);
-            return Ok(accepted);
+            return Ok(Took::local(accepted));
         }
         Err(SubmitError::Backpressure {
             retry_after_ms,
@@ -148,32 +223,64 @@ pub(super) async fn submit(
     Err(with_fill(error.into_response(), fill))
 }
 
-/// `X-Vx-Durability`, on writes and deletes.
-pub(super) fn durability(headers: &HeaderMap) -> Result<Option<Durability>, AppError> {
-    Ok(match header_str(headers, DURABILITY)? {
-        None => None,
-        Some(v) => Some(Durability::parse(&v.to_ascii_lowercase()).ok_or_else(|| {
-            AppError::bad_request(format!(
-                "X-Vx-Durability {v:?} is not one of none, write, fsync"
-            ))
-        })?),
-    })
+/// `X-Vx-Durability`, on writes and deletes. In cluster mode `applied` waits for the
+/// owners, and every other level is met by Kafka's acknowledgement (`replicated`).
+pub(crate) fn durability(headers: &HeaderMap, clustered: bool) -> Result<Asked, AppError> {
+    let Some(v) = header_str(headers, DURABILITY)? else {
+        return Ok(Asked::default());
+    };
+    let v = v.to_ascii_lowercase();
+    if clustered {
+        return match v.as_str() {
+            "applied" => Ok(Asked {
+                local: None,
+                applied: true,
+            }),
+            "replicated" | "none" | "write" | "fsync" => Ok(Asked::default()),
+            _ => Err(AppError::bad_request(format!(
+                "X-Vx-Durability {v:?} is not one of none, write, fsync, replicated, applied"
+            ))),
+        };
+    }
+    match Durability::parse(&v) {
+        Some(d) => Ok(Asked {
+            local: Some(d),
+            applied: false,
+        }),
+        None => Err(AppError::bad_request(format!(
+            "X-Vx-Durability {v:?} is not one of none, write, fsync{}",
+            if matches!(v.as_str(), "applied" | "replicated") {
+                " (replicated and applied are levels of cluster mode)"
+            } else {
+                ""
+            }
+        ))),
+    }
 }
 
-fn stored(outcome: &WriteOutcome) -> Response {
+/// The 200 of a write: its JSON body, and in cluster mode its position as a header too.
+pub(crate) fn stored(took: &Took) -> Response {
+    let position = took.position.as_ref().map(ToString::to_string);
     let body = Stored {
-        accepted: outcome.accepted,
-        duplicates: outcome.duplicates,
-        last_seq: LastSeq(&outcome.last_seq),
-        durability: outcome.durability.as_str(),
+        accepted: took.accepted,
+        duplicates: took.duplicates,
+        last_seq: took.last_seq.as_deref().map(LastSeq),
+        durability: took.durability,
+        position: position.clone(),
     };
     match serde_json::to_vec(&body) {
-        Ok(json) => (
-            StatusCode::OK,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            json,
-        )
-            .into_response(),
+        Ok(json) => {
+            let mut resp = (
+                StatusCode::OK,
+                [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                json,
+            )
+                .into_response();
+            if let Some(p) = position.and_then(|p| HeaderValue::from_str(&p).ok()) {
+                resp.headers_mut().insert(crate::cluster::POSITION, p);
+            }
+            resp
+        }
         Err(e) => AppError::internal(format!("encoding the answer failed: {e}")).into_response(),
     }
 }
@@ -191,7 +298,7 @@ pub(super) fn closing(mut resp: Response) -> Response {
 /// `POST /v1/events`.
 pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let metrics = state.metrics();
-    let req = match check_headers(&headers) {
+    let req = match check_headers(&headers, state.cluster().is_some()) {
         Ok(r) => r,
         Err(e) => {
             metrics.rejected(e.code, "unknown", None);
@@ -241,13 +348,15 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         label,
         Submit {
             batch,
-            durability: req.durability,
+            durability: req.durability.local,
             expected_last_seq: req.expected_last_seq,
         },
+        req.durability,
+        &headers,
     )
     .await;
     match submitted {
-        Ok(accepted) => with_fill(stored(&accepted.outcome), accepted.queue_fill),
+        Ok(took) => with_fill(stored(&took), took.queue_fill),
         Err(refused) => refused,
     }
 }

@@ -69,8 +69,17 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/status", get(status::status))
         .route("/", get(status::index))
         .route("/ui/{asset}", get(status::asset))
+        .route(
+            crate::cluster::internal::OUTCOME,
+            get(crate::cluster::internal::outcome),
+        )
         // Route layers run after matching, so they see the route template; the later one
-        // wraps the earlier, so latency includes auth.
+        // wraps the earlier, so latency includes auth. Cluster mode forwards reads of a shard
+        // another node owns once they are authorized here.
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            crate::cluster::forward::reads,
+        ))
         .route_layer(from_fn_with_state(state.clone(), guard::auth))
         .route_layer(from_fn_with_state(state.clone(), guard::latency))
         .fallback(not_found)

@@ -126,10 +126,15 @@ pub async fn delete(
 ) -> Result<Response, AppError> {
     let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
     Params::parse(&uri, &[])?;
-    let durability = super::ingest::durability(&headers)?;
+    let asked = super::ingest::durability(&headers, state.cluster().is_some())?;
     let router = engine(&state)?;
     let shard = router.shard_of(&stream);
-    let resp = match router.store().delete(&stream, durability, None).await {
+    if let Some(cluster) = state.cluster() {
+        return cluster_delete(&state, cluster, shard, &stream, asked, &headers)
+            .await
+            .map(|r| with_shard(r, shard));
+    }
+    let resp = match router.store().delete(&stream, asked.local, None).await {
         Ok(out) => {
             state.metrics().streams_deleted.inc();
             Json(Deleted {
@@ -142,4 +147,39 @@ pub async fn delete(
         Err(e) => AppError::from(e).into_response(),
     };
     Ok(with_shard(resp, shard))
+}
+
+/// A stream delete in cluster mode: produced to the stream's partition. Without `applied`,
+/// whether the stream existed is not known yet: the answer has no `last_seq`.
+async fn cluster_delete(
+    state: &AppState,
+    cluster: &crate::cluster::Cluster,
+    shard: u32,
+    stream: &str,
+    asked: super::ingest::Asked,
+    headers: &HeaderMap,
+) -> Result<Response, AppError> {
+    let auth = headers.get(axum::http::header::AUTHORIZATION);
+    let d = crate::cluster::write::delete(cluster, shard, stream, asked.applied, auth).await?;
+    let position = d.position.to_string();
+    let body = match d.last_seq {
+        Some(None) => return Err(AppError::not_found(format!("unknown stream {stream:?}"))),
+        Some(Some(last_seq)) => serde_json::json!({
+            "stream": stream,
+            "last_seq": last_seq,
+            "durability": "applied",
+            "position": position,
+        }),
+        None => serde_json::json!({
+            "stream": stream,
+            "durability": "replicated",
+            "position": position,
+        }),
+    };
+    state.metrics().streams_deleted.inc();
+    let mut resp = Json(body).into_response();
+    if let Ok(p) = HeaderValue::from_str(&position) {
+        resp.headers_mut().insert(crate::cluster::POSITION, p);
+    }
+    Ok(resp)
 }

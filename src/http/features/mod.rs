@@ -269,7 +269,8 @@ pub async fn put(
     let entity = entity_of(path)?;
     Params::parse(&uri, &[])?;
     check_json_type(&headers)?;
-    let durability = super::ingest::durability(&headers)?;
+    let asked = super::ingest::durability(&headers, state.cluster().is_some())?;
+    let durability = asked.local;
     let bytes = body_bytes(body, PUT_MAX_BODY, "features.max_put_bytes").await?;
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&bytes).map_err(|e| {
@@ -320,6 +321,23 @@ pub async fn put(
         }
         set.push((name, v));
     }
+    if let Some(cluster) = state.cluster() {
+        let deleted = set.iter().filter(|(_, v)| v.is_none()).count() as u64;
+        let value = vx_cluster::wire::encode_feature_put(&entity, &set, vx_sys::now_ms());
+        return cluster_written(
+            &state,
+            cluster,
+            router,
+            &entity,
+            value,
+            asked,
+            &headers,
+            set.len() as u64 - deleted,
+            deleted,
+        )
+        .await
+        .map(|r| with_shard(r, shard));
+    }
     if set.is_empty() {
         return Ok(with_shard(
             written(
@@ -342,6 +360,41 @@ pub async fn put(
         })
         .await;
     Ok(with_shard(outcome(&state, &entity, res, false), shard))
+}
+
+/// A feature write in cluster mode: produced to the entity's partition of `T.entities`.
+#[allow(clippy::too_many_arguments)]
+async fn cluster_written(
+    state: &AppState,
+    cluster: &crate::cluster::Cluster,
+    router: &vx_router::Router,
+    entity: &str,
+    value: Vec<u8>,
+    asked: super::ingest::Asked,
+    headers: &HeaderMap,
+    set: u64,
+    deleted: u64,
+) -> Result<Response, AppError> {
+    let auth = headers.get(axum::http::header::AUTHORIZATION);
+    match crate::cluster::write::feature(cluster, router, entity, value, asked.applied, auth).await
+    {
+        Ok((position, _fill)) => {
+            state.metrics().feature_writes.inc();
+            let body = serde_json::json!({
+                "entity": entity,
+                "set": set,
+                "deleted": deleted,
+                "durability": if asked.applied { "applied" } else { "replicated" },
+                "position": position.to_string(),
+            });
+            let mut resp = json(StatusCode::OK, body.to_string().into_bytes());
+            if let Ok(p) = axum::http::HeaderValue::from_str(&position.to_string()) {
+                resp.headers_mut().insert(crate::cluster::POSITION, p);
+            }
+            Ok(resp)
+        }
+        Err((e, _fill)) => Err(e),
+    }
 }
 
 fn written(entity: &str, set: u64, deleted: u64, d: vx_storage::Durability) -> Response {
@@ -420,9 +473,21 @@ async fn delete(
     name: Option<String>,
     headers: &HeaderMap,
 ) -> Result<Response, AppError> {
-    let durability = super::ingest::durability(headers)?;
+    let asked = super::ingest::durability(headers, state.cluster().is_some())?;
+    let durability = asked.local;
     let router = engine(&state)?;
     let shard = router.store().features().shard_of(&entity);
+    if let Some(cluster) = state.cluster() {
+        // The entity's tables may be on another node: the delete is produced as it is, and
+        // deleting what does not exist changes nothing there (docs/CLUSTER.md).
+        let value =
+            vx_cluster::wire::encode_feature_delete(&entity, name.as_deref(), vx_sys::now_ms());
+        return cluster_written(
+            &state, cluster, router, &entity, value, asked, headers, 0, 1,
+        )
+        .await
+        .map(|r| with_shard(r, shard));
+    }
     // A delete of what does not exist writes no record.
     if !router.store().features().exists(&entity, name.as_deref()) {
         return Ok(with_shard(

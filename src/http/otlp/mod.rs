@@ -74,7 +74,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         Ok(enc) => enc,
         Err(e) => return closing(reject(e, None, 0.0)),
     };
-    let durability = match durability(headers) {
+    let durability = match durability(headers, state.cluster().is_some()) {
         Ok(d) => d,
         Err(e) => return closing(reject(e, None, 0.0)),
     };
@@ -139,9 +139,11 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         label,
         Submit {
             batch,
-            durability,
+            durability: durability.local,
             expected_last_seq: None,
         },
+        durability,
+        headers,
     )
     .await;
     let accepted = match submitted {

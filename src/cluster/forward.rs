@@ -1,0 +1,229 @@
+//! Reads on any node: the middleware in front of the routes of one stream
+//! (`/v1/streams/{stream}`, its events and its WebSocket) and of one entity
+//! (`/v1/features/{entity}`). It finds the shard; if this node owns it, the request is
+//! served here (after waiting, bounded, for `X-Vx-Min-Position` or for a shard still
+//! catching up); if another node does, the request is sent there and its answer streamed
+//! back as it comes (a live follow included), with `X-Vx-Node` naming the node that answered.
+//! A request that was forwarded already is never forwarded again: if this node is not the
+//! owner (any more), the shard is moving, and the answer is 503 with `Retry-After`.
+//!
+//! Writes are not forwarded: any node produces them to Kafka.
+
+use super::{Cluster, FORWARDED, MIN_POSITION, NODE, WAIT};
+use crate::http::AppError;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{CONNECTION, HOST, RETRY_AFTER, TRANSFER_ENCODING};
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use percent_encoding::percent_decode_str;
+use std::time::Duration;
+use vx_cluster::Route;
+use vx_cluster::position::Position;
+use vx_cluster::txn::Topic;
+
+/// The shard (and topic) a path addresses, if it addresses one stream or one entity.
+fn target(path: &str, shards: u32) -> Option<(Topic, u32)> {
+    let mut parts = path.trim_start_matches('/').split('/');
+    let (v1, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+    if v1 != "v1" || name.is_empty() {
+        return None;
+    }
+    let name = percent_decode_str(name).decode_utf8().ok()?;
+    match kind {
+        "streams" => Some((Topic::Streams, vx_proto::shard::shard_of(&name, shards))),
+        "features" if name != "query" => {
+            Some((Topic::Entities, vx_proto::shard::shard_of(&name, shards)))
+        }
+        _ => None,
+    }
+}
+
+pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (Some(cluster), Some(router)) = (state.cluster(), state.router()) else {
+        return next.run(req).await;
+    };
+    if req.method() != Method::GET {
+        return next.run(req).await;
+    }
+    let Some((topic, shard)) = target(req.uri().path(), router.store().shards()) else {
+        return next.run(req).await;
+    };
+    let min = match min_position(&req) {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
+    let forwarded = req.headers().contains_key(FORWARDED);
+    match serve_here(cluster, min, forwarded, topic, shard).await {
+        Ok(true) => with_node(next.run(req).await, cluster.node_header()),
+        Ok(false) => match cluster.node.route(topic, shard) {
+            Route::Remote(owner) => proxy(cluster, req, &owner.url)
+                .await
+                .unwrap_or_else(IntoResponse::into_response),
+            _ => moving(shard).into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Whether to serve the request here: this node owns the shard and, within [`WAIT`], has
+/// caught up with it and applied the request's minimum position. `false`: another node owns
+/// it and the request was not forwarded yet.
+async fn serve_here(
+    cluster: &Cluster,
+    min: Option<Position>,
+    forwarded: bool,
+    topic: Topic,
+    shard: u32,
+) -> Result<bool, AppError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match cluster.node.route(topic, shard) {
+            Route::Local => break,
+            Route::Remote(_) if !forwarded => return Ok(false),
+            Route::CatchingUp | Route::Remote(_) | Route::Unknown => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(moving(shard));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    if let Some(offset) = min.as_ref().and_then(|p| p.get(topic, shard)) {
+        let entities = topic == Topic::Entities;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let applied = cluster
+            .node
+            .outcomes()
+            .wait_for(left, |o| o.is_applied(entities, shard, offset))
+            .await;
+        if !applied {
+            return Err(AppError::new(
+                vx_proto::ErrorCode::NotReady,
+                format!(
+                    "shard {shard} has not applied X-Vx-Min-Position within {} s",
+                    WAIT.as_secs()
+                ),
+            )
+            .with_header(RETRY_AFTER, 1));
+        }
+    }
+    Ok(true)
+}
+
+/// `X-Vx-Min-Position`, if the request has one.
+pub fn min_position(req: &Request) -> Result<Option<Position>, AppError> {
+    match req.headers().get(MIN_POSITION) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| Position::parse(s).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                AppError::bad_request(
+                    "X-Vx-Min-Position is not a position (pass back a write's X-Vx-Position, unchanged)",
+                )
+            }),
+    }
+}
+
+fn moving(shard: u32) -> AppError {
+    AppError::new(
+        vx_proto::ErrorCode::NotReady,
+        format!("shard {shard} is moving between nodes; retry after Retry-After"),
+    )
+    .with_header(RETRY_AFTER, 1)
+}
+
+fn with_node(mut resp: Response, node: HeaderValue) -> Response {
+    resp.headers_mut()
+        .entry(HeaderName::from_static(NODE))
+        .or_insert(node);
+    resp
+}
+
+/// Hop-by-hop headers, never passed on.
+fn hop(name: &HeaderName) -> bool {
+    name == CONNECTION
+        || name == TRANSFER_ENCODING
+        || name == HOST
+        || matches!(
+            name.as_str(),
+            "keep-alive" | "proxy-connection" | "te" | "trailer" | "upgrade"
+        )
+}
+
+/// Send `req` to the owner at `url` and stream its answer back.
+async fn proxy(cluster: &Cluster, req: Request, url: &str) -> Result<Response, AppError> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    if req.headers().contains_key("upgrade") {
+        return Err(AppError::new(
+            vx_proto::ErrorCode::NotReady,
+            format!(
+                "this stream is served by the node at {url}: open the WebSocket there (X-Vx-Node)"
+            ),
+        )
+        .with_header(HeaderName::from_static("location"), format!("{url}{path}")));
+    }
+    let mut out = cluster.client().get(format!("{url}{path}"));
+    for (name, value) in req.headers() {
+        if !hop(name) {
+            out = out.header(name.clone(), value.clone());
+        }
+    }
+    out = out.header(FORWARDED, cluster.node_header());
+    let resp = out.send().await.map_err(|e| {
+        tracing::debug!(url, error = %e, "forwarding a read failed");
+        moving_to(url)
+    })?;
+    let mut builder = Response::builder().status(resp.status().as_u16());
+    for (name, value) in resp.headers() {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) && !hop(&n)
+        {
+            builder = builder.header(n, v);
+        }
+    }
+    builder
+        .body(Body::from_stream(resp.bytes_stream()))
+        .map_err(|e| AppError::internal(format!("forwarding the answer: {e}")))
+}
+
+fn moving_to(url: &str) -> AppError {
+    AppError::new(
+        vx_proto::ErrorCode::NotReady,
+        format!("the shard's owner at {url} did not answer; retry after Retry-After"),
+    )
+    .with_header(RETRY_AFTER, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_their_shard() {
+        let s = |name: &str| vx_proto::shard::shard_of(name, 8);
+        assert_eq!(
+            target("/v1/streams/a%2Fb/events", 8),
+            Some((Topic::Streams, s("a/b")))
+        );
+        assert_eq!(target("/v1/streams/x", 8), Some((Topic::Streams, s("x"))));
+        assert_eq!(
+            target("/v1/features/e1", 8),
+            Some((Topic::Entities, s("e1")))
+        );
+        assert_eq!(target("/v1/features/query", 8), None);
+        assert_eq!(target("/v1/streams", 8), None);
+        assert_eq!(target("/metrics", 8), None);
+    }
+}

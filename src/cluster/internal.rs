@@ -1,0 +1,75 @@
+//! The route the nodes of a cluster ask each other on: `GET /v1/cluster/outcome`, what
+//! applying one record did, for a write whose client asked for `X-Vx-Durability: applied`
+//! on another node. It needs the `ingest` scope (the asking node passes its client's
+//! token on), waits up to `wait_ms` (at most [`super::WAIT`]) for the record to be applied,
+//! and answers the outcome as JSON (200), 404 when it is too old to say, or 503 when this
+//! node does not apply that partition or has not applied the record yet.
+
+use super::WAIT;
+use crate::http::AppError;
+use crate::http::params::Params;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::http::header::RETRY_AFTER;
+use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+use vx_cluster::outcomes::Lookup;
+use vx_cluster::txn::Topic;
+
+pub const OUTCOME: &str = "/v1/cluster/outcome";
+
+pub async fn outcome(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
+    let params = Params::parse(&uri, &["topic", "partition", "offset", "wait_ms"])?;
+    let Some(cluster) = state.cluster() else {
+        return Err(AppError::not_found("not a cluster node"));
+    };
+    let topic = match params.get("topic") {
+        Some("streams") => Topic::Streams,
+        Some("entities") => Topic::Entities,
+        other => {
+            return Err(AppError::bad_request(format!(
+                "topic must be streams or entities, not {other:?}"
+            )));
+        }
+    };
+    let number = |name: &str| -> Result<u64, AppError> {
+        params
+            .get(name)
+            .ok_or_else(|| AppError::bad_request(format!("{name} is required")))?
+            .parse()
+            .map_err(|_| AppError::bad_request(format!("{name} is not a number")))
+    };
+    let partition = u32::try_from(number("partition")?)
+        .map_err(|_| AppError::bad_request("partition is out of range"))?;
+    let offset = number("offset")?;
+    let wait = params
+        .get("wait_ms")
+        .and_then(|w| w.parse().ok())
+        .map_or(WAIT, Duration::from_millis)
+        .min(WAIT);
+    let node = &cluster.node;
+    let entities = topic == Topic::Entities;
+    if !node.ownership().owns(topic, partition) {
+        return Err(not_here(partition));
+    }
+    node.outcomes()
+        .wait_for(wait, |o| o.is_applied(entities, partition, offset))
+        .await;
+    match node.outcomes().lookup(entities, partition, offset) {
+        Lookup::Applied(o) => Ok(Json(o).into_response()),
+        Lookup::Forgotten => Err(AppError::not_found(
+            "applied too long ago to say what it did",
+        )),
+        Lookup::Pending => Err(not_here(partition)),
+    }
+}
+
+fn not_here(partition: u32) -> AppError {
+    AppError::new(
+        vx_proto::ErrorCode::NotReady,
+        format!("partition {partition} is not applied here (yet)"),
+    )
+    .with_header(RETRY_AFTER, 1)
+}
