@@ -43,7 +43,7 @@ struct StateFields {
     /// The status page's top streams, computed at most once a second for all viewers.
     top: crate::status::top::TopCache,
     /// Cluster mode: this node's handle, once it has joined.
-    cluster: OnceLock<Arc<crate::cluster::Cluster>>,
+    cluster: Arc<OnceLock<Arc<crate::cluster::Cluster>>>,
 }
 
 impl AppState {
@@ -52,10 +52,12 @@ impl AppState {
         let router = Arc::new(OnceLock::new());
         let budget = vx_ingest::InflightBudget::new(config.ingest.max_inflight_bytes);
         let hub = Arc::new(crate::live::Hub::new(config.server.max_followers));
+        let cluster = Arc::new(OnceLock::new());
         let metrics = Arc::new(Metrics::new(
             Arc::clone(&router),
             budget.clone(),
             Arc::clone(&hub),
+            Arc::clone(&cluster),
         ));
         let limits = vx_ingest::Limits {
             max_body_bytes: config.ingest.max_body_bytes,
@@ -80,7 +82,7 @@ impl AppState {
             otlp_stream_attribute: config.otlp.stream_attribute.clone(),
             hub,
             top: crate::status::top::TopCache::default(),
-            cluster: OnceLock::new(),
+            cluster,
         }))
     }
 

@@ -16,8 +16,9 @@ use vx_cluster::testing::Broker;
 
 const SHARDS: u32 = 8;
 
-/// A node of a test cluster: its data dir and its server.
+/// A node of a test cluster: its data dir, its configuration (to restart it) and its server.
 struct Node {
+    cfg: ServerConfig,
     server: Option<Server>,
     _dir: TempDir,
 }
@@ -58,6 +59,7 @@ fn start_nodes(broker: &Broker, topic: &str, n: usize) -> Vec<Node> {
             let cfg = node_config(broker, topic, &format!("n{i}"), &dir);
             let server = cfg.start();
             Node {
+                cfg,
                 server: Some(server),
                 _dir: dir,
             }
@@ -215,6 +217,309 @@ async fn ingest_on_any_node_replay_from_every_node() {
     let e = assert_error(&r, 409, "conflict");
     assert_eq!(e.get("last_seq").and_then(Value::as_u64), Some(1), "{e:?}");
 
+    // A live follow through every node: the owner's SSE stream, forwarded as it comes.
+    let client = live_client();
+    ok_json(
+        &post(
+            api(&nodes[0]),
+            events("live", 0, 4),
+            &[("x-vx-durability", "applied")],
+        )
+        .await,
+    );
+    let mut follows = Vec::new();
+    for n in &nodes {
+        let f = Follow::sse(&client, api(n), "live", "follow=true&from=1", &[]).await;
+        assert_eq!(f.status, 200);
+        follows.push(f);
+    }
+    for (k, n) in nodes.iter().enumerate().skip(1) {
+        ok_json(&post(api(n), events("live", k * 4, 4), &[]).await);
+    }
+    for f in &mut follows {
+        let seqs = f.until_seq(1, 12, Duration::from_secs(20)).await;
+        assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
+    }
+    drop(follows);
+
+    for n in nodes {
+        n.server.unwrap().stop_clean();
+    }
+}
+
+/// Acknowledged ids per stream, and the position of each stream's last acknowledged write.
+#[derive(Default)]
+struct Acked {
+    ids: BTreeMap<String, Vec<String>>,
+    last: BTreeMap<String, String>,
+}
+
+/// Write `rounds` requests of 5 events to each of `streams` through the nodes in turn,
+/// skipping a node that does not answer; retry each refused request up to 20 times (same
+/// ids: a retry of a write that did get in is a duplicate).
+async fn load(apis: &[Api], streams: &[String], from: usize, rounds: usize, acked: &mut Acked) {
+    for round in from..from + rounds {
+        for (i, s) in streams.iter().enumerate() {
+            let body = events(s, round * 5, 5);
+            for attempt in 0..20 {
+                let api = &apis[(round + i + attempt) % apis.len()];
+                let r = api
+                    .try_send(
+                        reqwest::Method::POST,
+                        "/v1/events",
+                        &[("content-type", "application/x-ndjson")],
+                        Some(reqwest::Body::from(body.clone())),
+                    )
+                    .await;
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        acked
+                            .ids
+                            .entry(s.clone())
+                            .or_default()
+                            .extend((round * 5..round * 5 + 5).map(|k| format!("{s}-{k}")));
+                        acked
+                            .last
+                            .insert(s.clone(), r.header("x-vx-position").unwrap().to_string());
+                        break;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        }
+    }
+}
+
+/// Every node in `apis` replays each stream with every acknowledged id exactly once.
+async fn check_replays(apis: &[Api], acked: &Acked) {
+    for (s, want) in &acked.ids {
+        for api in apis {
+            let (ids, _) = replay_ids(api, s, &acked.last[s]).await;
+            let mut seen = std::collections::BTreeSet::new();
+            for id in &ids {
+                assert!(seen.insert(id.clone()), "{s}: {id} twice");
+            }
+            for id in want {
+                assert!(
+                    seen.contains(id),
+                    "{s}: acknowledged {id} lost (got {})",
+                    ids.len()
+                );
+            }
+        }
+    }
+}
+
+async fn wait_ready(api: &Api) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while api
+        .try_send(reqwest::Method::GET, "/readyz", &[], None)
+        .await
+        .map(|r| r.status)
+        .unwrap_or(0)
+        != 200
+    {
+        assert!(Instant::now() < deadline, "a node never got ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
+    let broker = Broker::start();
+    let mut nodes = start_nodes(&broker, "vx-loss", 3);
+    for n in &nodes {
+        wait_ready(api(n)).await;
+    }
+    let streams: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let apis: Vec<Api> = nodes.iter().map(|n| api(n).clone()).collect();
+    let mut acked = Acked::default();
+    load(&apis, &streams, 0, 4, &mut acked).await;
+
+    // kill -9 of a node, with writes going on through every node (the dead one's fail).
+    let writer = {
+        let apis = apis.clone();
+        let streams = streams.clone();
+        tokio::spawn(async move {
+            let mut acked = Acked::default();
+            load(&apis, &streams, 4, 6, &mut acked).await;
+            acked
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nodes[2].server.take().unwrap().kill9();
+    let more = writer.await.unwrap();
+    for (s, ids) in more.ids {
+        acked.ids.entry(s).or_default().extend(ids);
+    }
+    acked.last.extend(more.last);
+    let live = &apis[..2];
+    check_replays(live, &acked).await;
+
+    // Restarted on its data dir: it rejoins and continues from its local copy and the
+    // offsets recorded in it, without discarding anything.
+    let server = nodes[2].cfg.start();
+    nodes[2].server = Some(server);
+    wait_ready(api(&nodes[2])).await;
+    load(&apis, &streams, 10, 2, &mut acked).await;
+    check_replays(&apis, &acked).await;
+    let logs = nodes[2].server.as_ref().unwrap().logs();
+    assert!(
+        !logs.contains("discarding the local copy"),
+        "a restart within cluster.max_catchup resumes, it does not rebuild:\n{logs}"
+    );
+
+    // Stopped, written past, restarted with a catch-up bound no replay meets: the local
+    // copies it gets back are discarded and rebuilt from the topic, with the same result.
+    nodes[2].server.take().unwrap().stop_clean();
+    load(&apis[..2], &streams, 12, 10, &mut acked).await;
+    let cfg = nodes[2].cfg.clone().env("VX_CLUSTER_MAX_CATCHUP", "1ms");
+    nodes[2].server = Some(cfg.start());
+    wait_ready(api(&nodes[2])).await;
+    // Give it back partitions: stop another node so that some move to it.
+    nodes[1].server.take().unwrap().stop_clean();
+    let live = [apis[0].clone(), apis[2].clone()];
+    check_replays(&live, &acked).await;
+    let logs = nodes[2].server.as_ref().unwrap().logs();
+    assert!(
+        logs.contains("discarding the local copy"),
+        "past cluster.max_catchup a shard is rebuilt:\n{logs}"
+    );
+    for n in nodes {
+        if let Some(s) = n.server {
+            s.stop_clean();
+        }
+    }
+}
+
+/// Events for features: counters of entities spread over every shard, written through
+/// many streams (so that each entity's events come from several stream partitions), some
+/// sent twice (ids: duplicates must not count).
+fn feature_requests() -> Vec<String> {
+    let mut out = Vec::new();
+    for r in 0..12 {
+        let mut body = String::new();
+        for i in 0..20 {
+            let n = r * 20 + i;
+            body.push_str(&format!(
+                "{{\"stream\":\"f{}\",\"type\":\"hit\",\"id\":\"h{n}\",\"entity\":\"p{}\",\"kind\":\"counter\",\"value\":{},\"ts\":{}}}\n",
+                n % 7,
+                n % 11,
+                n % 4 + 1,
+                1_700_000_000_000i64 + n as i64,
+            ));
+        }
+        out.push(body.clone());
+        if r % 3 == 0 {
+            out.push(body);
+        }
+    }
+    out
+}
+
+/// `GET /v1/features/{entity}`'s `features`, or `None` for a 404.
+async fn features_of(api: &Api, entity: &str, headers: &[(&str, &str)]) -> Option<Value> {
+    let r = api
+        .get_with(&format!("/v1/features/{entity}"), headers)
+        .await;
+    match r.status {
+        404 => None,
+        200 => Some(r.json()["features"].clone()),
+        s => panic!("GET features of {entity}: {s} {}", r.text()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn features_equal_what_one_node_computes() {
+    let broker = Broker::start();
+    let nodes = start_nodes(&broker, "vx-feat", 3);
+    for n in &nodes {
+        wait_ready(api(n)).await;
+    }
+    let single_dir = tempfile::tempdir().unwrap();
+    let single = ServerConfig::new(single_dir.path().join("data"))
+        .args(["--shards", &SHARDS.to_string()])
+        .start();
+    for (i, body) in feature_requests().into_iter().enumerate() {
+        ok_json(&post(&single.api, body.clone(), &[]).await);
+        ok_json(&post(api(&nodes[i % 3]), body, &[("x-vx-durability", "applied")]).await);
+    }
+    // A direct write and a delete, then read-your-writes with their position.
+    let put = |api: &Api| {
+        let api = api.clone();
+        async move {
+            api.send(
+                reqwest::Method::PUT,
+                "/v1/features/p3",
+                &[("content-type", "application/json")],
+                Some(reqwest::Body::from(r#"{"tier":"gold","score":7}"#)),
+            )
+            .await
+        }
+    };
+    ok_json(&put(&single.api).await);
+    let r = put(api(&nodes[0])).await;
+    let pos = r.header("x-vx-position").unwrap().to_string();
+    ok_json(&r);
+    for n in &nodes {
+        let f = features_of(api(n), "p3", &[("x-vx-min-position", &pos)])
+            .await
+            .unwrap();
+        assert_eq!(f["tier"], "gold", "{f}");
+    }
+
+    // Events reach an entity's tables after their stream's owner routed them: eventually
+    // every node answers for every entity exactly what the single node has.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for e in (0..11).map(|i| format!("p{i}")) {
+        let want = features_of(&single.api, &e, &[]).await;
+        assert!(want.is_some());
+        for n in &nodes {
+            loop {
+                let got = features_of(api(n), &e, &[]).await;
+                if got == want {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "entity {e}: cluster {got:?} vs single node {want:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    // The batch query spans the owners.
+    let q = r#"{"entities":["p0","p5","nobody","p10"]}"#;
+    let one = single
+        .api
+        .send(
+            reqwest::Method::POST,
+            "/v1/features/query",
+            &[("content-type", "application/json")],
+            Some(reqwest::Body::from(q)),
+        )
+        .await
+        .json();
+    let clustered = api(&nodes[1])
+        .send(
+            reqwest::Method::POST,
+            "/v1/features/query",
+            &[("content-type", "application/json")],
+            Some(reqwest::Body::from(q)),
+        )
+        .await
+        .json();
+    assert_eq!(one, clustered);
+    // Listing spans the owners too.
+    let list = |api: &Api| {
+        let api = api.clone();
+        async move {
+            let v = api.get("/v1/streams?limit=3").await.json();
+            (v["streams"].as_array().unwrap().len(), v["next"].clone())
+        }
+    };
+    assert_eq!(list(&single.api).await, list(api(&nodes[2])).await);
+    single.stop_clean();
     for n in nodes {
         n.server.unwrap().stop_clean();
     }

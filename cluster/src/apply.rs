@@ -115,6 +115,30 @@ pub struct Ownership {
     pub rebuilds: AtomicU64,
     /// Consumer lag per owned partition (end offset − next offset), refreshed by the loop.
     pub lag: RwLock<BTreeMap<(Topic, u32), u64>>,
+    /// When each partition still catching up was given to this node.
+    assigned_at: RwLock<BTreeMap<(Topic, u32), Instant>>,
+    /// How long the last partition given to this node took to catch up (ms), and the sum
+    /// and count of those times since start: the time to move a shard.
+    pub last_move_ms: AtomicU64,
+    pub moves: AtomicU64,
+    pub moves_ms: AtomicU64,
+}
+
+impl Ownership {
+    /// A partition reached the end it saw when it was given: it is served from now on.
+    fn caught_up(&self, topic: Topic, partition: u32) {
+        let took = self
+            .assigned_at
+            .write()
+            .remove(&(topic, partition))
+            .map_or(0, |t| {
+                u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+            });
+        self.last_move_ms.store(took, Ordering::Relaxed);
+        self.moves.fetch_add(1, Ordering::Relaxed);
+        self.moves_ms.fetch_add(took, Ordering::Relaxed);
+        tracing::info!(topic = ?topic, partition, took_ms = took, "partition caught up: served here");
+    }
 }
 
 impl Ownership {
@@ -234,7 +258,7 @@ impl ClientContext for Ctx {
                 && !inflight.contains(&(topic, partition))
             {
                 *s = PartitionState::Live;
-                tracing::info!(topic = ?topic, partition, "partition caught up");
+                self.ownership.caught_up(topic, partition);
             }
         }
     }
@@ -389,11 +413,16 @@ impl Ctx {
                     state.commit.insert((topic, partition), l + 1);
                 }
             }
+            self.ownership
+                .assigned_at
+                .write()
+                .insert((topic, partition), started);
             let st = if start >= high {
                 if high > 0 {
                     self.outcomes
                         .applied_through(topic == Topic::Entities, partition, high - 1);
                 }
+                self.ownership.caught_up(topic, partition);
                 PartitionState::Live
             } else {
                 PartitionState::CatchingUp { end: high }
@@ -506,7 +535,7 @@ impl Ctx {
             && f.offset + 1 >= end
         {
             *s = PartitionState::Live;
-            tracing::info!(topic = ?f.topic, partition = f.partition, "partition caught up");
+            self.ownership.caught_up(f.topic, f.partition);
         }
     }
 

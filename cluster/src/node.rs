@@ -57,6 +57,8 @@ pub enum Route {
 pub struct Node {
     pub settings: NodeSettings,
     pub names: Names,
+    /// Partitions of each topic (the local store's shards).
+    shards: u32,
     producer: IngestProducer,
     members: Members,
     announcer: Arc<Announcer>,
@@ -75,6 +77,7 @@ impl Node {
         runtime: Handle,
     ) -> Result<Arc<Node>, ClusterError> {
         let names = Names::new(&settings.topic);
+        let shards = store.shards();
         admin::ensure_topics(
             &settings.brokers,
             &names,
@@ -133,6 +136,7 @@ impl Node {
         Ok(Arc::new(Node {
             settings,
             names,
+            shards,
             producer,
             members,
             announcer,
@@ -141,6 +145,11 @@ impl Node {
             outcomes,
             stop_reader,
         }))
+    }
+
+    /// Partitions of each topic: the shards.
+    pub fn shards(&self) -> u32 {
+        self.shards
     }
 
     /// Where `shard` of `topic` is served from.

@@ -59,9 +59,14 @@ pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> R
     match serve_here(cluster, min, forwarded, topic, shard).await {
         Ok(true) => with_node(next.run(req).await, cluster.node_header()),
         Ok(false) => match cluster.node.route(topic, shard) {
-            Route::Remote(owner) => proxy(cluster, req, &owner.url)
-                .await
-                .unwrap_or_else(IntoResponse::into_response),
+            Route::Remote(owner) => {
+                cluster
+                    .forwarded
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                proxy(cluster, req, &owner.url)
+                    .await
+                    .unwrap_or_else(IntoResponse::into_response)
+            }
             _ => moving(shard).into_response(),
         },
         Err(e) => e.into_response(),

@@ -8,6 +8,8 @@
 
 pub mod forward;
 pub mod internal;
+pub mod listing;
+pub mod query;
 pub mod write;
 
 use crate::http::AppError;
@@ -38,6 +40,8 @@ pub const WAIT: Duration = Duration::from_secs(10);
 pub struct Cluster {
     pub node: Arc<Node>,
     client: reqwest::Client,
+    /// Reads forwarded to another node (`vx_cluster_forwarded_requests_total`).
+    pub forwarded: std::sync::atomic::AtomicU64,
 }
 
 /// What a write came to: its position, and with `applied` what each record did, in the
@@ -53,7 +57,11 @@ impl Cluster {
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
-        Ok(Cluster { node, client })
+        Ok(Cluster {
+            node,
+            client,
+            forwarded: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     pub fn client(&self) -> &reqwest::Client {

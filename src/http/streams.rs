@@ -59,25 +59,83 @@ pub fn with_shard(mut resp: Response, shard: u32) -> Response {
 }
 
 /// `GET /v1/streams?prefix=&limit=&after=`.
-pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
+pub async fn list(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
     let params = Params::parse(&uri, &["prefix", "limit", "after"])?;
     let limit = params.limit(LIST_DEFAULT, LIST_MAX)?;
     let router = engine(&state)?;
-    let prefix = params.get("prefix").unwrap_or("");
+    let prefix = params.get("prefix").unwrap_or("").to_string();
     // `limit` ≤ LIST_MAX, so it fits any usize.
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    // The listing may read the carry file and index files: off the async workers.
-    let store = router.store().clone();
-    let (prefix, after) = (prefix.to_string(), params.get("after").map(str::to_string));
-    let (streams, next) =
-        tokio::task::spawn_blocking(move || store.list_streams(&prefix, after.as_deref(), limit))
-            .await
-            .map_err(|e| AppError::internal(format!("listing streams failed: {e}")))?;
+    let after = params.get("after").map(str::to_string);
+    let cluster = state.cluster();
+    let mut page = local_page(
+        router,
+        cluster.map(|c| &**c),
+        &prefix,
+        after.as_deref(),
+        limit,
+    )
+    .await?;
+    if let Some(cluster) = cluster
+        && !headers.contains_key(crate::cluster::FORWARDED)
+    {
+        // Every owner lists its own shards; the pages merge in name order.
+        let auth = headers.get(axum::http::header::AUTHORIZATION);
+        let others = crate::cluster::listing::pages(cluster, uri.query(), auth).await?;
+        page = crate::cluster::listing::merge(page, others, limit);
+    }
     Ok(Json(Page {
-        streams: streams.iter().map(StreamJson::from).collect(),
-        next,
+        streams: page.0.iter().map(StreamJson::from).collect(),
+        next: page.1,
     })
     .into_response())
+}
+
+/// This node's page of streams: all of them in single-node mode; in cluster mode those of
+/// the shards it owns (its data dir may still hold shards that moved away).
+async fn local_page(
+    router: &vx_router::Router,
+    cluster: Option<&crate::cluster::Cluster>,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<StreamInfo>, Option<String>), AppError> {
+    let owned = cluster.map(|c| c.node.ownership().owned(vx_cluster::txn::Topic::Streams));
+    let store = router.store().clone();
+    let (prefix, mut after) = (prefix.to_string(), after.map(str::to_string));
+    // The listing may read the carry file and index files: off the async workers.
+    tokio::task::spawn_blocking(move || {
+        let mut out: Vec<StreamInfo> = Vec::new();
+        loop {
+            let (streams, next) = store.list_streams(&prefix, after.as_deref(), limit);
+            let mut truncated = false;
+            for s in streams {
+                if owned.as_ref().is_some_and(|o| !o.contains(&s.shard)) {
+                    continue;
+                }
+                if out.len() == limit {
+                    truncated = true;
+                    break;
+                }
+                out.push(s);
+            }
+            let last = || out.last().map(|s| s.stream.clone());
+            match next {
+                _ if truncated => return (last(), out),
+                Some(n) if out.len() < limit => after = Some(n),
+                // More exist past this page: say where it ends.
+                Some(_) => return (last(), out),
+                None => return (None, out),
+            }
+        }
+    })
+    .await
+    .map(|(next, out)| (out, next))
+    .map_err(|e| AppError::internal(format!("listing streams failed: {e}")))
 }
 
 /// `GET /v1/streams/{stream}`; `{stream}` arrives percent-decoded (`%2F` is a `/` in the name).

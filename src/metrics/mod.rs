@@ -73,7 +73,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use scrape::{BudgetCollector, HubCollector, RouterCollector};
+use scrape::{BudgetCollector, ClusterCollector, HubCollector, RouterCollector};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -175,6 +175,7 @@ impl Metrics {
         router: Arc<OnceLock<vx_router::Router>>,
         budget: vx_ingest::InflightBudget,
         hub: Arc<crate::live::Hub>,
+        cluster: Arc<OnceLock<Arc<crate::cluster::Cluster>>>,
     ) -> Metrics {
         let mut registry = Registry::default();
 
@@ -344,6 +345,7 @@ impl Metrics {
 
         registry.register_collector(Box::new(BudgetCollector(budget)));
         registry.register_collector(Box::new(HubCollector(hub)));
+        registry.register_collector(Box::new(ClusterCollector(cluster, Arc::clone(&router))));
         registry.register_collector(Box::new(RouterCollector { router }));
 
         Metrics {

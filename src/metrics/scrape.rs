@@ -336,3 +336,161 @@ fn counter(
     let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
     c.encode(metric)
 }
+
+/// Cluster mode: ownership, apply and produce counters of this node, read at scrape time.
+/// Nothing is reported in single-node mode.
+pub(super) struct ClusterCollector(
+    pub(super) Arc<OnceLock<Arc<crate::cluster::Cluster>>>,
+    pub(super) Arc<OnceLock<vx_router::Router>>,
+);
+
+impl std::fmt::Debug for ClusterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterCollector")
+    }
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        use vx_cluster::txn::Topic;
+        let Some(cluster) = self.0.get() else {
+            return Ok(());
+        };
+        let node = &cluster.node;
+        let own = node.ownership();
+        let topic_name = |t: Topic| match t {
+            Topic::Streams => "streams",
+            Topic::Entities => "entities",
+        };
+        {
+            let mut metric = encoder.encode_descriptor(
+                "vx_cluster_owned_partitions",
+                "Partitions this node applies and serves, by topic (streams: T; entities: T.entities)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for t in [Topic::Streams, Topic::Entities] {
+                let labels = [("topic", topic_name(t))];
+                let sample = metric.encode_family(&labels)?;
+                ConstGauge::new(own.owned(t).len() as f64).encode(sample)?;
+            }
+        }
+        {
+            let lag = own.lag.read().clone();
+            let mut metric = encoder.encode_descriptor(
+                "vx_cluster_consumer_lag",
+                "Offsets of an owned partition not yet applied, by topic and shard",
+                None,
+                MetricType::Gauge,
+            )?;
+            for ((t, p), l) in lag {
+                let shard = p.to_string();
+                let labels = [("topic", topic_name(t)), ("shard", shard.as_str())];
+                let sample = metric.encode_family(&labels)?;
+                ConstGauge::new(l as f64).encode(sample)?;
+            }
+        }
+        if let Some(router) = self.1.get() {
+            let origins = router.store().applied_origins();
+            let mut metric = encoder.encode_descriptor(
+                "vx_cluster_applied_offset",
+                "The last Kafka offset of each partition the local store has applied, by topic and shard",
+                None,
+                MetricType::Gauge,
+            )?;
+            for o in origins {
+                let t = match o.topic {
+                    vx_storage::OriginTopic::Streams => "streams",
+                    vx_storage::OriginTopic::Entities => "entities",
+                };
+                let shard = o.partition.to_string();
+                let labels = [("topic", t), ("shard", shard.as_str())];
+                let sample = metric.encode_family(&labels)?;
+                ConstGauge::new(o.offset as f64).encode(sample)?;
+            }
+        }
+        let stats = node.producer_stats();
+        let counters = [
+            (
+                "vx_cluster_rebalances",
+                "Changes of this node's assignment in the consumer group",
+                own.rebalances.load(Relaxed),
+            ),
+            (
+                "vx_cluster_rebuilds",
+                "Shards whose local copy was discarded and rebuilt from the topic",
+                own.rebuilds.load(Relaxed),
+            ),
+            (
+                "vx_cluster_applied_records",
+                "Kafka records applied to the local store",
+                own.applied.load(Relaxed),
+            ),
+            (
+                "vx_cluster_routed_records",
+                "Entity records routed to T.entities (consume-transform-produce)",
+                own.routed.load(Relaxed),
+            ),
+            (
+                "vx_cluster_shard_moves",
+                "Partitions given to this node that caught up and were served here",
+                own.moves.load(Relaxed),
+            ),
+            (
+                "vx_cluster_transactions",
+                "Kafka transactions of the ingest producer (each holds the requests grouped into it)",
+                stats.transactions.load(Relaxed),
+            ),
+            (
+                "vx_cluster_failed_transactions",
+                "Kafka transactions of the ingest producer that failed (their requests got 503)",
+                stats.failed_transactions.load(Relaxed),
+            ),
+            (
+                "vx_cluster_produced_requests",
+                "Requests Kafka took through this node",
+                stats.requests.load(Relaxed),
+            ),
+            (
+                "vx_cluster_forwarded_requests",
+                "Reads this node forwarded to the shard's owner",
+                cluster.forwarded.load(Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(metric)?;
+        }
+        let seconds = [
+            (
+                "vx_cluster_transaction_seconds",
+                "Time spent in the ingest producer's transactions (begin to commit), summed",
+                stats.commit_us.load(Relaxed) as f64 / 1e6,
+            ),
+            (
+                "vx_cluster_shard_move_seconds",
+                "Time from being given a partition to serving it, summed over vx_cluster_shard_moves_total",
+                own.moves_ms.load(Relaxed) as f64 / 1e3,
+            ),
+        ];
+        for (name, help, v) in seconds {
+            let c = ConstCounter::new(v);
+            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(metric)?;
+        }
+        gauge(
+            &mut encoder,
+            "vx_cluster_last_shard_move_seconds",
+            "How long the last partition given to this node took to catch up",
+            own.last_move_ms.load(Relaxed) as f64 / 1e3,
+        )?;
+        gauge(
+            &mut encoder,
+            "vx_cluster_ready",
+            "1 when this node has joined the group and caught up with every partition it owns",
+            if node.ready() { 1.0 } else { 0.0 },
+        )
+    }
+}

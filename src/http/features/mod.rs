@@ -201,13 +201,23 @@ pub async fn query(
         .as_ref()
         .map(|n| n.iter().map(String::as_str).collect());
     let at = ReadAt { now_ms: now_ms() };
+    // Cluster mode: entities another node owns are asked of it, in one query per node.
+    let remote = match state.cluster() {
+        Some(cluster) if !headers.contains_key(crate::cluster::FORWARDED) => {
+            let auth = headers.get(axum::http::header::AUTHORIZATION);
+            crate::cluster::query::remote(cluster, &q.entities, q.names.as_deref(), auth).await?
+        }
+        _ => Default::default(),
+    };
     let mut out = Vec::with_capacity(64 + q.entities.len() * 96);
     out.extend_from_slice(b"{\"results\":[");
     for (i, e) in q.entities.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        if !write_entity(features, e, names.as_deref(), at, false, &mut out) {
+        if let Some(r) = remote.get(&i) {
+            out.extend_from_slice(r.get().as_bytes());
+        } else if !write_entity(features, e, names.as_deref(), at, false, &mut out) {
             out.extend_from_slice(b"null");
         }
     }
