@@ -241,6 +241,35 @@ async fn ingest_on_any_node_replay_from_every_node() {
         assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
     }
     drop(follows);
+    // And over WebSocket, on a node that does not own the stream.
+    let owner = api(&nodes[0])
+        .get("/v1/streams/live")
+        .await
+        .header("x-vx-node")
+        .unwrap()
+        .to_string();
+    let other = (0..3)
+        .find(|i| format!("n{i}") != owner)
+        .map(|i| &nodes[i])
+        .unwrap();
+    let url = format!(
+        "{}/v1/streams/live/ws?from=1&limit=12",
+        api(other).base.replace("http://", "ws://")
+    );
+    let (mut ws, resp) = tokio_tungstenite::connect_async(url).await.unwrap();
+    assert_eq!(
+        resp.headers().get("x-vx-node").unwrap().to_str().unwrap(),
+        owner
+    );
+    use futures_util::StreamExt;
+    let mut seqs = Vec::new();
+    while let Some(Ok(m)) = ws.next().await {
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = m {
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            seqs.push(v["seq"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
 
     for n in nodes {
         n.server.unwrap().stop_clean();

@@ -169,13 +169,7 @@ async fn proxy(cluster: &Cluster, req: Request, url: &str) -> Result<Response, A
         .map_or("/", |p| p.as_str())
         .to_string();
     if req.headers().contains_key("upgrade") {
-        return Err(AppError::new(
-            vx_proto::ErrorCode::NotReady,
-            format!(
-                "this stream is served by the node at {url}: open the WebSocket there (X-Vx-Node)"
-            ),
-        )
-        .with_header(HeaderName::from_static("location"), format!("{url}{path}")));
+        return super::ws::proxy(cluster, req, url).await;
     }
     let mut out = cluster.client().get(format!("{url}{path}"));
     for (name, value) in req.headers() {

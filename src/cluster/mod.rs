@@ -11,6 +11,7 @@ pub mod internal;
 pub mod listing;
 pub mod query;
 pub mod write;
+pub mod ws;
 
 use crate::http::AppError;
 use axum::http::HeaderValue;
