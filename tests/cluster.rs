@@ -102,14 +102,22 @@ async fn post(api: &Api, body: String, headers: &[(&str, &str)]) -> Resp {
     .await
 }
 
-/// Every id of `stream` as replayed by `api`, in seq order, once `position` is applied.
+/// Every id of `stream` as replayed by `api`, in seq order, once `position` is applied
+/// (retrying a 503 as its `Retry-After` says: the shard may be moving).
 async fn replay_ids(api: &Api, stream: &str, position: &str) -> (Vec<String>, Resp) {
-    let r = api
-        .get_with(
-            &format!("/v1/streams/{stream}/events?limit=10000"),
-            &[("x-vx-min-position", position)],
-        )
-        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let r = loop {
+        let r = api
+            .get_with(
+                &format!("/v1/streams/{stream}/events?limit=10000"),
+                &[("x-vx-min-position", position)],
+            )
+            .await;
+        if r.status != 503 || Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
     assert_eq!(r.status, 200, "{}", r.text());
     let lines = parse_ndjson(&r);
     let seqs: Vec<u64> = lines.iter().map(Line::seq).collect();
@@ -365,6 +373,30 @@ async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
     let mut acked = Acked::default();
     load(&apis, &streams, 0, 4, &mut acked).await;
 
+    // A follower of a stream the doomed node owns, through another node.
+    let mut doomed_stream = None;
+    for s in &streams {
+        let r = api(&nodes[0]).get(&format!("/v1/streams/{s}")).await;
+        if r.header("x-vx-node") == Some("n2") {
+            doomed_stream = Some(s.clone());
+            break;
+        }
+    }
+    let followed = doomed_stream.expect("n2 owns one of 8 streams");
+    let client = live_client();
+    let mut follow = Follow::sse(
+        &client,
+        api(&nodes[0]),
+        &followed,
+        "follow=true&from=1",
+        &[],
+    )
+    .await;
+    assert_eq!(follow.status, 200);
+    let mut got: Vec<u64> = Vec::new();
+    let before = acked.ids[&followed].len() as u64;
+    got.extend(follow.until_seq(1, before, Duration::from_secs(20)).await);
+
     // kill -9 of a node, with writes going on through every node (the dead one's fail).
     let writer = {
         let apis = apis.clone();
@@ -384,6 +416,42 @@ async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
     acked.last.extend(more.last);
     let live = &apis[..2];
     check_replays(live, &acked).await;
+
+    // The follower's connection broke with its owner; it reconnects with Last-Event-ID (to
+    // any node: 503 while the shard moves) and resumes with no gap and no duplicate.
+    let total = acked.ids[&followed].len() as u64;
+    loop {
+        while let Some(f) = if follow.ended {
+            None
+        } else {
+            follow.event(Duration::from_secs(30)).await
+        } {
+            let id = f.id.unwrap();
+            assert_eq!(id, got.len() as u64 + 1, "gap or duplicate at {id}");
+            got.push(id);
+            if id == total {
+                break;
+            }
+        }
+        if got.len() as u64 == total {
+            break;
+        }
+        let last = got.len().to_string();
+        follow = Follow::sse(
+            &client,
+            &apis[1],
+            &followed,
+            "follow=true",
+            &[("last-event-id", &last)],
+        )
+        .await;
+        if follow.status != 200 {
+            assert_eq!(follow.status, 503);
+            follow.ended = true;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    drop(follow);
 
     // Restarted on its data dir: it rejoins and continues from its local copy and the
     // offsets recorded in it, without discarding anything.
