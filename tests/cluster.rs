@@ -145,6 +145,24 @@ async fn ingest_on_any_node_replay_from_every_node() {
         }
     }
 
+    // Each node says what it owns; together they own every partition once.
+    let mut owned = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let st = api(n).get("/v1/status").await.json();
+        let c = &st["cluster"];
+        assert_eq!(c["node"], format!("n{i}"), "{st}");
+        assert_eq!(c["members"].as_array().unwrap().len(), 3, "{c}");
+        owned.extend(
+            c["streams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["partition"].as_u64().unwrap()),
+        );
+    }
+    owned.sort_unstable();
+    assert_eq!(owned, (0..u64::from(SHARDS)).collect::<Vec<_>>());
+
     // 6 streams, written through all three nodes.
     let streams: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -48,6 +48,77 @@ pub struct Status {
     pub log: Option<Log>,
     /// `null` until the store is open.
     pub streams: Option<Streams>,
+    /// Cluster mode: this node's role and partitions; `null` in single-node mode.
+    pub cluster: Option<Cluster>,
+}
+
+/// What a cluster node is doing (docs/CLUSTER.md).
+#[derive(Serialize)]
+pub struct Cluster {
+    pub node: String,
+    pub topic: String,
+    /// Joined, and every owned partition caught up (what `/readyz` waits for).
+    pub ready: bool,
+    /// Partitions of `T` this node applies and serves, with their state.
+    pub streams: Vec<OwnedPartition>,
+    /// Partitions of `T.entities` (the feature tables) this node applies and serves.
+    pub entities: Vec<OwnedPartition>,
+    /// Every node the members topic names, with its URL.
+    pub members: Vec<Member>,
+}
+
+#[derive(Serialize)]
+pub struct OwnedPartition {
+    pub partition: u32,
+    /// `live`, or `catching_up`.
+    pub state: &'static str,
+    /// Offsets not applied yet.
+    pub lag: u64,
+}
+
+#[derive(Serialize)]
+pub struct Member {
+    pub node: String,
+    pub url: String,
+}
+
+fn cluster(state: &AppState) -> Option<Cluster> {
+    use vx_cluster::apply::PartitionState;
+    use vx_cluster::txn::Topic;
+    let c = state.cluster()?;
+    let node = &c.node;
+    let own = node.ownership();
+    let lag = own.lag.read().clone();
+    let parts = |topic: Topic| {
+        own.states()
+            .into_iter()
+            .filter(|((t, _), _)| *t == topic)
+            .map(|((t, p), s)| OwnedPartition {
+                partition: p,
+                state: match s {
+                    PartitionState::Live => "live",
+                    PartitionState::CatchingUp { .. } => "catching_up",
+                },
+                lag: lag.get(&(t, p)).copied().unwrap_or(0),
+            })
+            .collect()
+    };
+    Some(Cluster {
+        node: node.settings.node.clone(),
+        topic: node.names.streams.clone(),
+        ready: node.ready(),
+        streams: parts(Topic::Streams),
+        entities: parts(Topic::Entities),
+        members: node
+            .members()
+            .nodes()
+            .into_iter()
+            .map(|o| Member {
+                node: o.node,
+                url: o.url,
+            })
+            .collect(),
+    })
 }
 
 #[derive(Serialize)]
@@ -216,5 +287,6 @@ pub async fn snapshot(state: &AppState) -> Status {
         frames_connections: totals.frames_connections,
         log,
         streams,
+        cluster: cluster(state),
     }
 }

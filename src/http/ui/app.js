@@ -124,6 +124,18 @@ function render(s) {
     setBadge("bp", q.backpressure ? "backpressure ON" : "no backpressure", q.backpressure ? "bad" : "ok");
     setBadge("storage", q.storage_poisoned ? "storage refusing writes" : "storage ok", q.storage_poisoned ? "bad" : "ok");
   }
+  const c = s.cluster;
+  if (c) {
+    const catching = c.streams.concat(c.entities).filter((x) => x.state !== "live").length;
+    $("cluster").hidden = false;
+    setBadge(
+      "cluster",
+      "node " + c.node + " of " + c.members.length + ": partitions " +
+        (c.streams.map((x) => x.partition).join(",") || "none") +
+        (catching ? " (" + catching + " catching up)" : ""),
+      c.ready ? "ok" : "warn",
+    );
+  }
   $("updated").textContent = "updated " + new Date(s.time_ms).toLocaleTimeString();
 
   // Tiles.
