@@ -25,6 +25,9 @@ pub async fn ensure_topics(
 ) -> Result<(), ClusterError> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
+        // Asking for a topic's metadata must not create it with the broker's defaults
+        // (`auto.create.topics.enable`, on by default): the partitions are the shards.
+        .set("allow.auto.create.topics", "false")
         .create()
         .map_err(ClusterError::kafka("connecting the admin client"))?;
     let max = max_record_bytes.to_string();

@@ -628,6 +628,7 @@ impl ApplyLoop {
             .set("group.id", &s.names.group)
             .set("client.id", format!("veltrix-{}", s.node))
             .set("isolation.level", "read_committed")
+            .set("allow.auto.create.topics", "false")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")

@@ -3,6 +3,9 @@
 //! owner of a shard applies its partition into the node's local store, through the storage
 //! engine's input seam, and serves it).
 //!
+//! Without its default feature `kafka`, only the formats are built (`wire`, `position`,
+//! `outcomes`, `names`): what the fuzz crate needs, without librdkafka.
+//!
 //! # Layout
 //! - [`node`]: one cluster node: everything it runs besides its HTTP API.
 //! - [`names`]: the topics, group and transactional ids derived from `cluster.topic`.
@@ -20,21 +23,31 @@
 //! - [`error`]: what can go wrong, typed.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
 
+#[cfg(feature = "kafka")]
 pub mod admin;
+#[cfg(feature = "kafka")]
 pub mod apply;
+#[cfg(feature = "kafka")]
 pub mod error;
+#[cfg(feature = "kafka")]
 pub mod ingest;
+#[cfg(feature = "kafka")]
 pub mod local;
+#[cfg(feature = "kafka")]
 pub mod members;
 pub mod names;
+#[cfg(feature = "kafka")]
 pub mod node;
 pub mod outcomes;
 pub mod position;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "kafka")]
 pub mod txn;
 pub mod wire;
 
+#[cfg(feature = "kafka")]
 pub use error::ClusterError;
-pub use names::Names;
+pub use names::{Names, Topic};
+#[cfg(feature = "kafka")]
 pub use node::{Node, NodeSettings, Route};

@@ -120,6 +120,7 @@ impl Members {
             .set("bootstrap.servers", brokers)
             // Assigned, not subscribed: the group id is never used to commit.
             .set("group.id", format!("{}.members-reader", names.members))
+            .set("allow.auto.create.topics", "false")
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .create()
@@ -185,6 +186,7 @@ impl Announcer {
             .set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            .set("allow.auto.create.topics", "false")
             .create()
             .map_err(ClusterError::kafka("creating the members producer"))?;
         Ok(Announcer {

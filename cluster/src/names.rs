@@ -1,6 +1,15 @@
 //! The Kafka names a cluster derives from `cluster.topic` (`T`) and `cluster.node_id`: one
 //! place, so that every node, the docs and the tests agree on them.
 
+/// Which of the cluster's topics a record goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topic {
+    /// `T`, partition = the stream's shard.
+    Streams,
+    /// `T.entities`, partition = the entity's shard.
+    Entities,
+}
+
 /// The names of one cluster's topics and group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Names {

@@ -7,7 +7,7 @@
 //! position's offset of that partition; a shard the position does not name is not waited
 //! for. Positions of several writes merge by taking the larger offset per partition.
 
-use crate::txn::Topic;
+use crate::names::Topic;
 use std::collections::BTreeMap;
 
 /// Per partition of `T` or `T.entities`, an offset.

@@ -168,8 +168,8 @@ fn tail(log: &str) -> String {
 }
 
 /// One KRaft node. Replication factors 1 (there is one broker); a short minimum session so
-/// that tests can lose a consumer quickly; no automatic topic creation (the cluster creates
-/// its topics itself, as it must against a real cluster).
+/// that tests can lose a consumer quickly; automatic topic creation left on, as brokers ship
+/// it, so that a client that would create the cluster's topics by asking for them shows.
 fn properties(dir: &Path, port: u16, cport: u16) -> String {
     format!(
         "process.roles=broker,controller
@@ -189,7 +189,6 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
-auto.create.topics.enable=false
 ",
         dir.join("data").display()
     )

@@ -10,6 +10,7 @@
 //! aborts whatever the old one left open.
 
 use crate::names::Names;
+pub use crate::names::Topic;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
@@ -18,15 +19,6 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
 use tokio::runtime::Handle;
-
-/// Which of the cluster's topics a record goes to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Topic {
-    /// `T`, partition = the stream's shard.
-    Streams,
-    /// `T.entities`, partition = the entity's shard.
-    Entities,
-}
 
 /// One record to produce: its topic, partition and value (records are not keyed: the
 /// partition is chosen here, and compaction is never used on these topics).
@@ -93,6 +85,7 @@ impl Txn {
             let p: FutureProducer = ClientConfig::new()
                 .set("bootstrap.servers", &s.brokers)
                 .set("transactional.id", &s.txn_id)
+                .set("allow.auto.create.topics", "false")
                 .set("enable.idempotence", "true")
                 .set("acks", "all")
                 // Grouping is done per transaction; do not wait to fill batches as well.

@@ -18,12 +18,14 @@
 //! - `yaml`, `frames`, `content`, `otlp`: the properties of those targets.
 //! - [`seeds`]: valid inputs for those three, written into the corpus by `examples/seeds.rs`.
 
+mod cluster;
 mod content;
 mod frames;
 mod otlp;
 pub mod seeds;
 mod yaml;
 
+pub use cluster::cluster_record_roundtrips;
 pub use content::content_is_bounded;
 pub use frames::frames_roundtrip;
 pub use otlp::otlp_maps_consistently;

@@ -41,6 +41,15 @@
 //! - `vx_frames_stalls_total`: times a frames connection stopped reading because a target
 //!   shard was at its high-water mark or the queued-byte budget was spent (docs/API.md §4); events
 //!   and refusals of frames connections are counted under `format="frames"` above.
+//! - cluster mode only (docs/CLUSTER.md): `vx_cluster_owned_partitions{topic}`,
+//!   `vx_cluster_consumer_lag{topic,shard}`, `vx_cluster_applied_offset{topic,shard}`,
+//!   `vx_cluster_rebalances_total`, `vx_cluster_rebuilds_total`,
+//!   `vx_cluster_applied_records_total`, `vx_cluster_routed_records_total`,
+//!   `vx_cluster_shard_moves_total`, `vx_cluster_shard_move_seconds_total`,
+//!   `vx_cluster_last_shard_move_seconds`, `vx_cluster_transactions_total`,
+//!   `vx_cluster_failed_transactions_total`, `vx_cluster_transaction_seconds_total`,
+//!   `vx_cluster_produced_requests_total`, `vx_cluster_forwarded_requests_total`,
+//!   `vx_cluster_ready`.
 //! - `vx_connections_open`: open connections of every listener (HTTP and frames, TCP and
 //!   Unix socket), against `server.max_connections`; `vx_connections_refused_total{listener}`:
 //!   connections refused past it (`listener` `http` or `frames`).
