@@ -83,8 +83,16 @@ transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 EOF
+  cat >"$WORK/kafka/log4j.properties" <<'L4J'
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+L4J
   "${J[@]}" kafka.tools.StorageTool format -t vxBenchClusterId000001 -c "$WORK/kafka/server.properties" >/dev/null
-  "${J[@]}" -Xms1g -Xmx1g kafka.Kafka "$WORK/kafka/server.properties" >"$WORK/kafka/log" 2>&1 &
+  "${J[@]}" -Dlog4j.configuration="file:$WORK/kafka/log4j.properties" -Xms1g -Xmx1g kafka.Kafka "$WORK/kafka/server.properties" >"$WORK/kafka/log" 2>&1 &
   BROKER_PID=$!
   for _ in $(seq 1 120); do
     (exec 3<>"/dev/tcp/127.0.0.1/$KPORT") 2>/dev/null && grep -q "Kafka Server started" "$WORK/kafka/log" && return 0

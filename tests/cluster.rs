@@ -487,7 +487,7 @@ async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
     // Stopped, written past, restarted with a catch-up bound no replay meets: the local
     // copies it gets back are discarded and rebuilt from the topic, with the same result.
     nodes[2].server.take().unwrap().stop_clean();
-    load(&apis[..2], &streams, 12, 10, &mut acked).await;
+    load(&apis[..2], &streams, 12, 40, &mut acked).await;
     let cfg = nodes[2].cfg.clone().env("VX_CLUSTER_MAX_CATCHUP", "1ms");
     nodes[2].server = Some(cfg.start());
     wait_ready(api(&nodes[2])).await;

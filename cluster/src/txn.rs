@@ -11,12 +11,16 @@
 
 use crate::names::Names;
 pub use crate::names::Topic;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaErrorCode;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::runtime::Handle;
 
@@ -90,6 +94,22 @@ impl Txn {
                 .set("acks", "all")
                 // Grouping is done per transaction; do not wait to fill batches as well.
                 .set("linger.ms", "0")
+                // Transactions are chains of small requests (add partitions, produce, end):
+                // Nagle's algorithm would hold each one back for the broker's delayed ACK.
+                .set("socket.nagle.disable", "true")
+                // Right after a commit the coordinator is still writing the markers, and the
+                // next transaction's first partition is refused as concurrent and retried:
+                // retry after milliseconds, not the default 100.
+                .set("retry.backoff.ms", "2")
+                .set("retry.backoff.max.ms", "50")
+                // What waits for the broker is bounded by the router's budgets already; keep
+                // librdkafka's own queue to what one large request needs.
+                .set(
+                    "queue.buffering.max.kbytes",
+                    (s.max_record_bytes.div_ceil(1024) * 2)
+                        .max(65_536)
+                        .to_string(),
+                )
                 .set("message.max.bytes", s.max_record_bytes.to_string())
                 .set(
                     "transaction.timeout.ms",
@@ -122,66 +142,30 @@ impl Txn {
         records: &[OutRecord],
         offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
     ) -> Result<Vec<u64>, TxnError> {
-        let result = self.try_commit(records, offsets);
-        if let Err(e) = &result {
-            self.after_failure(e);
-        }
-        result
+        let mut open = self.begin()?;
+        open.send(records);
+        open.commit(offsets)
     }
 
-    fn try_commit(
-        &mut self,
-        records: &[OutRecord],
-        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
-    ) -> Result<Vec<u64>, TxnError> {
-        let timeout = self.settings.call_timeout;
-        let streams = self.settings.names.streams.clone();
-        let entities = self.settings.names.entities.clone();
-        let runtime = self.runtime.clone();
-        let producer = self.producer()?;
-        producer.begin_transaction().map_err(classify)?;
-        let mut deliveries = Vec::with_capacity(records.len());
-        for r in records {
-            let topic = match r.topic {
-                Topic::Streams => streams.as_str(),
-                Topic::Entities => entities.as_str(),
-            };
-            let partition = i32::try_from(r.partition)
-                .map_err(|_| TxnError::Refused(format!("partition {}", r.partition)))?;
-            let mut record = FutureRecord::<(), [u8]>::to(topic)
-                .partition(partition)
-                .payload(&r.value);
-            loop {
-                match producer.send_result(record) {
-                    Ok(d) => {
-                        deliveries.push(d);
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        // librdkafka's queue is bounded: wait for deliveries to make room.
-                        record = back;
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((e, _)) => return Err(classify(e)),
-                }
-            }
+    /// Begin a transaction that records can be added to ([`Open::send`]) until it is
+    /// committed ([`Open::commit`]) or dropped (aborted).
+    pub fn begin(&mut self) -> Result<Open<'_>, TxnError> {
+        let producer = match self.producer() {
+            Ok(p) => p.clone(),
+            Err(e) => return Err(e),
+        };
+        if let Err(e) = producer.begin_transaction().map_err(classify) {
+            self.after_failure(&e);
+            return Err(e);
         }
-        let delivered = runtime.block_on(futures_util::future::join_all(deliveries));
-        let mut out = Vec::with_capacity(delivered.len());
-        for d in delivered {
-            match d {
-                Ok(Ok(d)) => out.push(u64::try_from(d.offset).unwrap_or(0)),
-                Ok(Err((e, _))) => return Err(classify(e)),
-                Err(_) => return Err(TxnError::Unavailable("delivery dropped".into())),
-            }
-        }
-        if let Some((tpl, cgm)) = offsets {
-            producer
-                .send_offsets_to_transaction(tpl, cgm, timeout)
-                .map_err(classify)?;
-        }
-        producer.commit_transaction(timeout).map_err(classify)?;
-        Ok(out)
+        Ok(Open {
+            txn: self,
+            producer,
+            pending: FuturesUnordered::new(),
+            offsets: Vec::new(),
+            failed: None,
+            done: false,
+        })
     }
 
     /// After a failed transaction: abort it; if the producer's state is unknown or it was
@@ -194,6 +178,141 @@ impl Txn {
         if let Err(abort) = p.abort_transaction(timeout) {
             tracing::warn!(error = %e, abort_error = %abort, "aborting a failed transaction failed: starting a new producer");
             self.producer = None;
+        }
+    }
+}
+
+type Delivery = Pin<Box<dyn Future<Output = (usize, Result<u64, TxnError>)> + Send>>;
+
+/// An open transaction: records are added with [`Open::send`], their deliveries come in as
+/// they are acknowledged ([`Open::next_delivery`]), and [`Open::commit`] ends it. Dropped
+/// without a commit, it is aborted.
+pub struct Open<'a> {
+    txn: &'a mut Txn,
+    producer: FutureProducer,
+    pending: FuturesUnordered<Delivery>,
+    /// Each record's offset once delivered, in the order they were sent.
+    offsets: Vec<Option<u64>>,
+    failed: Option<TxnError>,
+    done: bool,
+}
+
+impl Open<'_> {
+    /// Produce `records` in this transaction (not waiting for them).
+    pub fn send(&mut self, records: &[OutRecord]) {
+        let names = &self.txn.settings.names;
+        for r in records {
+            let idx = self.offsets.len();
+            self.offsets.push(None);
+            if self.failed.is_some() {
+                continue;
+            }
+            let topic = match r.topic {
+                Topic::Streams => names.streams.as_str(),
+                Topic::Entities => names.entities.as_str(),
+            };
+            let Ok(partition) = i32::try_from(r.partition) else {
+                self.failed = Some(TxnError::Refused(format!("partition {}", r.partition)));
+                continue;
+            };
+            let mut record = FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(&r.value);
+            loop {
+                match self.producer.send_result(record) {
+                    Ok(d) => {
+                        self.pending.push(Box::pin(async move {
+                            let r = match d.await {
+                                Ok(Ok(d)) => Ok(u64::try_from(d.offset).unwrap_or(0)),
+                                Ok(Err((e, _))) => Err(classify(e)),
+                                Err(_) => Err(TxnError::Unavailable("delivery dropped".into())),
+                            };
+                            (idx, r)
+                        }));
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // librdkafka's queue is bounded: wait for deliveries to make room.
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => {
+                        self.failed = Some(classify(e));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records sent and not acknowledged yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Wait for the next acknowledgement (forever when none is outstanding).
+    pub async fn next_delivery(&mut self) {
+        match self.pending.next().await {
+            Some((idx, Ok(offset))) => {
+                if let Some(o) = self.offsets.get_mut(idx) {
+                    *o = Some(offset);
+                }
+            }
+            Some((_, Err(e))) => {
+                self.failed.get_or_insert(e);
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Wait for every delivery, add `offsets` of the consumer group if given, and commit.
+    /// Every record's offset, in the order sent; on any failure the transaction is aborted.
+    pub fn commit(
+        mut self,
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+    ) -> Result<Vec<u64>, TxnError> {
+        let runtime = self.txn.runtime.clone();
+        while !self.pending.is_empty() && self.failed.is_none() {
+            runtime.block_on(self.next_delivery());
+        }
+        self.done = true;
+        let result = self.finish(offsets);
+        if let Err(e) = &result {
+            self.txn.after_failure(e);
+        }
+        result
+    }
+
+    fn finish(
+        &mut self,
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+    ) -> Result<Vec<u64>, TxnError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let out = self
+            .offsets
+            .iter()
+            .map(|o| o.ok_or_else(|| TxnError::Unavailable("a record was not delivered".into())))
+            .collect::<Result<Vec<u64>, TxnError>>()?;
+        let timeout = self.txn.settings.call_timeout;
+        if let Some((tpl, cgm)) = offsets {
+            self.producer
+                .send_offsets_to_transaction(tpl, cgm, timeout)
+                .map_err(classify)?;
+        }
+        self.producer
+            .commit_transaction(timeout)
+            .map_err(classify)?;
+        Ok(out)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.txn
+                .after_failure(&TxnError::Unavailable("abandoned".into()));
         }
     }
 }

@@ -48,6 +48,8 @@
 //!   `vx_cluster_shard_moves_total`, `vx_cluster_shard_move_seconds_total`,
 //!   `vx_cluster_last_shard_move_seconds`, `vx_cluster_transactions_total`,
 //!   `vx_cluster_failed_transactions_total`, `vx_cluster_transaction_seconds_total`,
+//!   `vx_cluster_direct_requests_total`, `vx_cluster_failed_direct_requests_total`,
+//!   `vx_cluster_direct_seconds_total`,
 //!   `vx_cluster_produced_requests_total`, `vx_cluster_forwarded_requests_total`,
 //!   `vx_cluster_ready`.
 //! - `vx_connections_open`: open connections of every listener (HTTP and frames, TCP and

@@ -453,6 +453,16 @@ impl Collector for ClusterCollector {
                 stats.requests.load(Relaxed),
             ),
             (
+                "vx_cluster_direct_requests",
+                "Requests of one record, produced without a transaction (idempotent producer)",
+                stats.direct.load(Relaxed),
+            ),
+            (
+                "vx_cluster_failed_direct_requests",
+                "Requests of one record Kafka did not acknowledge (answered 503)",
+                stats.failed_direct.load(Relaxed),
+            ),
+            (
                 "vx_cluster_forwarded_requests",
                 "Reads this node forwarded to the shard's owner",
                 cluster.forwarded.load(Relaxed),
@@ -468,6 +478,11 @@ impl Collector for ClusterCollector {
                 "vx_cluster_transaction_seconds",
                 "Time spent in the ingest producer's transactions (begin to commit), summed",
                 stats.commit_us.load(Relaxed) as f64 / 1e6,
+            ),
+            (
+                "vx_cluster_direct_seconds",
+                "Time from producing a one-record request to Kafka's acknowledgement, summed over vx_cluster_direct_requests_total",
+                stats.direct_us.load(Relaxed) as f64 / 1e6,
             ),
             (
                 "vx_cluster_shard_move_seconds",
