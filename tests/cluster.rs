@@ -434,6 +434,11 @@ async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
     acked.last.extend(more.last);
     let live = &apis[..2];
     check_replays(live, &acked).await;
+    // The dead node's record stays in the members topic, but it owns nothing now: listings
+    // ask the owners only.
+    let listed = apis[0].get("/v1/streams?limit=100").await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert!(listed.json()["streams"].as_array().unwrap().len() >= streams.len());
 
     // The follower's connection broke with its owner; it reconnects with Last-Event-ID (to
     // any node: 503 while the shard moves) and resumes with no gap and no duplicate.

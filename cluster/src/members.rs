@@ -76,6 +76,36 @@ impl Members {
             })
     }
 
+    /// The nodes that own at least one partition now (the latest claim of it): a node that
+    /// died leaves its record behind, but once its partitions are claimed again it owns none.
+    pub fn owners(&self) -> Vec<Owner> {
+        let table = self.inner.read();
+        let mut latest: BTreeMap<(bool, u32), (i64, &str)> = BTreeMap::new();
+        for (node, seen) in table.iter() {
+            let claims = seen
+                .member
+                .streams
+                .iter()
+                .map(|p| (false, *p))
+                .chain(seen.member.entities.iter().map(|p| (true, *p)));
+            for key in claims {
+                let e = latest.entry(key).or_insert((seen.offset, node));
+                if seen.offset > e.0 {
+                    *e = (seen.offset, node);
+                }
+            }
+        }
+        let owning: BTreeSet<&str> = latest.values().map(|(_, n)| *n).collect();
+        table
+            .values()
+            .filter(|s| owning.contains(s.member.node.as_str()))
+            .map(|s| Owner {
+                node: s.member.node.clone(),
+                url: s.member.url.clone(),
+            })
+            .collect()
+    }
+
     /// Every node with a record, and its URL.
     pub fn nodes(&self) -> Vec<Owner> {
         self.inner

@@ -37,7 +37,7 @@ pub async fn pages(
 ) -> Result<Vec<Page>, AppError> {
     let me = &cluster.node.settings.node;
     let mut out = Vec::new();
-    for owner in cluster.node.members().nodes() {
+    for owner in cluster.node.members().owners() {
         if &owner.node == me {
             continue;
         }
