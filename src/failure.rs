@@ -112,6 +112,45 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// The error reply of a Redis-protocol connection (docs/RESP.md "Errors"): the prefix a
+    /// Redis client maps to its error class, then `code: message`. `NOAUTH`, `NOPERM`, `OOM`,
+    /// `LOADING` and `TRYAGAIN` are Redis's own (clients retry `LOADING` and `TRYAGAIN`);
+    /// everything else is `ERR`.
+    pub fn into_resp(self) -> (&'static str, String) {
+        let prefix = match self.code {
+            ErrorCode::Unauthorized => "NOAUTH",
+            ErrorCode::Forbidden => "NOPERM",
+            ErrorCode::NotReady => "LOADING",
+            ErrorCode::Backpressure => "TRYAGAIN",
+            ErrorCode::StorageFull
+                if self.details.limit.as_deref() == Some("storage.max_feature_bytes") =>
+            {
+                "OOM"
+            }
+            _ => "ERR",
+        };
+        let mut message = format!("{}: {}", self.code.as_str(), self.message);
+        if let Some(ms) = self.retry_after_ms {
+            message.push_str(&format!(" (retry after {ms} ms)"));
+        }
+        (prefix, message)
+    }
+}
+
+impl From<vx_router::SubmitError> for Failure {
+    fn from(e: vx_router::SubmitError) -> Failure {
+        match e {
+            vx_router::SubmitError::Backpressure {
+                retry_after_ms,
+                message,
+                ..
+            } => Failure::backpressure(retry_after_ms, message),
+            vx_router::SubmitError::Write { error, .. } => Failure::from(error),
+        }
+    }
+}
+
 impl From<InputError> for Failure {
     fn from(mut e: InputError) -> Failure {
         let mut f = Failure::new(e.class.error_code(), std::mem::take(&mut e.message));

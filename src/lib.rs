@@ -13,6 +13,7 @@
 //! - [`listen`]: the sockets, and the bound on open connections of every listener;
 //!   [`http_conn`]: the HTTP accept loop and connections, with their header and idle timeouts.
 //! - [`frames`]: the binary-frames listeners and connections (docs/PROTOCOL.md).
+//! - [`resp`]: the Redis-protocol listener of the feature store (docs/RESP.md).
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`state`]: what every request shares (phase, router, limits, auth, metrics).
 //! - [`http`]: the axum app: routes, error shape, middleware.
@@ -36,6 +37,7 @@ pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod remote;
+pub mod resp;
 pub mod server;
 pub mod signals;
 pub mod state;

@@ -27,8 +27,10 @@ use tokio::net::{TcpListener, UnixListener};
 pub const HTTP: &str = "http";
 /// The `listener` label of binary-frames connections (TCP and Unix socket).
 pub const FRAMES: &str = "frames";
+/// The `listener` label of Redis-protocol connections (TCP and Unix socket).
+pub const RESP: &str = "resp";
 /// Every `listener` label, so that the refusal series exist from the start.
-pub const LISTENERS: [&str; 2] = [HTTP, FRAMES];
+pub const LISTENERS: [&str; 3] = [HTTP, FRAMES, RESP];
 
 /// The metrics of every listener's connections, against `server.max_connections`
 /// (`vx_connections_open`, `vx_connections_refused_total{listener}`); registered by

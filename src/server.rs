@@ -18,6 +18,7 @@ use crate::frames;
 use crate::http;
 use crate::http_conn;
 use crate::listen::{self, Acceptor, Connections, Socket, UnixSocket};
+use crate::resp;
 use crate::state::AppState;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -54,6 +55,8 @@ pub struct Server {
     uds: Option<UnixSocket>,
     frames_tcp: Option<(TcpListener, SocketAddr)>,
     frames_uds: Option<UnixSocket>,
+    resp_tcp: Option<(TcpListener, SocketAddr)>,
+    resp_uds: Option<UnixSocket>,
 }
 
 /// Bind and run until `shutdown` resolves: what `veltrix serve` does.
@@ -95,6 +98,22 @@ impl Server {
             Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
             None => None,
         };
+        let resp_tcp = match &config.server.resp_listen {
+            Some(listen) => {
+                let bind_err = |source| StartError::Bind {
+                    addr: listen.clone(),
+                    source,
+                };
+                let l = TcpListener::bind(listen).await.map_err(bind_err)?;
+                let a = l.local_addr().map_err(bind_err)?;
+                Some((l, a))
+            }
+            None => None,
+        };
+        let resp_uds = match &config.server.resp_uds {
+            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
+            None => None,
+        };
         Ok(Server {
             config,
             started,
@@ -103,6 +122,8 @@ impl Server {
             uds,
             frames_tcp,
             frames_uds,
+            resp_tcp,
+            resp_uds,
         })
     }
 
@@ -114,6 +135,11 @@ impl Server {
     /// The bound binary-frames TCP address, if `server.frames_listen` is set.
     pub fn frames_addr(&self) -> Option<SocketAddr> {
         self.frames_tcp.as_ref().map(|(_, a)| *a)
+    }
+
+    /// The bound Redis-protocol TCP address, if `server.resp_listen` is set.
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp_tcp.as_ref().map(|(_, a)| *a)
     }
 
     /// Serve until `shutdown` resolves, then drain and stop. Returns an error if the store
@@ -130,6 +156,8 @@ impl Server {
             uds,
             frames_tcp,
             frames_uds,
+            resp_tcp,
+            resp_uds,
         } = self;
         let state = AppState::new(&config);
         let app = http::app(state.clone());
@@ -199,6 +227,28 @@ impl Server {
             tracing::info!("frames: accepting on unix:{}", u.path().display());
             let l = acceptor(u.into_socket(), listen::FRAMES, &no_refusal);
             listeners.spawn(frames::serve(l, frames_ctx, stop.clone()));
+        }
+        let resp_ctx = resp::Ctx::new(
+            state.clone(),
+            config.server.resp_idle_timeout,
+            config.server.header_timeout,
+        );
+        if let Some((l, resp_addr)) = resp_tcp {
+            if !resp_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
+                tracing::warn!(
+                    "the Redis-protocol listener on a non-loopback address without auth.tokens: \
+                     anyone who can reach {resp_addr} can read and write features"
+                );
+            }
+            tracing::info!("resp: accepting on {resp_addr}");
+            let l = acceptor(Socket::Tcp(l), listen::RESP, &no_refusal);
+            listeners.spawn(resp::serve(l, Arc::clone(&resp_ctx), stop.clone()));
+        }
+        let resp_path = resp_uds.as_ref().map(|u| u.path().to_path_buf());
+        if let Some(u) = resp_uds {
+            tracing::info!("resp: accepting on unix:{}", u.path().display());
+            let l = acceptor(u.into_socket(), listen::RESP, &no_refusal);
+            listeners.spawn(resp::serve(l, resp_ctx, stop.clone()));
         }
 
         {
@@ -271,6 +321,7 @@ impl Server {
                 while listeners.join_next().await.is_some() {}
                 remove_socket(uds_path.as_deref());
                 remove_socket(frames_path.as_deref());
+                remove_socket(resp_path.as_deref());
                 return Err(e);
             }
         };
@@ -285,6 +336,7 @@ impl Server {
                     let _ = tokio::task::spawn_blocking(move || closing.shutdown()).await;
                     remove_socket(uds_path.as_deref());
                     remove_socket(frames_path.as_deref());
+                    remove_socket(resp_path.as_deref());
                     return Err(e);
                 }
             }
@@ -334,6 +386,7 @@ impl Server {
             .map_err(|e| StartError::Task(format!("stopping the store failed: {e}")))?;
         remove_socket(uds_path.as_deref());
         remove_socket(frames_path.as_deref());
+        remove_socket(resp_path.as_deref());
         tracing::info!("stopped");
         Ok(())
     }

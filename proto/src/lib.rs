@@ -16,6 +16,8 @@
 //! - [`le`]: the little-endian reader and writers of every binary format (frames, and
 //!   storage's records, index files and carry file).
 //! - [`sse`]: the incremental, bounded Server-Sent Events parser of every follow client.
+//! - [`resp`]: the Redis protocol of the feature listener: the bounded command parser and the
+//!   reply writer.
 //! - [`error`]: [`InputError`] and its classes.
 
 pub mod canonical;
@@ -26,6 +28,7 @@ pub mod event;
 pub mod frames;
 pub mod le;
 pub mod packed;
+pub mod resp;
 pub mod rules;
 pub mod shard;
 pub mod sse;

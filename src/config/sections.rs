@@ -50,6 +50,28 @@ sections! {
             Binary frames on a Unix socket, created with `server.uds_mode`. A leftover socket file \
             that nobody listens on is removed at start-up; any other file there is an error. \
             Removed at shutdown.";
+        resp_listen: Option<String> = None, via Opt<Text>,
+        flag("--resp-listen", "ADDR", clap::value_parser!(String)),
+        help "Redis-protocol feature listener, host:port (docs/RESP.md)",
+        doc "\
+            Redis-protocol listener of the feature store (RESP2 and RESP3: `HGET`, `HSET`, … \
+            docs/RESP.md), `host:port`; off by default. Port `0` picks a free port; the log line \
+            `resp: accepting on <addr>` gives the real one. A non-loopback address without \
+            `auth.tokens` logs a warning. Not available in cluster mode.";
+        resp_uds: Option<PathBuf> = None, via Opt<Path>,
+        flag("--resp-uds", "PATH", clap::value_parser!(PathBuf)),
+        help "Redis-protocol feature listener on a Unix socket (mode server.uds_mode)",
+        doc "\
+            The Redis-protocol listener on a Unix socket, created with `server.uds_mode`. A \
+            leftover socket file that nobody listens on is removed at start-up; any other file \
+            there is an error. Removed at shutdown.";
+        /// A RESP connection that sends nothing between commands for this long is closed.
+        resp_idle_timeout: Duration = Duration::from_secs(600), via Dur,
+        de "super::units::duration",
+        help "close a Redis-protocol connection idle between commands this long",
+        doc "\
+            A Redis-protocol connection that sends no byte between commands for this long gets \
+            `-ERR timeout` and is closed. Inside a command, `ingest.body_timeout` applies.";
         /// Bound on draining in-flight requests at shutdown.
         shutdown_timeout: Duration = Duration::from_secs(30), via Dur,
         de "super::units::duration",

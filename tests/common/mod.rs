@@ -35,13 +35,24 @@ pub use sse::*;
 /// The frames TCP address of a server started with `--frames-listen 127.0.0.1:0`, from its
 /// `frames: accepting on <addr>` log line (bounded wait: the line may still be in the pipe).
 pub fn frames_addr(server: &Server) -> std::net::SocketAddr {
-    const MARK: &str = "frames: accepting on ";
+    accepting_addr(server, "frames")
+}
+
+/// The Redis-protocol TCP address of a server started with `--resp-listen 127.0.0.1:0`.
+#[allow(dead_code)]
+pub fn resp_addr(server: &Server) -> std::net::SocketAddr {
+    accepting_addr(server, "resp")
+}
+
+/// The address of `<listener>: accepting on <addr>` in the server's log.
+fn accepting_addr(server: &Server, listener: &str) -> std::net::SocketAddr {
+    let mark = format!("{listener}: accepting on ");
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
         for line in server.proc.logs.lines() {
             let line = strip_ansi(&line);
-            if let Some(i) = line.find(MARK) {
-                let token: String = line[i + MARK.len()..]
+            if let Some(i) = line.find(&mark) {
+                let token: String = line[i + mark.len()..]
                     .chars()
                     .take_while(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']'))
                     .collect();
@@ -52,7 +63,7 @@ pub fn frames_addr(server: &Server) -> std::net::SocketAddr {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no `{MARK}<addr>` line\n--- log ---\n{}",
+            "no `{mark}<addr>` line\n--- log ---\n{}",
             server.logs()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -11,6 +11,7 @@ mod render;
 use super::AppError;
 use super::params::Params;
 use super::streams::{engine, with_shard};
+use crate::failure::Failure;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -22,7 +23,7 @@ use render::write_entity;
 use serde::Deserialize;
 use vx_proto::ErrorCode;
 use vx_router::SubmitError;
-use vx_storage::features::{self as f, FeatureValue, ReadAt};
+use vx_storage::features::{self as f, FeatureValue, Features, ReadAt};
 use vx_storage::{FeatureOp, FeatureOutcome, FeatureWrite};
 use vx_sys::now_ms;
 
@@ -229,6 +230,41 @@ pub async fn query(
     Ok(json(StatusCode::OK, out))
 }
 
+/// Whether a PUT (or the Redis protocol's `HSET`) may set feature `name`: a valid name that is
+/// not a declared aggregate (those are computed from events; a DELETE resets them).
+pub(crate) fn check_name(features: &Features, name: &str) -> Result<(), Failure> {
+    let invalid = |message: String| {
+        let mut f = Failure::new(ErrorCode::InvalidEvent, message);
+        f.details.field = Some(name.to_string());
+        f
+    };
+    if !f::valid_name(name) {
+        return Err(invalid(format!(
+            "feature name {name:?} must be 1-128 bytes of [A-Za-z0-9_.:-]"
+        )));
+    }
+    if features.is_declared(name) {
+        return Err(invalid(format!(
+            "feature {name:?} is a declared aggregate: it is computed from events and cannot be set (DELETE resets it)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether feature `name` may hold `v` (`None`: deleted): the built-ins hold integers.
+pub(crate) fn check_value(name: &str, v: Option<&FeatureValue>) -> Result<(), Failure> {
+    if (name == f::EVENTS || name == f::LAST_TS) && !matches!(v, None | Some(FeatureValue::Int(_)))
+    {
+        let mut f = Failure::new(
+            ErrorCode::InvalidEvent,
+            format!("feature {name:?} is built in: it holds an integer (or null to delete it)"),
+        );
+        f.details.field = Some(name.to_string());
+        return Err(f);
+    }
+    Ok(())
+}
+
 /// A PUT body's value: number, string or boolean; `null` deletes the feature.
 fn value_of(name: &str, v: serde_json::Value) -> Result<Option<FeatureValue>, AppError> {
     use serde_json::Value as J;
@@ -306,29 +342,9 @@ pub async fn put(
     let shard = features.shard_of(&entity);
     let mut set = Vec::with_capacity(map.len());
     for (name, v) in map {
-        if !f::valid_name(&name) {
-            return Err(invalid(
-                &name,
-                format!("feature name {name:?} must be 1-128 bytes of [A-Za-z0-9_.:-]"),
-            ));
-        }
-        if features.is_declared(&name) {
-            return Err(invalid(
-                &name,
-                format!(
-                    "feature {name:?} is a declared aggregate: it is computed from events and cannot be set (DELETE resets it)"
-                ),
-            ));
-        }
+        check_name(features, &name)?;
         let v = value_of(&name, v)?;
-        if (name == f::EVENTS || name == f::LAST_TS)
-            && !matches!(v, None | Some(FeatureValue::Int(_)))
-        {
-            return Err(invalid(
-                &name,
-                format!("feature {name:?} is built in: it holds an integer (or null to delete it)"),
-            ));
-        }
+        check_value(&name, v.as_ref())?;
         set.push((name, v));
     }
     if let Some(cluster) = state.cluster() {

@@ -1,0 +1,727 @@
+//! The commands of the Redis-protocol listener (docs/RESP.md): the table that names each with
+//! its arity, its flags and the scope it needs, the connection's session (protocol version,
+//! token), and the execution of each command.
+//!
+//! Reads answer at once from the tables. Writes (`HSET`, `HDEL`, `DEL`) are checked here and
+//! turned into a future that submits the same feature record a `PUT`/`DELETE` would and
+//! yields its reply; the connection decides when to await it (see [`super::conn`]).
+
+use super::Ctx;
+use super::value;
+use crate::config::Scope;
+use crate::failure::Failure;
+use crate::http::features::{check_name, check_value};
+use crate::state::Phase;
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use vx_proto::ErrorCode;
+use vx_proto::resp::Reply;
+use vx_router::Router;
+use vx_storage::features::{FeatureValue, ReadAt};
+use vx_storage::{FeatureOp, FeatureWrite};
+use vx_sys::now_ms;
+
+/// A write's reply, once the record is written and applied (or refused).
+pub(crate) type WriteFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+
+/// What a command needs of the connection's token.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Nothing (`AUTH`, `HELLO`, `QUIT`).
+    Nothing,
+    /// Any known token (`PING`, `COMMAND`, `INFO`).
+    Known,
+    Scope(Scope),
+}
+
+/// One command of the table.
+struct Spec {
+    name: &'static str,
+    /// Redis's convention: `n` exactly n arguments (the name included), `-n` at least n.
+    arity: i32,
+    flags: &'static [&'static str],
+    first_key: i32,
+    last_key: i32,
+    needs: Needs,
+}
+
+const READ: Needs = Needs::Scope(Scope::Read);
+const WRITE: Needs = Needs::Scope(Scope::Ingest);
+
+/// Every command the listener knows; any other is answered `-ERR unknown command`.
+const TABLE: &[Spec] = &[
+    spec("ping", -1, &["fast"], 0, 0, Needs::Known),
+    // Not in docs/API.md §6's list: `redis-cli --pipe` ends its input with an ECHO to know when
+    // the last reply has come.
+    spec("echo", 2, &["fast"], 0, 0, Needs::Known),
+    spec(
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        Needs::Nothing,
+    ),
+    spec(
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        Needs::Nothing,
+    ),
+    spec(
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        0,
+        0,
+        Needs::Nothing,
+    ),
+    spec("command", -1, &["loading", "stale"], 0, 0, Needs::Known),
+    spec("info", -1, &["loading", "stale"], 0, 0, Needs::Known),
+    spec("hget", 3, &["readonly", "fast"], 1, 1, READ),
+    spec("hmget", -3, &["readonly", "fast"], 1, 1, READ),
+    spec("hgetall", 2, &["readonly"], 1, 1, READ),
+    spec("hexists", 3, &["readonly", "fast"], 1, 1, READ),
+    spec("exists", -2, &["readonly", "fast"], 1, -1, READ),
+    spec("hset", -4, &["write", "denyoom", "fast"], 1, 1, WRITE),
+    spec("hdel", -3, &["write", "fast"], 1, 1, WRITE),
+    spec("del", -2, &["write"], 1, -1, WRITE),
+];
+
+const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    first_key: i32,
+    last_key: i32,
+    needs: Needs,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        first_key,
+        last_key,
+        needs,
+    }
+}
+
+fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    TABLE
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Whether the command `name` writes: the connection keeps those in flight.
+pub(crate) fn is_write(name: &[u8]) -> bool {
+    lookup(name).is_some_and(|s| s.needs == WRITE)
+}
+
+/// One connection's state.
+pub(crate) struct Session {
+    pub(crate) resp3: bool,
+    /// The token `AUTH` (or `HELLO … AUTH`) accepted.
+    token: Option<String>,
+    id: u64,
+}
+
+/// What the connection does after a command.
+pub(crate) enum Flow {
+    Continue,
+    /// `QUIT`: answer, then close.
+    Close,
+}
+
+/// A write command, checked.
+pub(crate) enum Prepared {
+    /// Answered already (an error, or nothing to write).
+    Reply(Vec<u8>),
+    /// The write to submit; its reply comes from the future.
+    Submit(WriteFuture),
+}
+
+impl Session {
+    pub(crate) fn new(ctx: &Ctx) -> Session {
+        Session {
+            resp3: false,
+            token: None,
+            id: ctx.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    fn reply<'a>(&self, out: &'a mut Vec<u8>) -> Reply<'a> {
+        Reply {
+            out,
+            resp3: self.resp3,
+        }
+    }
+
+    /// Arity, auth and readiness: the router if the command may run, else its error reply.
+    fn admit(
+        &self,
+        ctx: &Ctx,
+        spec: &Spec,
+        args: &[Bytes],
+        out: &mut Vec<u8>,
+    ) -> Option<Option<Router>> {
+        let n = i32::try_from(args.len()).unwrap_or(i32::MAX);
+        let arity_ok = if spec.arity >= 0 {
+            n == spec.arity
+        } else {
+            n >= -spec.arity
+        };
+        if !arity_ok {
+            self.reply(out).error(
+                "ERR",
+                &format!("wrong number of arguments for '{}' command", spec.name),
+            );
+            return None;
+        }
+        let tokens = ctx.state.tokens();
+        let allowed = match spec.needs {
+            Needs::Nothing => Ok(()),
+            Needs::Known if tokens.is_empty() || self.token.is_some() => Ok(()),
+            Needs::Known => Err(Failure::new(
+                ErrorCode::Unauthorized,
+                "Authentication required (AUTH with a bearer token)",
+            )),
+            Needs::Scope(scope) => crate::auth::authorize(tokens, self.token.as_deref(), scope)
+                .map_err(|f| {
+                    if f.code == ErrorCode::Unauthorized {
+                        Failure::new(
+                            ErrorCode::Unauthorized,
+                            "Authentication required (AUTH with a bearer token)",
+                        )
+                    } else {
+                        f
+                    }
+                }),
+        };
+        if let Err(f) = allowed {
+            self.failure(out, f);
+            return None;
+        }
+        if !matches!(spec.needs, Needs::Scope(_)) {
+            return Some(None);
+        }
+        match (ctx.state.phase(), ctx.state.router()) {
+            (Phase::Ready, Some(router)) => Some(Some(router.clone())),
+            (Phase::Draining, _) => {
+                self.failure(out, Failure::shutting_down("the service is shutting down"));
+                None
+            }
+            _ => {
+                self.failure(out, Failure::starting());
+                None
+            }
+        }
+    }
+
+    fn failure(&self, out: &mut Vec<u8>, f: Failure) {
+        let (prefix, message) = f.into_resp();
+        self.reply(out).error(prefix, &message);
+    }
+
+    /// Run a command that does not write, its reply appended to `out`.
+    pub(crate) fn execute(&mut self, ctx: &Ctx, args: &[Bytes], out: &mut Vec<u8>) -> Flow {
+        let Some(name) = args.first() else {
+            return Flow::Continue;
+        };
+        let Some(spec) = lookup(name) else {
+            unknown(self.reply(out), args);
+            return Flow::Continue;
+        };
+        let Some(router) = self.admit(ctx, spec, args, out) else {
+            return Flow::Continue;
+        };
+        let at = ReadAt { now_ms: now_ms() };
+        match (spec.name, router) {
+            ("ping", _) => match args.get(1) {
+                Some(m) if args.len() == 2 => self.reply(out).bulk(m),
+                None => self.reply(out).simple("PONG"),
+                Some(_) => self
+                    .reply(out)
+                    .error("ERR", "wrong number of arguments for 'ping' command"),
+            },
+            ("echo", _) => self.reply(out).bulk(&args[1]),
+            ("auth", _) => self.auth(ctx, args, out),
+            ("hello", _) => self.hello(ctx, args, out),
+            ("quit", _) => {
+                self.reply(out).simple("OK");
+                return Flow::Close;
+            }
+            ("command", _) => self.command(args, out),
+            ("info", _) => self.info(ctx, args, out),
+            ("hget", Some(r)) => {
+                let features = r.store().features();
+                let mut r = self.reply(out);
+                let mut found = false;
+                if let (Some(e), Some(n)) = (text(&args[1]), text(&args[2])) {
+                    features.read(e, Some(&[n]), at, &mut |_, v| {
+                        found = true;
+                        value::write(&mut r, v);
+                    });
+                }
+                if !found {
+                    r.null();
+                }
+                ctx.state.metrics().feature_reads.inc();
+            }
+            ("hmget", Some(r)) => {
+                let features = r.store().features();
+                let names: Vec<&str> = args[2..].iter().map(|a| text(a).unwrap_or("")).collect();
+                let mut rp = self.reply(out);
+                rp.array(names.len());
+                let mut next = 0;
+                if let Some(e) = text(&args[1]) {
+                    features.read(e, Some(&names), at, &mut |name, v| {
+                        // Visits come in list order, skipping absent names: fill those.
+                        while next < names.len() && names[next] != name {
+                            rp.null();
+                            next += 1;
+                        }
+                        value::write(&mut rp, v);
+                        next += 1;
+                    });
+                }
+                while next < names.len() {
+                    rp.null();
+                    next += 1;
+                }
+                ctx.state.metrics().feature_reads.inc();
+            }
+            ("hgetall", Some(r)) => {
+                let features = r.store().features();
+                let mut body = Vec::new();
+                let mut n = 0;
+                let mut rb = self.reply(&mut body);
+                if let Some(e) = text(&args[1]) {
+                    features.read(e, None, at, &mut |name, v| {
+                        rb.bulk(name.as_bytes());
+                        value::write(&mut rb, v);
+                        n += 1;
+                    });
+                }
+                self.reply(out).map(n);
+                out.extend_from_slice(&body);
+                ctx.state.metrics().feature_reads.inc();
+            }
+            ("hexists", Some(r)) => {
+                let features = r.store().features();
+                let mut found = false;
+                if let (Some(e), Some(n)) = (text(&args[1]), text(&args[2])) {
+                    features.read(e, Some(&[n]), at, &mut |_, _| found = true);
+                }
+                self.reply(out).int(i64::from(found));
+                ctx.state.metrics().feature_reads.inc();
+            }
+            ("exists", Some(r)) => {
+                let features = r.store().features();
+                let n = args[1..]
+                    .iter()
+                    .filter(|a| text(a).is_some_and(|e| features.exists(e, None)))
+                    .count();
+                self.reply(out).int(n as i64);
+                ctx.state.metrics().feature_reads.inc();
+            }
+            _ => {
+                // Writes go through `prepare_write`; a read without its router was refused.
+                self.failure(
+                    out,
+                    Failure::new(ErrorCode::Internal, "command dispatched to the wrong path"),
+                );
+            }
+        }
+        Flow::Continue
+    }
+
+    /// `AUTH [user] token`: the user name is ignored (the token is the credential).
+    fn auth(&mut self, ctx: &Ctx, args: &[Bytes], out: &mut Vec<u8>) {
+        if args.len() > 3 {
+            self.reply(out)
+                .error("ERR", "wrong number of arguments for 'auth' command");
+            return;
+        }
+        if ctx.state.tokens().is_empty() {
+            self.reply(out).error(
+                "ERR",
+                "AUTH <password> called without any password configured for the default user \
+                 (this server has no auth.tokens)",
+            );
+            return;
+        }
+        match args.last().and_then(|t| text(t)) {
+            Some(t) if known(ctx, t) => {
+                self.token = Some(t.to_string());
+                self.reply(out).simple("OK");
+            }
+            _ => self.reply(out).error(
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            ),
+        }
+    }
+
+    /// `HELLO [protover [AUTH user token] [SETNAME name]]`.
+    fn hello(&mut self, ctx: &Ctx, args: &[Bytes], out: &mut Vec<u8>) {
+        let mut resp3 = self.resp3;
+        if let Some(v) = args.get(1) {
+            match text(v).and_then(|s| s.parse::<i64>().ok()) {
+                Some(2) => resp3 = false,
+                Some(3) => resp3 = true,
+                Some(_) => {
+                    self.reply(out)
+                        .error("NOPROTO", "unsupported protocol version");
+                    return;
+                }
+                None => {
+                    self.reply(out)
+                        .error("ERR", "Protocol version is not an integer or out of range");
+                    return;
+                }
+            }
+        }
+        let mut token = None;
+        let mut i = 2;
+        while i < args.len() {
+            let opt = &args[i];
+            if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
+                token = Some(text(&args[i + 2]).unwrap_or(""));
+                i += 3;
+            } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < args.len() {
+                i += 2;
+            } else {
+                self.reply(out).error(
+                    "ERR",
+                    &format!(
+                        "Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(opt)
+                    ),
+                );
+                return;
+            }
+        }
+        let tokens = ctx.state.tokens();
+        match token {
+            Some(t) if tokens.is_empty() => {
+                let _ = t;
+                self.reply(out).error(
+                    "ERR",
+                    "AUTH <password> called without any password configured for the default \
+                     user (this server has no auth.tokens)",
+                );
+                return;
+            }
+            Some(t) if known(ctx, t) => self.token = Some(t.to_string()),
+            Some(_) => {
+                self.reply(out).error(
+                    "WRONGPASS",
+                    "invalid username-password pair or user is disabled.",
+                );
+                return;
+            }
+            None if !tokens.is_empty() && self.token.is_none() => {
+                self.reply(out).error(
+                    "NOAUTH",
+                    "HELLO must be called with the client already authenticated, otherwise the \
+                     HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                     client and select the RESP protocol version at the same time",
+                );
+                return;
+            }
+            None => {}
+        }
+        self.resp3 = resp3;
+        let mut r = self.reply(out);
+        r.map(7);
+        r.bulk(b"server");
+        r.bulk(b"veltrix");
+        r.bulk(b"version");
+        r.bulk(env!("CARGO_PKG_VERSION").as_bytes());
+        r.bulk(b"proto");
+        r.int(if resp3 { 3 } else { 2 });
+        r.bulk(b"id");
+        r.int(i64::try_from(self.id).unwrap_or(i64::MAX));
+        r.bulk(b"mode");
+        r.bulk(b"standalone");
+        r.bulk(b"role");
+        r.bulk(b"master");
+        r.bulk(b"modules");
+        r.array(0);
+    }
+
+    /// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name…`, `COMMAND DOCS [name…]`.
+    fn command(&self, args: &[Bytes], out: &mut Vec<u8>) {
+        let sub = args.get(1).map(|s| s.to_ascii_uppercase());
+        match sub.as_deref() {
+            None => {
+                self.reply(out).array(TABLE.len());
+                for s in TABLE {
+                    self.command_info(s, out);
+                }
+            }
+            Some(b"COUNT") => self.reply(out).int(TABLE.len() as i64),
+            Some(b"INFO") => {
+                self.reply(out).array(args.len() - 2);
+                for a in &args[2..] {
+                    match lookup(a) {
+                        Some(s) => self.command_info(s, out),
+                        None => self.reply(out).null(),
+                    }
+                }
+            }
+            // No documentation to give: clients that ask (redis-cli's hints) go without.
+            Some(b"DOCS") => self.reply(out).map(0),
+            Some(_) => self.reply(out).error(
+                "ERR",
+                &format!(
+                    "unknown subcommand '{}'. Try COMMAND HELP.",
+                    String::from_utf8_lossy(&args[1])
+                ),
+            ),
+        }
+    }
+
+    /// Redis 7's command reply: name, arity, flags, first key, last key, step, ACL categories,
+    /// tips, key specs, subcommands.
+    fn command_info(&self, s: &Spec, out: &mut Vec<u8>) {
+        let mut r = self.reply(out);
+        r.array(10);
+        r.bulk(s.name.as_bytes());
+        r.int(i64::from(s.arity));
+        r.array(s.flags.len());
+        for f in s.flags {
+            r.simple(f);
+        }
+        r.int(i64::from(s.first_key));
+        r.int(i64::from(s.last_key));
+        r.int(i64::from(s.first_key != 0));
+        for _ in 0..4 {
+            r.array(0);
+        }
+    }
+
+    /// `INFO [section…]`: `server`, `clients`, `memory`, `keyspace` (all by default).
+    fn info(&self, ctx: &Ctx, args: &[Bytes], out: &mut Vec<u8>) {
+        let wanted: Vec<String> = args[1..]
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
+        let all = wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|w| matches!(w.as_str(), "all" | "everything" | "default"));
+        let want = |s: &str| all || wanted.iter().any(|w| w == s);
+        let stats = ctx.state.router().map(|r| r.store().features().stats());
+        let mut text = String::new();
+        if want("server") {
+            text.push_str(&format!(
+                "# Server\r\nredis_version:7.2.0\r\nveltrix_version:{}\r\nredis_mode:standalone\r\n\
+                 os:{}\r\nprocess_id:{}\r\n\r\n",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::process::id()
+            ));
+        }
+        if want("clients") {
+            text.push_str(&format!(
+                "# Clients\r\nconnected_clients:{}\r\n\r\n",
+                ctx.state.metrics().connections().open.get()
+            ));
+        }
+        if want("memory") {
+            let (used, max) = stats.map_or((0, 0), |s| (s.bytes, s.max_bytes));
+            text.push_str(&format!(
+                "# Memory\r\nused_memory:{used}\r\nmaxmemory:{max}\r\nmaxmemory_policy:noeviction\r\n\r\n"
+            ));
+        }
+        if want("keyspace") {
+            text.push_str("# Keyspace\r\n");
+            if let Some(s) = stats
+                && s.entities > 0
+            {
+                text.push_str(&format!("db0:keys={},expires=0,avg_ttl=0\r\n", s.entities));
+            }
+        }
+        self.reply(out).bulk(text.as_bytes());
+    }
+
+    /// Check a write command and make the future that submits it. The caller has let earlier
+    /// writes to the same entities finish, so what exists now is what the write will find.
+    pub(crate) fn prepare_write(&self, ctx: &Arc<Ctx>, args: &[Bytes]) -> Prepared {
+        let mut out = Vec::new();
+        let Some(spec) = args.first().and_then(|n| lookup(n)) else {
+            unknown(self.reply(&mut out), args);
+            return Prepared::Reply(out);
+        };
+        let Some(Some(router)) = self.admit(ctx, spec, args, &mut out) else {
+            return Prepared::Reply(out);
+        };
+        let entities: Result<Vec<String>, Failure> = match spec.name {
+            "del" => args[1..].iter().map(entity).collect(),
+            _ => entity(&args[1]).map(|e| vec![e]),
+        };
+        let entities = match entities {
+            Ok(e) => e,
+            Err(f) => {
+                self.failure(&mut out, f);
+                return Prepared::Reply(out);
+            }
+        };
+        let features = router.store().features();
+        let mut ops: Vec<(String, FeatureOp)> = Vec::new();
+        let answer: i64;
+        match spec.name {
+            "hset" => {
+                if !args.len().is_multiple_of(2) {
+                    self.reply(&mut out)
+                        .error("ERR", "wrong number of arguments for 'hset' command");
+                    return Prepared::Reply(out);
+                }
+                let e = &entities[0];
+                let mut set: Vec<(String, Option<FeatureValue>)> = Vec::new();
+                let mut added: Vec<&str> = Vec::new();
+                for pair in args[2..].chunks_exact(2) {
+                    let checked = text(&pair[0])
+                        .ok_or_else(|| {
+                            Failure::new(ErrorCode::InvalidEvent, "a feature name must be UTF-8")
+                        })
+                        .and_then(|n| check_name(features, n).map(|()| n))
+                        .and_then(|n| {
+                            let v = value::parse(&pair[1]).ok_or_else(|| {
+                                Failure::new(
+                                    ErrorCode::InvalidEvent,
+                                    format!("feature {n:?}: a value must be UTF-8"),
+                                )
+                            })?;
+                            check_value(n, Some(&v))?;
+                            Ok((n, v))
+                        });
+                    let (n, v) = match checked {
+                        Ok(nv) => nv,
+                        Err(f) => {
+                            self.failure(&mut out, f);
+                            return Prepared::Reply(out);
+                        }
+                    };
+                    if !features.exists(e, Some(n)) && !added.contains(&n) {
+                        added.push(n);
+                    }
+                    set.push((n.to_string(), Some(v)));
+                }
+                answer = added.len() as i64;
+                ops.push((e.clone(), FeatureOp::Put(set)));
+            }
+            "hdel" => {
+                let e = &entities[0];
+                let mut deleted: Vec<&str> = Vec::new();
+                for a in &args[2..] {
+                    if let Some(n) = text(a)
+                        && features.exists(e, Some(n))
+                        && !deleted.contains(&n)
+                    {
+                        deleted.push(n);
+                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
+                    }
+                }
+                answer = deleted.len() as i64;
+            }
+            _ => {
+                // `DEL`: a key named twice counts once, as in Redis.
+                let mut seen: Vec<&str> = Vec::new();
+                for e in &entities {
+                    if features.exists(e, None) && !seen.contains(&e.as_str()) {
+                        seen.push(e);
+                        ops.push((e.clone(), FeatureOp::Delete(None)));
+                    }
+                }
+                answer = seen.len() as i64;
+            }
+        }
+        if ops.is_empty() {
+            self.reply(&mut out).int(answer);
+            return Prepared::Reply(out);
+        }
+        let resp3 = self.resp3;
+        let ctx = Arc::clone(ctx);
+        Prepared::Submit(Box::pin(async move {
+            let mut out = Vec::new();
+            for (entity, op) in ops {
+                let res = router
+                    .submit_features(FeatureWrite {
+                        entity,
+                        op,
+                        durability: None,
+                        guard: None,
+                        origin: None,
+                        append_ms: None,
+                    })
+                    .await;
+                if let Err(e) = res {
+                    let f = Failure::from(e);
+                    if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
+                        tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
+                    }
+                    let (prefix, message) = f.into_resp();
+                    Reply {
+                        out: &mut out,
+                        resp3,
+                    }
+                    .error(prefix, &message);
+                    return out;
+                }
+                ctx.state.metrics().feature_writes.inc();
+            }
+            Reply {
+                out: &mut out,
+                resp3,
+            }
+            .int(answer);
+            out
+        }))
+    }
+}
+
+/// A token one of `auth.tokens` holds, whatever its scopes.
+fn known(ctx: &Ctx, token: &str) -> bool {
+    match crate::auth::authorize(ctx.state.tokens(), Some(token), Scope::Admin) {
+        Ok(()) => true,
+        Err(f) => f.code == ErrorCode::Forbidden,
+    }
+}
+
+fn text(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
+/// A key that names an entity (docs/API.md §2's entity rule), for a write.
+fn entity(b: &Bytes) -> Result<String, Failure> {
+    match text(b) {
+        Some(e) if !e.is_empty() && vx_proto::rules::valid_entity(e) => Ok(e.to_string()),
+        _ => Err(Failure::new(
+            ErrorCode::BadRequest,
+            format!(
+                "key {:?} is not an entity: 1-256 bytes of UTF-8 without control characters",
+                String::from_utf8_lossy(b)
+            ),
+        )),
+    }
+}
+
+/// Redis's answer to a command it does not know.
+fn unknown(mut r: Reply<'_>, args: &[Bytes]) {
+    let name = args
+        .first()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .unwrap_or_default();
+    let mut m = format!("unknown command '{name}', with args beginning with: ");
+    for a in args.iter().skip(1).take(8) {
+        m.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
+    }
+    r.error("ERR", &m);
+}

@@ -1,0 +1,214 @@
+//! One Redis-protocol connection: commands are read, parsed and answered in order, pipelined.
+//!
+//! # Order and read-your-writes
+//! Replies go out in the order the commands came. Reads answer at once from the tables;
+//! writes are submitted and kept in flight (up to [`super::WINDOW`]), so that pipelined
+//! `HSET`s share a group commit. Before a read, and before a write to an entity a write in
+//! flight touches, everything in flight is awaited: a read sees every write before it on the
+//! connection, and two writes to one entity are applied in the order they were sent.
+//!
+//! # Bounds
+//! - Input: one command at most [`super::Ctx::limits`] (arguments, argument size, header and
+//!   inline lines) and [`MAX_COMMAND`] bytes in all; past any of them the connection gets
+//!   `-ERR Protocol error` and is closed, as Redis does.
+//! - Output: replies are written once [`CHUNK`] bytes are buffered, and whenever the input
+//!   holds no further whole command. While a write to the socket waits, nothing is read, so a
+//!   client that sends a deep pipeline and never reads fills its socket buffers, then stops;
+//!   once it has taken no byte for `server.header_timeout`, the connection is closed.
+//! - Time: no byte between commands for `server.resp_idle_timeout`, or inside a command for
+//!   `ingest.body_timeout`, closes the connection (with `-ERR` saying which).
+//!
+//! # Shutdown
+//! At shutdown the connection stops reading, answers the commands it has read, and closes.
+
+use super::command::{Flow, Prepared, Session, WriteFuture, is_write};
+use super::{Ctx, Io, WINDOW};
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio_util::sync::CancellationToken;
+use vx_proto::resp::{Parsed, Reply, parse_command};
+
+/// Output size at which replies are written without waiting for the input to run dry.
+const CHUNK: usize = 64 << 10;
+/// Most bytes one command may take (a `HSET` of every feature a `PUT` may set).
+const MAX_COMMAND: usize = 2 << 20;
+
+/// A reply in the pipeline: ready, or a write whose reply comes when it is applied.
+enum Slot {
+    Ready(Vec<u8>),
+    Write(WriteFuture),
+}
+
+struct Conn {
+    wr: WriteHalf<Box<dyn Io>>,
+    out: Vec<u8>,
+    inflight: VecDeque<Slot>,
+    /// The entities the writes in flight touch.
+    entities: Vec<Bytes>,
+    write_timeout: Duration,
+}
+
+impl Conn {
+    /// Await every write in flight, their replies (and those queued behind them) into `out`.
+    async fn settle(&mut self) {
+        while let Some(slot) = self.inflight.pop_front() {
+            match slot {
+                Slot::Ready(b) => self.out.extend_from_slice(&b),
+                Slot::Write(f) => {
+                    let b = f.await;
+                    self.out.extend_from_slice(&b);
+                }
+            }
+        }
+        self.entities.clear();
+    }
+
+    /// Write what `out` holds; false if the client took no byte for the write timeout (or
+    /// the socket failed): the connection ends.
+    async fn flush(&mut self) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let ok = matches!(
+            tokio::time::timeout(self.write_timeout, self.wr.write_all(&self.out)).await,
+            Ok(Ok(()))
+        );
+        self.out.clear();
+        ok
+    }
+
+    /// A reply behind the writes in flight, or straight into `out` if there are none.
+    fn push_reply(&mut self, b: Vec<u8>) {
+        if self.inflight.is_empty() {
+            self.out.extend_from_slice(&b);
+        } else {
+            self.inflight.push_back(Slot::Ready(b));
+        }
+    }
+}
+
+pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToken) {
+    let (mut rd, wr) = tokio::io::split(io);
+    let mut conn = Conn {
+        wr,
+        out: Vec::with_capacity(4096),
+        inflight: VecDeque::new(),
+        entities: Vec::new(),
+        write_timeout: ctx.write_timeout,
+    };
+    let mut session = Session::new(&ctx);
+    let mut buf = BytesMut::with_capacity(16 << 10);
+    loop {
+        // Answer every whole command buffered.
+        let need = loop {
+            let parsed = match parse_command(&buf, &ctx.limits) {
+                Ok(Parsed::Need(n)) if n > MAX_COMMAND => {
+                    Err(format!("a command of more than {MAX_COMMAND} bytes"))
+                }
+                Ok(p) => Ok(p),
+                Err(e) => Err(e.to_string()),
+            };
+            let (args, len) = match parsed {
+                Ok(Parsed::Need(n)) => break n,
+                Ok(Parsed::Command { args, len }) => (args, len),
+                Err(e) => {
+                    conn.settle().await;
+                    Reply {
+                        out: &mut conn.out,
+                        resp3: session.resp3,
+                    }
+                    .error("ERR", &format!("Protocol error: {e}"));
+                    let _ = conn.flush().await;
+                    let _ = conn.wr.shutdown().await;
+                    crate::frames::linger(&mut rd).await;
+                    return;
+                }
+            };
+            let cmd = buf.split_to(len).freeze();
+            let args: Vec<Bytes> = args.into_iter().map(|r| cmd.slice(r)).collect();
+            let Some(name) = args.first() else { continue };
+            if is_write(name) {
+                let touches = if name.eq_ignore_ascii_case(b"del") {
+                    &args[1..]
+                } else {
+                    &args[1..args.len().min(2)]
+                };
+                if conn.inflight.len() >= WINDOW
+                    || touches.iter().any(|e| conn.entities.contains(e))
+                {
+                    conn.settle().await;
+                }
+                match session.prepare_write(&ctx, &args) {
+                    Prepared::Reply(b) => conn.push_reply(b),
+                    Prepared::Submit(mut fut) => {
+                        // The first poll hands the record to the writer, so writes enter the
+                        // log in the order they were sent.
+                        let first =
+                            std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+                        match first {
+                            Poll::Ready(b) => conn.push_reply(b),
+                            Poll::Pending => {
+                                conn.inflight.push_back(Slot::Write(fut));
+                                conn.entities.extend(touches.iter().cloned());
+                            }
+                        }
+                    }
+                }
+            } else {
+                conn.settle().await;
+                if let Flow::Close = session.execute(&ctx, &args, &mut conn.out) {
+                    let _ = conn.flush().await;
+                    let _ = conn.wr.shutdown().await;
+                    return;
+                }
+            }
+            if conn.out.len() >= CHUNK && !conn.flush().await {
+                return;
+            }
+        };
+        // The input holds no whole command: answer everything before waiting for more.
+        conn.settle().await;
+        if !conn.flush().await {
+            return;
+        }
+        let (limit, what) = if buf.is_empty() {
+            (ctx.idle_timeout, "server.resp_idle_timeout")
+        } else {
+            (ctx.body_timeout, "ingest.body_timeout")
+        };
+        buf.reserve(need.saturating_sub(buf.len()).clamp(16 << 10, MAX_COMMAND));
+        let read = tokio::select! {
+            () = stop.cancelled() => None,
+            r = tokio::time::timeout(limit, rd.read_buf(&mut buf)) => Some(r),
+        };
+        match read {
+            // Shutdown: everything read is answered (above); close.
+            None => {
+                let _ = conn.wr.shutdown().await;
+                return;
+            }
+            Some(Ok(Ok(0)) | Ok(Err(_))) => return,
+            Some(Ok(Ok(_))) => {}
+            Some(Err(_)) => {
+                Reply {
+                    out: &mut conn.out,
+                    resp3: session.resp3,
+                }
+                .error(
+                    "ERR",
+                    &format!(
+                        "timeout: no byte for {} ({what})",
+                        crate::config::units::format_duration(limit)
+                    ),
+                );
+                let _ = conn.flush().await;
+                let _ = conn.wr.shutdown().await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The Redis-protocol listener (docs/RESP.md) against the real binary, driven by clients no one
+//! here wrote: redis-py from PyPI (tests/clients/resp_client.py, in a virtualenv under Cargo's
+//! scratch dir; `VX_PYTHON_REDIS` may name an interpreter that has `redis`) and Debian's
+//! `redis-cli` (scripts/test installs `redis-tools` where it is missing). Raw sockets check what
+//! the clients cannot show: protocol errors, inline commands, a client that never reads, the
+//! idle timeout, and that an acknowledged `HSET` survives `kill -9`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const PINNED: [&str; 1] = ["redis==5.2.1"];
+
+fn python() -> String {
+    python_with("VX_PYTHON_REDIS", "py-redis", &PINNED, "redis")
+}
+
+fn resp_server(dir: &std::path::Path) -> ServerConfig {
+    ServerConfig::new(dir.join("data")).args(["--resp-listen", "127.0.0.1:0"])
+}
+
+/// Run the redis-py scenario against `addr`; its JSON report.
+async fn redis_py(addr: SocketAddr, scenario: &str) -> serde_json::Value {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/resp_client.py");
+    let scenario = scenario.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args([
+                script,
+                &addr.ip().to_string(),
+                &addr.port().to_string(),
+                &scenario,
+            ])
+            .output()
+            .expect("run the redis-py client")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the redis-py client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `redis-cli` with these arguments; its stdout. Debian's `redis-cli` is needed: the test
+/// command installs it.
+fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is needed (Debian: apt-get install redis-tools; scripts/test does)");
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Send `input` on a fresh connection and read until the server has answered `want` bytes or
+/// closed.
+fn raw(addr: SocketAddr, input: &[u8], want: usize) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(input).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < want {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_runs_every_command_in_both_protocols_and_http_sees_the_same_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path()).start();
+    let addr = resp_addr(&s);
+    let report = redis_py(addr, "open").await;
+    assert_eq!(report["resp2-done"], true);
+    assert_eq!(report["resp3-done"], true);
+
+    // What RESP wrote, HTTP reads: the same tables, the same types.
+    let r = s.api.features("resp3-player-7", None).await;
+    assert_eq!(r.status, 200, "{r}");
+    let body = r.json();
+    assert_eq!(body["features"]["damage"], 43);
+    assert_eq!(body["features"]["ratio"], 0.25);
+    assert_eq!(body["features"]["name"], "zed");
+    assert!(body["features"].get("level").is_none());
+    assert_eq!(s.api.features("resp2-gone", None).await.status, 404);
+
+    // A counter set over RESP keeps counting when events add to it, and RESP reads what
+    // events and HTTP wrote.
+    let ev = r#"{"stream":"s","type":"hits","kind":"counter","value":3,"entity":"resp2-counter","ts":1700000000000}"#;
+    assert_accepted(&s.api.post_lines(&[ev.to_string()]).await, 1);
+    let r = s
+        .api
+        .put_features(
+            "from-http",
+            &serde_json::json!({"flag": true, "score": 1.5}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r}");
+    let cli = |args: &[&str]| redis_cli(addr, args);
+    assert_eq!(cli(&["HGET", "resp2-counter", "hits"]), "8\n");
+    assert_eq!(cli(&["HGET", "resp2-counter", "events"]), "1\n");
+    assert_eq!(cli(&["HGET", "from-http", "flag"]), "1\n");
+    assert_eq!(cli(&["-3", "HGET", "from-http", "flag"]), "(true)\n");
+    assert_eq!(cli(&["HGET", "from-http", "score"]), "1.5\n");
+    assert_eq!(cli(&["HSET", "cli", "a", "1", "b", "two"]), "2\n");
+    assert_eq!(cli(&["HGETALL", "cli"]), "a\n1\nb\ntwo\n");
+    assert_eq!(cli(&["HMGET", "cli", "b", "zz"]), "two\n\n");
+    assert_eq!(cli(&["EXISTS", "cli", "nobody"]), "1\n");
+    assert_eq!(cli(&["HDEL", "cli", "a"]), "1\n");
+    assert_eq!(cli(&["DEL", "cli"]), "1\n");
+    assert_eq!(cli(&["PING"]), "PONG\n");
+    assert!(cli(&["INFO", "keyspace"]).contains("db0:keys="));
+    let err = cli(&["GET", "x"]);
+    assert!(err.contains("unknown command"), "{err}");
+    // redis-cli's pipe mode: commands in the protocol, counted replies.
+    let mut input = Vec::new();
+    for i in 0..1000 {
+        vx_proto::resp::encode_command(
+            &[
+                b"HSET",
+                format!("piped-{i}").as_bytes(),
+                b"n",
+                i.to_string().as_bytes(),
+            ],
+            &mut input,
+        );
+    }
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "--pipe"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("errors: 0, replies: 1000"), "{text}");
+    let r = s.api.features("piped-999", None).await;
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(r.json()["features"]["n"], 999);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_uses_the_bearer_tokens_and_their_scopes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path())
+        .with_scoped_tokens(tmp.path())
+        .start();
+    let report = redis_py(resp_addr(&s), "auth").await;
+    assert_eq!(report["done"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_past_the_feature_budget_gets_oom_and_stores_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path())
+        .env("VX_STORAGE_MAX_FEATURE_BYTES", "1MiB")
+        .start();
+    let report = redis_py(resp_addr(&s), "budget").await;
+    let refused = report["refused"].as_str().unwrap();
+    assert!(report["stored"].as_u64().unwrap() > 100, "{report}");
+    assert_eq!(s.api.features(refused, None).await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_errors_inline_commands_and_timeouts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path())
+        .env("VX_SERVER_RESP_IDLE_TIMEOUT", "1s")
+        .env("VX_SERVER_HEADER_TIMEOUT", "2s")
+        .start();
+    let addr = resp_addr(&s);
+    // Inline commands, as typed into nc; a blank line does nothing.
+    let got = raw(addr, b"PING\r\n\r\nHSET inl a 5\r\nHGET inl a\r\n", 15);
+    assert_eq!(got, b"+PONG\r\n:1\r\n:5\r\n");
+    // Not RESP: an error, then the connection is closed (read returns 0).
+    let got = raw(addr, b"*1\r\n:5\r\n", 1 << 20);
+    assert_eq!(got, b"-ERR Protocol error: expected '$', got ':'\r\n");
+    let got = raw(addr, b"*99999999\r\n", 1 << 20);
+    assert_eq!(got, b"-ERR Protocol error: invalid multibulk length\r\n");
+    let got = raw(addr, b"*1\r\n$99999999\r\n", 1 << 20);
+    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    // Idle between commands for server.resp_idle_timeout: told, then closed.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("-ERR timeout") && text.contains("server.resp_idle_timeout"),
+        "{text}"
+    );
+
+    // A client that pipelines and never reads: the server stops reading once its replies
+    // fill the socket buffers, closes the connection after server.header_timeout, and goes on
+    // serving others.
+    let mut greedy = TcpStream::connect(addr).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut one = Vec::new();
+    vx_proto::resp::encode_command(&[b"PING", &[b'x'; 1000]], &mut one);
+    let started = Instant::now();
+    let mut sent = 0usize;
+    let closed = loop {
+        match greedy.write(&one) {
+            Ok(n) => sent += n,
+            Err(_) => break true,
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+    };
+    assert!(
+        closed,
+        "the server kept reading from a client that never reads"
+    );
+    assert!(
+        sent < 512 << 20,
+        "{sent} bytes taken from a client that never reads"
+    );
+    assert_eq!(raw(addr, b"PING\r\n", 7), b"+PONG\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_hset_survives_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = resp_server(tmp.path()).args(["--fsync", "always"]);
+    let s = cfg.start();
+    let addr = resp_addr(&s);
+    let mut input = Vec::new();
+    for i in 0..500 {
+        vx_proto::resp::encode_command(
+            &[
+                b"HSET",
+                format!("dur-{}", i % 50).as_bytes(),
+                format!("f{i}").as_bytes(),
+                b"7",
+            ],
+            &mut input,
+        );
+    }
+    let got = raw(addr, &input, 500 * 4);
+    assert_eq!(got, b":1\r\n".repeat(500));
+    s.kill9();
+    let s = cfg.start();
+    let addr = resp_addr(&s);
+    let got = raw(
+        addr,
+        b"HGET dur-49 f499\r\nHMGET dur-0 f0 f450 f451\r\n",
+        100,
+    );
+    assert_eq!(got, b":7\r\n*3\r\n:7\r\n:7\r\n$-1\r\n");
+}
