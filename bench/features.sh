@@ -18,6 +18,11 @@
 #    aggregates), then time to ready (vx_bootstrap_duration_seconds) from the shutdown
 #    snapshot, and rebuilt from the log with the snapshots removed; anonymous memory (RssAnon)
 #    per entity, against an empty server.
+# 4. The Redis protocol (SECTIONS=resp): kv-70-25-5.toml with kv_type=hash, unchanged but for its
+#    endpoint, against Veltrix's RESP listener (fsync always: every HSET/DEL durable before its
+#    reply) and Redis (appendonly yes, appendfsync everysec), one system at a time, the same
+#    1,000,000 preloaded keys: GET only and the 70/25/5 mix, closed loop, 50 connections,
+#    pipeline depth 1 and 16. Interleaved per rep.
 # Each measurement is repeated REPS times; the table shows medians. Every run's line, with the
 # load average before it, goes to docs/bench/features-runs.txt; the table between the
 # `features:begin` and `features:end` markers of docs/BENCHMARKS.md is rewritten.
@@ -48,7 +53,7 @@ if ((${#need[@]})); then
   log "installing ${need[*]}"
   as_root apt-get update -qq && as_root apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-refuse_if_listening "$PORT" "$REDIS_PORT"
+refuse_if_listening "$PORT" "$REDIS_PORT" "${RESP_PORT:-16380}"
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cargo build --release -q -p veltrix -p vx-loadtest
 fi
@@ -58,7 +63,8 @@ W=$ROOT/loadtest/workloads
 
 bench_init features
 [[ -n ${RESULTS_FROM:-} ]] && cat "$RESULTS_FROM" >>"$RESULTS"
-SECTIONS=${SECTIONS:-reads ingest restart}
+SECTIONS=${SECTIONS:-reads ingest restart resp}
+RESP_PORT=${RESP_PORT:-16380}
 echo "# bench/features.sh $(date -u +%FT%TZ) REPS=$REPS MEASURE_S=$MEASURE_S" >>"$RUNS"
 # lt NAME WORKLOAD [--set …]: one vx-loadtest run; echoes the report path.
 lt() {
@@ -178,6 +184,38 @@ for rep in $(seq 1 "$REPS"); do
 done
 fi
 
+# ---- 4. the Redis protocol ----------------------------------------------------------------------
+# resp_round KEY ENDPOINT REP: GET-only and the mix at depth 1 and 16 against the running server
+# (the first round preloads the keys); ops/s of all operations.
+resp_round() {
+  local key=$1 ep=(--set "endpoints=$2" --set kv_type=hash) rep=$3 pre=() l j d ops
+  [[ $rep == 1 ]] || pre=(--set preload_keys=0)
+  for d in 1 16; do
+    l=$(load1); j=$(lt "$key-rget$d" kv-70-25-5.toml "${ep[@]}" "${pre[@]}" --set "pipeline_depth=$d" "${CLOSED[@]}")
+    pre=(--set preload_keys=0)
+    record "${key}_resp_get_d$d" "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep GET only depth=$d p50=$(jqr .operations.get.latency_ms.p50 "$j") p99=$(jqr .operations.get.latency_ms.p99 "$j") errors=$(jqr '[.operations[].errors] | add' "$j") load1_before=$l"
+    l=$(load1); j=$(lt "$key-rmix$d" kv-70-25-5.toml "${ep[@]}" --set preload_keys=0 --set "pipeline_depth=$d")
+    ops=$(jqr '[.operations[].ops_per_s] | add' "$j")
+    record "${key}_resp_mix_d$d" "$ops" "rep=$rep 70/25/5 depth=$d get_p99=$(jqr .operations.get.latency_ms.p99 "$j") set_p99=$(jqr .operations.set.latency_ms.p99 "$j") errors=$(jqr '[.operations[].errors] | add' "$j") load1_before=$l"
+  done
+}
+if want resp; then
+  mkdir -p "$WORK/redis-aof"
+  for rep in $(seq 1 "$REPS"); do
+    log "resp: rep $rep: Veltrix"
+    start_veltrix "$WORK/resp" --resp-listen "127.0.0.1:$RESP_PORT" --fsync always
+    resp_round vxresp "resp://127.0.0.1:$RESP_PORT" "$rep"
+    stop
+    log "resp: rep $rep: Redis (appendfsync everysec)"
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redis-aof" --save '' \
+      --appendonly yes --appendfsync everysec --logfile "$WORK/redis-aof/log" &
+    PID=$!
+    sleep 1
+    resp_round redisaof "resp://127.0.0.1:$REDIS_PORT" "$rep"
+    stop
+  done
+fi
+
 # ---- the table --------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%+.0f %%", (a / b - 1) * 100; else print "n/a" }'; }
@@ -206,17 +244,41 @@ Measured by \`bench/features.sh\` on $(date -u +%F): $(nproc) cores ($(grep -m1 
 | rebuilt from the log (snapshots removed) | $(awk -v v="$(med restart_log_s)" 'BEGIN { printf "%.2f", v }') |
 
 Anonymous memory per entity (RssAnon after the restart from the snapshot, minus an empty server's, ÷ entities): $(med rss_per_entity_b) bytes.
+
 EOF
 )
-python3 - "$ROOT/docs/BENCHMARKS.md" "$table" <<'PY'
+resp_table=$(cat <<EOF
+Measured by \`bench/features.sh\` (SECTIONS=resp) on $(date -u +%F): $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r); Veltrix $(git rev-parse --short HEAD), Redis $redis_ver. Medians of $REPS runs of ${MEASURE_S} s (warm-up ${WARMUP_S} s), the two systems alternating per rep; every run with its load average is in \`docs/bench/features-runs.txt\`. vx-loadtest shares the two cores with the server it measures.
+
+The Redis protocol (\`kv-70-25-5.toml\` with \`kv_type=hash\`, 1,000,000 keys, Zipfian α 0.99, 50 connections, closed loop; Veltrix's RESP listener at \`fsync: always\`, Redis with \`appendonly yes\`, \`appendfsync everysec\`; operations/s of all operations):
+
+| RESP, closed loop | Veltrix (RESP) | Redis 7 (AOF everysec) | Veltrix ÷ Redis |
+| --- | --- | --- | --- |
+| HGET only, depth 1 | $(k "$(med vxresp_resp_get_d1)") | $(k "$(med redisaof_resp_get_d1)") | $(ratio "$(med vxresp_resp_get_d1)" "$(med redisaof_resp_get_d1)")× |
+| HGET only, pipeline depth 16 | $(k "$(med vxresp_resp_get_d16)") | $(k "$(med redisaof_resp_get_d16)") | $(ratio "$(med vxresp_resp_get_d16)" "$(med redisaof_resp_get_d16)")× |
+| 70/25/5 HGET/HSET/DEL, depth 1 | $(k "$(med vxresp_resp_mix_d1)") | $(k "$(med redisaof_resp_mix_d1)") | $(ratio "$(med vxresp_resp_mix_d1)" "$(med redisaof_resp_mix_d1)")× |
+| 70/25/5 HGET/HSET/DEL, pipeline depth 16 | $(k "$(med vxresp_resp_mix_d16)") | $(k "$(med redisaof_resp_mix_d16)") | $(ratio "$(med vxresp_resp_mix_d16)" "$(med redisaof_resp_mix_d16)")× |
+EOF
+)
+# put_table MARKER TITLE TABLE: replace the block between the marker comments of BENCHMARKS.md.
+put_table() {
+  python3 - "$ROOT/docs/BENCHMARKS.md" "$1" "$2" "$3" <<'PY'
 import sys
-path, table = sys.argv[1], sys.argv[2]
+path, marker, title, table = sys.argv[1:5]
 s = open(path).read()
-b, e = "<!-- features:begin -->", "<!-- features:end -->"
+b, e = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
 if b in s and e in s:
     s = s[: s.index(b) + len(b)] + "\n" + table + "\n" + s[s.index(e):]
 else:
-    s = s.rstrip("\n") + "\n\n## Feature store\n\n" + b + "\n" + table + "\n" + e + "\n"
+    s = s.rstrip("\n") + f"\n\n## {title}\n\n" + b + "\n" + table + "\n" + e + "\n"
 open(path, "w").write(s)
 PY
-echo "$table"
+}
+if want reads || want ingest || want restart; then
+  put_table features "Feature store" "$table"
+  echo "$table"
+fi
+if want resp; then
+  put_table features-resp "Feature store over the Redis protocol" "$resp_table"
+  echo "$resp_table"
+fi

@@ -292,6 +292,8 @@ pub struct KvGen {
     put_body: Bytes,
     /// The operation last drawn, for an error (a timeout) that ends it before its answer.
     last: Op,
+    /// `kv_type = "hash"`.
+    hash: bool,
 }
 
 impl KvGen {
@@ -317,6 +319,7 @@ impl KvGen {
             value,
             put_body: Bytes::from(put),
             last: Op::Get,
+            hash: w.kv_type == crate::workload::KvType::Hash,
         })
     }
 
@@ -368,9 +371,17 @@ impl KvGen {
         }
     }
 
-    /// Append `op` as a RESP command: GET, SET, DEL, or MGET of the batch.
+    /// Append `op` as a RESP command: GET, SET, DEL, or MGET of the batch; with `kv_type =
+    /// "hash"`, HGET and HSET of the field `v` (the feature the features scenario writes).
     pub fn encode_resp(&self, op: &KvOp, out: &mut Vec<u8>) {
         match op {
+            KvOp::Get(k) if self.hash => {
+                resp::encode(&[b"HGET", &self.key(*k), FEATURE.as_bytes()], out)
+            }
+            KvOp::Set(k) if self.hash => resp::encode(
+                &[b"HSET", &self.key(*k), FEATURE.as_bytes(), &self.value],
+                out,
+            ),
             KvOp::Get(k) => resp::encode(&[b"GET", &self.key(*k)], out),
             KvOp::Set(k) => resp::encode(&[b"SET", &self.key(*k), &self.value], out),
             KvOp::Del(k) => resp::encode(&[b"DEL", &self.key(*k)], out),

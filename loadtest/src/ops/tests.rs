@@ -374,3 +374,57 @@ fn pages_start_inside_the_retained_range() {
         }
     }
 }
+
+#[test]
+fn hash_kv_reads_and_writes_the_field_the_features_scenario_uses() {
+    let w = Workload {
+        scenario: crate::endpoint::Scenario::Kv,
+        kv_type: crate::workload::KvType::Hash,
+        distribution: crate::workload::Distribution::Zipfian,
+        seed: 5,
+        endpoints: vec!["resp://127.0.0.1:6379".into()],
+        ..Workload::default()
+    };
+    w.validate().unwrap();
+    let mut g = generator(&w, 0);
+    let (mut gets, mut sets, mut dels) = (0, 0, 0);
+    for _ in 0..1_000 {
+        let op = g.next_op();
+        let mut cmd = Vec::new();
+        g.encode_resp(&op, &mut cmd);
+        let args = resp_args(&cmd);
+        match op {
+            KvOp::Get(k) => {
+                gets += 1;
+                assert_eq!(
+                    args,
+                    [b"HGET".to_vec(), g.key(k), FEATURE.as_bytes().to_vec()]
+                );
+            }
+            KvOp::Set(k) => {
+                sets += 1;
+                assert_eq!(
+                    args,
+                    [
+                        b"HSET".to_vec(),
+                        g.key(k),
+                        FEATURE.as_bytes().to_vec(),
+                        g.value().to_vec()
+                    ]
+                );
+            }
+            KvOp::Del(k) => {
+                dels += 1;
+                assert_eq!(args, [b"DEL".to_vec(), g.key(k)]);
+            }
+            KvOp::Query(_) => panic!("a batch read without query_pct"),
+        }
+    }
+    assert!(gets > 0 && sets > 0 && dels > 0);
+    let with_query = Workload {
+        query_pct: 5.0,
+        delete_pct: 0.0,
+        ..w
+    };
+    assert!(with_query.validate().is_err());
+}

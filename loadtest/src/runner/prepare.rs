@@ -163,7 +163,15 @@ pub(super) async fn preload_kv(
         let chunk = (n - k).min(1000);
         out.clear();
         for j in k..k + chunk {
-            resp::encode(&[b"SET", &kv_key(j, w.key_size_b), &value], &mut out);
+            let key = kv_key(j, w.key_size_b);
+            if w.kv_type == crate::workload::KvType::Hash {
+                resp::encode(
+                    &[b"HSET", &key, crate::ops::FEATURE.as_bytes(), &value],
+                    &mut out,
+                );
+            } else {
+                resp::encode(&[b"SET", &key, &value], &mut out);
+            }
         }
         tcp.write_all(&out).await.map_err(fail)?;
         let mut answered = 0;

@@ -111,6 +111,11 @@ pub const KEYS: &[Key] = &[
         help: "kv and features: percent of batch reads of batch_size keys (kv: MGET; features: POST /v1/features/query); read_pct + write_pct + delete_pct + query_pct add up to 100",
     },
     Key {
+        name: "kv_type",
+        default: "\"string\"",
+        help: "kv: how a key holds its value: string (GET, SET, DEL, MGET) or hash (HGET key v, HSET key v value, DEL; no batch reads), the form Veltrix's Redis-protocol listener serves features in, so one file runs unchanged against Redis and Veltrix",
+    },
+    Key {
         name: "batch_size",
         default: "100",
         help: "kv and features: keys per batch read, 1 to 10000 (the feature query's maximum)",

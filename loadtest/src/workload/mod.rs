@@ -24,6 +24,16 @@ pub enum Format {
     Json,
 }
 
+/// How a kv key holds its value over RESP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvType {
+    /// `GET`, `SET`, `DEL`, `MGET`.
+    String,
+    /// A hash with one field `v`: `HGET key v`, `HSET key v value`, `DEL`.
+    Hash,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
@@ -70,6 +80,7 @@ pub struct Workload {
     pub write_pct: f64,
     pub delete_pct: f64,
     pub query_pct: f64,
+    pub kv_type: KvType,
     pub batch_size: u32,
     pub preload_keys: Option<u64>,
     pub batch: u32,
@@ -110,6 +121,7 @@ impl Default for Workload {
             write_pct: 25.0,
             delete_pct: 5.0,
             query_pct: 0.0,
+            kv_type: KvType::String,
             batch_size: 100,
             preload_keys: None,
             batch: 1,
@@ -315,6 +327,12 @@ impl Workload {
                     self.read_pct, self.write_pct, self.delete_pct, self.query_pct
                 ));
             }
+        }
+        if self.kv_type == KvType::Hash && self.query_pct > 0.0 {
+            return bad(
+                "kv_type = \"hash\" has no batch read (no multi-key HGET): set query_pct to 0"
+                    .into(),
+            );
         }
         // Checked for every scenario (like batch), so a kv file and its features counterpart
         // are refused alike; 10000 is the feature query's limit (docs/API.md §6).
