@@ -6,9 +6,10 @@
 //! then idle connections are closed and requests in flight finish within
 //! `server.shutdown_timeout`; finally the store drains its queue and fsyncs, and `run` returns.
 //!
-//! The binary-frames listeners (`server.frames_listen`, `server.frames_uds`) are bound with the
-//! HTTP ones and close on the same signal; their connections answer what is in flight and
-//! close (see [`crate::frames`]), within the same `server.shutdown_timeout`.
+//! The binary-frames listeners (`server.frames_listen`, `server.frames_uds`) and the
+//! Redis-protocol ones (`server.resp_listen`, `server.resp_uds`) are bound with the HTTP ones
+//! and close on the same signal; their connections answer what is in flight and close (see
+//! [`crate::frames`], [`crate::resp`]), within the same `server.shutdown_timeout`.
 //!
 //! Tests start the real server in-process with [`Server::bind`] on `127.0.0.1:0`, read
 //! [`Server::local_addr`], and run it with any future as the shutdown signal.
@@ -67,53 +68,39 @@ pub async fn run(
     Server::bind(config).await?.run(shutdown).await
 }
 
+/// A TCP listener on `listen` (`host:port`, resolved here) and the address it got.
+async fn bind_tcp(listen: &str) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_err = |source| StartError::Bind {
+        addr: listen.to_string(),
+        source,
+    };
+    let l = TcpListener::bind(listen).await.map_err(bind_err)?;
+    let a = l.local_addr().map_err(bind_err)?;
+    Ok((l, a))
+}
+
+/// The Unix socket at `path`, if one is configured.
+fn bind_uds(path: Option<&std::path::Path>, mode: u32) -> Result<Option<UnixSocket>, StartError> {
+    Ok(path.map(|p| UnixSocket::bind(p, mode)).transpose()?)
+}
+
 impl Server {
     /// Bind the TCP listener (and the Unix socket, if configured). Nothing is served yet.
     pub async fn bind(config: Config) -> Result<Server, StartError> {
         let started = Instant::now();
-        let listen = config.server.listen.clone();
-        let bind_err = |source| StartError::Bind {
-            addr: listen.clone(),
-            source,
-        };
-        let tcp = TcpListener::bind(&listen).await.map_err(bind_err)?;
-        let addr = tcp.local_addr().map_err(bind_err)?;
-        let uds = match &config.server.uds {
-            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
-            None => None,
-        };
+        let (tcp, addr) = bind_tcp(&config.server.listen).await?;
+        let mode = config.server.uds_mode;
+        let uds = bind_uds(config.server.uds.as_deref(), mode)?;
         let frames_tcp = match &config.server.frames_listen {
-            Some(listen) => {
-                let bind_err = |source| StartError::Bind {
-                    addr: listen.clone(),
-                    source,
-                };
-                let l = TcpListener::bind(listen).await.map_err(bind_err)?;
-                let a = l.local_addr().map_err(bind_err)?;
-                Some((l, a))
-            }
+            Some(listen) => Some(bind_tcp(listen).await?),
             None => None,
         };
-        let frames_uds = match &config.server.frames_uds {
-            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
-            None => None,
-        };
+        let frames_uds = bind_uds(config.server.frames_uds.as_deref(), mode)?;
         let resp_tcp = match &config.server.resp_listen {
-            Some(listen) => {
-                let bind_err = |source| StartError::Bind {
-                    addr: listen.clone(),
-                    source,
-                };
-                let l = TcpListener::bind(listen).await.map_err(bind_err)?;
-                let a = l.local_addr().map_err(bind_err)?;
-                Some((l, a))
-            }
+            Some(listen) => Some(bind_tcp(listen).await?),
             None => None,
         };
-        let resp_uds = match &config.server.resp_uds {
-            Some(path) => Some(UnixSocket::bind(path, config.server.uds_mode)?),
-            None => None,
-        };
+        let resp_uds = bind_uds(config.server.resp_uds.as_deref(), mode)?;
         Ok(Server {
             config,
             started,

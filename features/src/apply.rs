@@ -20,8 +20,7 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
-use crate::table::{Buckets, EntityRef, Feat, Shard, State};
-use crate::table::{ENTITY_COST, FEAT_COST, state_bytes};
+use crate::table::{Buckets, EntityRef, Feat, Shard, State, entity_heap, key_heap};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
 use vx_proto::{EventView, Kind};
@@ -173,16 +172,10 @@ impl Features {
                     .decl_of(id)
                     .is_some_and(|d| redo.get(d) == Some(&true))
             };
-            let (entities, _, bytes) = g.parts();
-            for (_, e) in entities.iter_mut() {
-                e.feats.retain(|f| {
-                    let drop = redone(f.name);
-                    if drop {
-                        *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
-                    }
-                    !drop
-                });
+            for (_, e) in g.entities.iter_mut() {
+                e.feats.retain(|f| !redone(f.name));
             }
+            g.recount();
         } else {
             if at.lsn < g.lsn {
                 return Err(ApplyError::OutOfOrder {
@@ -263,18 +256,25 @@ impl Features {
         }
         let (entities, names, bytes) = sh.parts();
         let future = ev.ts > append_ms.saturating_add(MAX_FUTURE_MS);
+        let was;
         let ent = if redo.is_some() {
             // Recomputing a declaration over records the snapshot covers: only entities that
             // still exist are touched (a later delete removed the others).
             match entities.get_mut(er) {
-                Some(e) => e,
+                Some(e) => {
+                    was = entity_heap(e);
+                    e
+                }
                 None => return Ok(()),
             }
         } else {
             let (e, created) = entities.get_or_insert(er);
             if created {
-                *bytes += ENTITY_COST + 2 * er.name.len() as u64;
                 self.entities.fetch_add(1, Ordering::Relaxed);
+                *bytes += key_heap(er.name);
+                was = 0;
+            } else {
+                was = entity_heap(e);
             }
             e.as_of = e.as_of.max(ev.ts);
             if !future {
@@ -287,7 +287,7 @@ impl Features {
                 && !self.decls.is_declared(ev.ty)
             {
                 let id = names.id(ev.ty).unwrap_or(u32::MAX);
-                let st = plain_mut(e, names, bytes, id, ev.ty, append_ms);
+                let st = plain_mut(e, names, id, ev.ty, append_ms);
                 if ev.kind == Kind::Counter {
                     add_counter(st, value, ev.ts);
                 } else {
@@ -323,7 +323,6 @@ impl Features {
                         },
                         _ => State::Win(Buckets::new()),
                     };
-                    *bytes += FEAT_COST + state_bytes(&st);
                     ent.feats.push(Feat {
                         name: id,
                         updated_ms: append_ms,
@@ -335,7 +334,6 @@ impl Features {
             let Some(f) = ent.feats.get_mut(pos) else {
                 continue;
             };
-            let old = state_bytes(&f.st);
             let applied = crate::window::aggregate(decl, width, &mut f.st, ev);
             match applied {
                 Some(true) => f.updated_ms = append_ms,
@@ -344,8 +342,8 @@ impl Features {
                 }
                 None => {}
             }
-            *bytes = (*bytes + state_bytes(&f.st)).saturating_sub(old);
         }
+        *bytes = (*bytes + entity_heap(ent)).saturating_sub(was);
         Ok(())
     }
 
@@ -366,10 +364,11 @@ impl Features {
             return Ok(out);
         }
         if !out.found {
-            *bytes += ENTITY_COST + 2 * er.name.len() as u64;
             self.entities.fetch_add(1, Ordering::Relaxed);
+            *bytes += key_heap(er.name);
         }
         let (e, _) = entities.get_or_insert(er);
+        let was = entity_heap(e);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {
@@ -393,25 +392,24 @@ impl Features {
             match v {
                 None => {
                     if let Some(id) = names.id(name)
-                        && remove_feat(e, names, bytes, id)
+                        && remove_feat(e, names, id)
                     {
                         out.deleted += 1;
                     }
                 }
                 Some(v) => {
                     let id = names.id(name).unwrap_or(u32::MAX);
-                    let st = plain_mut(e, names, bytes, id, name, append_ms);
-                    let old = state_bytes(st);
+                    let st = plain_mut(e, names, id, name, append_ms);
                     let ts = match st {
                         State::Plain { ts, .. } => *ts,
                         _ => i64::MIN,
                     };
                     *st = State::Plain { v: v.clone(), ts };
-                    *bytes = (*bytes + state_bytes(st)).saturating_sub(old);
                     out.set += 1;
                 }
             }
         }
+        *bytes = (*bytes + entity_heap(e)).saturating_sub(was);
         Ok(out)
     }
 
@@ -438,10 +436,9 @@ impl Features {
             if let Some(e) = entities.remove(er) {
                 out.found = true;
                 out.deleted = e.feats.len() as u64;
-                *bytes = bytes.saturating_sub(ENTITY_COST + 2 * er.name.len() as u64);
+                *bytes = bytes.saturating_sub(key_heap(er.name) + entity_heap(&e));
                 for f in e.feats {
-                    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
-                    *bytes = bytes.saturating_sub(names.release(f.name));
+                    names.release(f.name);
                 }
                 self.entities.fetch_sub(1, Ordering::Relaxed);
             }
@@ -450,6 +447,7 @@ impl Features {
         let Some(e) = entities.get_mut(er) else {
             return Ok(out);
         };
+        let was = entity_heap(e);
         match name {
             None => {
                 // Recomputing: the delete resets the redone declarations of the entity.
@@ -468,12 +466,13 @@ impl Features {
                 if redo_only && !redo(id) {
                     return Ok(out);
                 }
-                if remove_feat(e, names, bytes, id) {
+                if remove_feat(e, names, id) {
                     out.found = true;
                     out.deleted = 1;
                 }
             }
         }
+        *bytes = (*bytes + entity_heap(e)).saturating_sub(was);
         Ok(out)
     }
 }

@@ -1,38 +1,75 @@
-//! The memory budget (`storage.max_feature_bytes`): what each part of the tables counts, and
-//! the reservations the writer makes before it writes a record that would create entities or
-//! features, so that a write past the budget is refused (507) instead of logged and applied.
+//! The memory budget (`storage.max_feature_bytes`): the reservations the writer makes before
+//! it writes a record, so that a write whose apply could take the tables past the budget is
+//! refused (507) instead of logged and applied.
 //!
-//! Windows and windowed sketches count at their largest from the start, so the budget,
-//! checked when features are created, bounds the tables whatever later updates do.
+//! The tables count their real memory (table.rs); a reservation is an upper bound of what
+//! applying the record can add to it: new entities with their shard's table growth, new
+//! features, and for every declared aggregate an event updates, that state's largest size.
 
 use crate::Features;
 use crate::decl::{Decls, FeatureValue};
-use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
-use crate::table::{ENTITY_COST, EntityRef, FEAT_COST};
-use hashbrown::HashSet;
+use crate::table::{
+    EntityMap, EntityRef, FEAT_COST, SLOT_COST, alloc_size, grown_capacity, state_max_bytes,
+    table_bytes,
+};
+use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
 
-/// The most a declared aggregate can count: its feature and a dense windowed sketch (more
-/// than 60 buckets).
-const WINDOW_MAX: u64 = FEAT_COST + (HLL_M * HLL_LEVELS) as u64;
+/// The most a new feature can add to its entity: the features past the third live in one
+/// allocation that doubles, and while it moves both copies exist.
+fn feat_growth(feats_before: usize) -> u64 {
+    let after = feats_before + 1;
+    if after <= 3 {
+        0
+    } else {
+        alloc_size(after.next_power_of_two() * FEAT_COST as usize)
+    }
+}
+
+/// What a plain feature named `name` holding `v` adds beyond [`feat_growth`]: its name's
+/// entry if the name is new to the shard, and a string's bytes.
+fn plain_cost(name_len: usize, v: Option<&FeatureValue>) -> u64 {
+    let s = match v {
+        Some(FeatureValue::Str(s)) => alloc_size(s.len()),
+        _ => 0,
+    };
+    NAME_COST + 2 * name_len as u64 + s
+}
+
+/// A key over 22 bytes is allocated outside the slot.
+fn key_cost(key: &str) -> u64 {
+    if key.len() > 22 {
+        alloc_size(key.len())
+    } else {
+        0
+    }
+}
 
 impl Features {
-    /// Reserve room for what `batch` would create; false (nothing reserved) past the budget.
+    /// Reserve room for what applying `batch` can add; false (nothing reserved) past the
+    /// budget.
     pub fn reserve_events(&self, batch: &Batch) -> bool {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
-        // Cheap bound first: every event creating its entity and every feature it can touch.
-        let per_event = ENTITY_COST
-            + vx_proto::rules::MAX_ENTITY_LEN as u64
-            + (3 + self.decls.max_per_type as u64) * (FEAT_COST + NAME_COST + 256)
-            + (self.decls.max_per_type as u64) * (HLL_M * HLL_LEVELS) as u64;
-        let bound = per_event.saturating_mul(batch.len() as u64);
+        let decls = self.decls.max_per_type as u64;
+        // Cheap bound first. Each event may create its entity (a table slot; a table grows
+        // by doubling, so past its last doubling a slot costs up to 16/7 of itself, and the
+        // doubling of a shard adds at most 9/7 of its table, bounded by `used`), its counter
+        // (a feature and a name) and its declared aggregates, or grow each aggregate's state
+        // by at most that state's largest size.
+        let per_event = 3 * (SLOT_COST + 1)
+            + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
+            + (1 + decls) * (alloc_size(64 * FEAT_COST as usize) + NAME_COST + 2 * 256)
+            + decls * state_max_bytes(true);
+        let bound = per_event
+            .saturating_mul(batch.len() as u64)
+            .saturating_add(2 * self.used_bytes());
         if used.saturating_add(bound) <= self.max_bytes {
             self.pending.fetch_add(bound, Ordering::Relaxed);
             return true;
         }
-        let cost = self.creation_cost(batch);
+        let cost = self.growth(batch);
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {
             return false;
         }
@@ -40,41 +77,57 @@ impl Features {
         true
     }
 
-    /// What the batch's events would create: entities and features that do not exist yet.
-    fn creation_cost(&self, batch: &Batch) -> u64 {
-        let mut new_entities: HashSet<&str> = HashSet::new();
+    /// What applying the batch's events can add: new entities (with their shards' table
+    /// growth), new features, and the growth of declared aggregates' states.
+    fn growth(&self, batch: &Batch) -> u64 {
+        // Per shard and sub-table: entities new to it in this batch (to size its growth once).
+        let mut new_entities: HashMap<(u32, usize), hashbrown::HashSet<&str>> = HashMap::new();
+        // Features created in this batch, per entity, so the spill bound follows the count.
+        let mut added: HashMap<&str, usize> = HashMap::new();
         let mut cost = 0u64;
         for ev in batch.iter() {
             let Some(entity) = ev.entity else { continue };
             let decls = self.decls.of_type(ev.ty);
-            let typed = matches!(ev.kind, Kind::Counter | Kind::Gauge);
+            let typed =
+                matches!(ev.kind, Kind::Counter | Kind::Gauge) && !self.decls.is_declared(ev.ty);
             let er = EntityRef::new(entity);
+            let shard = er.shard(self.nshards);
             let g = self.shard(er).read();
-            match g.entities.get(er) {
-                None => {
-                    if new_entities.insert(entity) {
-                        cost += ENTITY_COST + 2 * entity.len() as u64 + 2 * FEAT_COST;
-                    }
-                    cost += decls.len() as u64 * WINDOW_MAX;
-                    if typed {
-                        cost += FEAT_COST + NAME_COST + ev.ty.len() as u64;
-                    }
+            let ent = g.entities.get(er);
+            if ent.is_none()
+                && new_entities
+                    .entry((shard, EntityMap::sub_of(er)))
+                    .or_default()
+                    .insert(entity)
+            {
+                cost += key_cost(entity);
+            }
+            let has = |id: Option<u32>| {
+                ent.is_some_and(|e| id.is_some_and(|id| e.feats.iter().any(|f| f.name == id)))
+            };
+            let n = added.entry(entity).or_insert(0);
+            let base = ent.map_or(0, |e| e.feats.len());
+            if typed && !has(g.names.id(ev.ty)) {
+                cost += feat_growth(base + *n) + plain_cost(ev.ty.len(), None);
+                *n += 1;
+            }
+            for &d in decls {
+                if !has(Some(Decls::id(d))) {
+                    cost += feat_growth(base + *n);
+                    *n += 1;
                 }
-                Some(e) => {
-                    if typed {
-                        let has = g
-                            .names
-                            .id(ev.ty)
-                            .is_some_and(|id| e.feats.iter().any(|f| f.name == id));
-                        if !has {
-                            cost += FEAT_COST + NAME_COST + ev.ty.len() as u64;
-                        }
-                    }
-                    for &d in decls {
-                        if !e.feats.iter().any(|f| f.name == Decls::id(d)) {
-                            cost += WINDOW_MAX;
-                        }
-                    }
+                // A new state, or one event's growth of an existing one.
+                cost += state_max_bytes(true);
+            }
+        }
+        for ((shard, sub), names) in new_entities {
+            if let Some(lock) = self.shards.get(shard as usize) {
+                let (len, cap) = lock.read().entities.sub_fill(sub);
+                let grown = grown_capacity(cap, len + names.len());
+                if grown != cap {
+                    // The new table; the old one, counted in `used` already, is freed once
+                    // the entities have moved.
+                    cost += table_bytes(grown, SLOT_COST);
                 }
             }
         }
@@ -87,11 +140,16 @@ impl Features {
         let er = EntityRef::new(entity);
         let g = self.shard(er).read();
         let ent = g.entities.get(er);
-        let mut cost = if ent.is_none() {
-            ENTITY_COST + 2 * entity.len() as u64
-        } else {
-            0
-        };
+        let mut cost = 0;
+        if ent.is_none() {
+            let (len, cap) = g.entities.sub_fill(EntityMap::sub_of(er));
+            let grown = grown_capacity(cap, len + 1);
+            if grown != cap {
+                cost += table_bytes(grown, SLOT_COST);
+            }
+            cost += key_cost(entity);
+        }
+        let mut feats = ent.map_or(0, |e| e.feats.len());
         for (name, v) in set {
             let Some(v) = v else { continue };
             let exists = ent.is_some_and(|e| {
@@ -99,12 +157,11 @@ impl Features {
                     .id(name)
                     .is_some_and(|id| e.feats.iter().any(|f| f.name == id))
             });
-            let extra = match v {
-                FeatureValue::Str(s) => s.len() as u64,
-                _ => 0,
-            };
             if !exists {
-                cost += FEAT_COST + NAME_COST + 2 * name.len() as u64 + extra;
+                cost += feat_growth(feats) + plain_cost(name.len(), Some(v));
+                feats += 1;
+            } else if let FeatureValue::Str(s) = v {
+                cost += alloc_size(s.len());
             }
         }
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {

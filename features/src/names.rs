@@ -12,6 +12,8 @@ pub(crate) struct Names {
     /// Per id: the name and its reference count ([`PERMANENT`] for the fixed ones).
     list: Vec<(Box<str>, u32)>,
     free: Vec<u32>,
+    /// What the interned names count, [`NAME_COST`] and twice the name's bytes each.
+    bytes: u64,
 }
 
 const PERMANENT: u32 = u32::MAX;
@@ -24,6 +26,7 @@ impl Names {
             ids: HashMap::with_hasher(FixedState::default()),
             list: Vec::new(),
             free: Vec::new(),
+            bytes: 0,
         };
         for name in [EVENTS, LAST_TS]
             .into_iter()
@@ -74,7 +77,9 @@ impl Names {
             }
         };
         self.ids.insert(name.into(), id);
-        (id, NAME_COST + 2 * name.len() as u64)
+        let added = NAME_COST + 2 * name.len() as u64;
+        self.bytes += added;
+        (id, added)
     }
 
     /// Drop one reference; returns the bytes freed.
@@ -92,6 +97,13 @@ impl Names {
         let name = std::mem::take(&mut e.0);
         self.ids.remove(&name);
         self.free.push(id);
-        NAME_COST + 2 * name.len() as u64
+        let freed = NAME_COST + 2 * name.len() as u64;
+        self.bytes = self.bytes.saturating_sub(freed);
+        freed
+    }
+
+    /// Bytes the interned names count (the two copies of each name, the map and list entries).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 }

@@ -128,8 +128,8 @@ impl Features {
         self.applied.load(Ordering::Acquire)
     }
 
-    /// Change entity `e`'s shard under its write lock, and add what that changed of the
-    /// shard's bytes to the tables' count.
+    /// Change entity `e` (and nothing else of its shard) under the shard's write lock, and add
+    /// what that changed of the shard's bytes to the tables' count.
     pub(crate) fn change<R>(
         &self,
         e: EntityRef<'_>,
@@ -137,7 +137,10 @@ impl Features {
     ) -> Result<R, crate::ApplyError> {
         let mut g = self.shard(e).write();
         let before = g.bytes;
+        let was = g.shared_bytes();
         let out = f(&mut g);
+        // The entity's own change is counted by `f` (table.rs says how).
+        g.bytes = (g.bytes + g.shared_bytes()).saturating_sub(was);
         let after = g.bytes;
         drop(g);
         self.add_used(after, before);

@@ -8,29 +8,128 @@ use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::Names;
 
-// What the tables' parts count against `storage.max_feature_bytes` lives with the parts, so
-// the budget (budget.rs) and every change of the tables count them alike.
+// What the tables' parts count against `storage.max_feature_bytes` lives with the parts: the
+// count is their real memory (docs/FEATURES.md "Memory"), so that `vx_feature_bytes` tracks
+// the process's anonymous memory. Two things make it up:
+// - each shard's hash table, one allocation of `buckets × (slot + 1)` bytes, counted from its
+//   capacity ([`EntityMap::table_bytes`]): a slot holds the key, the built-ins and three
+//   features inline, and the table doubles when full, so between doublings half of it or
+//   more is slots not yet used;
+// - what an entity keeps outside its slot ([`slot_heap`]): a key over 22 bytes, features past
+//   the third, string values, window buckets past the second, sketches; each at the size the
+//   allocator hands out for it ([`alloc_size`]).
+// A change measures what it touched before and after: its entity's heap ([`entity_heap`],
+// [`key_heap`]) in the apply paths, the table and the names in [`crate::Features::change`];
+// a property test checks the kept count against [`Shard::measure`].
 
-/// Bytes an entity costs beyond its key and features (map slot, struct, key allocation).
-pub(crate) const ENTITY_COST: u64 = 128;
-/// Bytes a feature costs beyond variable parts.
+/// Bytes a feature takes outside its entity's slot once the entity has more than three.
 pub(crate) const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
 const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
+/// Bytes of one table slot: the key and the entity, inline.
+pub(crate) const SLOT_COST: u64 = std::mem::size_of::<(Key, Entity)>() as u64;
 
-/// What a feature's state counts against `storage.max_feature_bytes`: windows and windowed
-/// sketches at their largest (60 buckets, the dense 1 KiB sketch) from the start, so that the
-/// budget, checked when features are created, bounds the tables whatever the updates do.
-pub(crate) fn state_bytes(st: &State) -> u64 {
+/// Bytes the allocator (mimalloc) hands out for a request of `n` bytes: its size classes are
+/// 8-byte steps up to 64 bytes, then four per power of two; past 128 KiB an allocation gets
+/// its own pages.
+pub(crate) fn alloc_size(n: usize) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    if n <= 64 {
+        return n.next_multiple_of(8) as u64;
+    }
+    if n > 128 << 10 {
+        return n.next_multiple_of(4096) as u64;
+    }
+    let log2 = usize::BITS - 1 - (n - 1).leading_zeros();
+    n.next_multiple_of((1usize << log2) / 4) as u64
+}
+
+/// Bytes of a hashbrown table of `T` with room for `capacity` items: its buckets (a power of
+/// two, 7/8 of them usable), one control byte each and a group of trailing control bytes.
+pub(crate) fn table_bytes(capacity: usize, slot: u64) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    let n = buckets as u64 * (slot + 1) + 16;
+    alloc_size(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// The capacity hashbrown grows a table of `capacity` to when it must hold `items`.
+pub(crate) fn grown_capacity(capacity: usize, items: usize) -> usize {
+    if items <= capacity {
+        return capacity;
+    }
+    let want = items.max(capacity + 1);
+    let buckets = if want < 8 {
+        (want + 1).next_power_of_two().max(4)
+    } else {
+        (want * 8 / 7).next_power_of_two()
+    };
+    if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+/// What a feature's state keeps outside the slot.
+pub(crate) fn state_heap(st: &State) -> u64 {
     match st {
         State::Plain {
             v: FeatureValue::Str(s),
             ..
-        } => s.len() as u64,
+        } => alloc_size(s.len()),
         State::Plain { .. } => 0,
-        State::Win(_) => BUCKETS as u64 * BUCKET_COST,
-        State::Hll { regs, .. } if regs.len() == HLL_M => HLL_M as u64,
-        State::Hll { .. } => (HLL_M * HLL_LEVELS) as u64,
+        State::Win(b) if b.spilled() => alloc_size(b.capacity() * BUCKET_COST as usize),
+        State::Win(_) => 0,
+        State::Hll { regs, .. } => alloc_size(regs.capacity()),
     }
+}
+
+/// What an entity's features keep outside its table slot.
+pub(crate) fn entity_heap(e: &Entity) -> u64 {
+    let feats = if e.feats.spilled() {
+        alloc_size(e.feats.capacity() * FEAT_COST as usize)
+    } else {
+        0
+    };
+    feats + e.feats.iter().map(|f| state_heap(&f.st)).sum::<u64>()
+}
+
+/// What an entity's key keeps outside its slot: a name over 22 bytes ([`Key`]).
+pub(crate) fn key_heap(name: &str) -> u64 {
+    if name.len() > 22 {
+        alloc_size(name.len())
+    } else {
+        0
+    }
+}
+
+/// What an entity keeps outside its table slot.
+fn slot_heap(key: &Key, e: &Entity) -> u64 {
+    let key = match key {
+        Key::Heap(s) => alloc_size(s.len()),
+        Key::Inline { .. } => 0,
+    };
+    key + entity_heap(e)
+}
+
+/// The most a declared aggregate's state can come to (60 buckets, the dense windowed
+/// sketch): what the budget reserves for one before it exists, and for one event's update.
+pub(crate) fn state_max_bytes(windowed_sketch: bool) -> u64 {
+    let win = alloc_size(BUCKETS as usize * BUCKET_COST as usize);
+    let hll = if windowed_sketch {
+        alloc_size(HLL_M * HLL_LEVELS)
+    } else {
+        alloc_size(HLL_M)
+    };
+    win.max(hll)
 }
 
 pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 2]>;
@@ -169,10 +268,27 @@ impl<'a> EntityRef<'a> {
     }
 }
 
-/// The entities of a shard.
-#[derive(Default)]
+/// Sub-tables per shard: a table grows by doubling, and many small tables double one at a
+/// time, so growth is a small step at any moment, and a freed table is the size the next one
+/// to grow asks for (the allocator reuses it instead of keeping it).
+pub(crate) const SUBTABLES: usize = 32;
+
+/// The entities of a shard, in [`SUBTABLES`] hash tables picked by bits 16–20 of the entity
+/// hash (the shard takes the hash modulo the shard count, the tables bits 22 and up).
 pub(crate) struct EntityMap {
-    table: hashbrown::HashTable<(Key, Entity)>,
+    tables: Box<[hashbrown::HashTable<(Key, Entity)>]>,
+    len: usize,
+}
+
+impl Default for EntityMap {
+    fn default() -> Self {
+        EntityMap {
+            tables: (0..SUBTABLES)
+                .map(|_| hashbrown::HashTable::new())
+                .collect(),
+            len: 0,
+        }
+    }
 }
 
 fn rehash(k: &Key) -> u64 {
@@ -181,21 +297,54 @@ fn rehash(k: &Key) -> u64 {
 
 impl EntityMap {
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.len
     }
 
+    /// Bytes of the tables' allocations (their slots and control bytes).
+    pub fn table_bytes(&self) -> u64 {
+        self.tables
+            .iter()
+            .map(|t| table_bytes(t.capacity(), SLOT_COST))
+            .sum()
+    }
+
+    /// The sub-table an entity lives in.
+    pub fn sub_of(e: EntityRef<'_>) -> usize {
+        (e.hash >> 16) as usize % SUBTABLES
+    }
+
+    /// Items sub-table `i` holds, and holds before it must grow.
+    pub fn sub_fill(&self, i: usize) -> (usize, usize) {
+        self.tables
+            .get(i)
+            .map_or((0, 0), |t| (t.len(), t.capacity()))
+    }
+
+    /// Room for `n` more entities, spread as the hash spreads them.
     pub fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |(k, _)| rehash(k));
+        let each = n.div_ceil(SUBTABLES) + n.div_ceil(SUBTABLES) / 8;
+        for t in self.tables.iter_mut() {
+            t.reserve(each, |(k, _)| rehash(k));
+        }
+    }
+
+    fn sub(&self, e: EntityRef<'_>) -> &hashbrown::HashTable<(Key, Entity)> {
+        // In range: `sub_of` is below SUBTABLES, the number of tables.
+        &self.tables[Self::sub_of(e)]
+    }
+
+    fn sub_mut(&mut self, e: EntityRef<'_>) -> &mut hashbrown::HashTable<(Key, Entity)> {
+        &mut self.tables[Self::sub_of(e)]
     }
 
     pub fn get(&self, e: EntityRef<'_>) -> Option<&Entity> {
-        self.table
+        self.sub(e)
             .find(e.table_hash(), |(k, _)| e.is(k))
             .map(|(_, v)| v)
     }
 
     pub fn get_mut(&mut self, e: EntityRef<'_>) -> Option<&mut Entity> {
-        self.table
+        self.sub_mut(e)
             .find_mut(e.table_hash(), |(k, _)| e.is(k))
             .map(|(_, v)| v)
     }
@@ -206,15 +355,17 @@ impl EntityMap {
 
     /// The entity, created if missing; and whether it was.
     pub fn get_or_insert(&mut self, e: EntityRef<'_>) -> (&mut Entity, bool) {
-        match self
-            .table
-            .entry(e.table_hash(), |(k, _)| e.is(k), |(k, _)| rehash(k))
-        {
+        let i = Self::sub_of(e);
+        let len = &mut self.len;
+        match self.tables[i].entry(e.table_hash(), |(k, _)| e.is(k), |(k, _)| rehash(k)) {
             hashbrown::hash_table::Entry::Occupied(o) => (&mut o.into_mut().1, false),
-            hashbrown::hash_table::Entry::Vacant(v) => (
-                &mut v.insert((Key::new(e.name), Entity::new())).into_mut().1,
-                true,
-            ),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                *len += 1;
+                (
+                    &mut v.insert((Key::new(e.name), Entity::new())).into_mut().1,
+                    true,
+                )
+            }
         }
     }
 
@@ -224,20 +375,36 @@ impl EntityMap {
     }
 
     pub fn remove(&mut self, e: EntityRef<'_>) -> Option<Entity> {
-        match self.table.find_entry(e.table_hash(), |(k, _)| e.is(k)) {
+        let i = Self::sub_of(e);
+        let removed = match self.tables[i].find_entry(e.table_hash(), |(k, _)| e.is(k)) {
             Ok(o) => Some(o.remove().0.1),
             Err(_) => None,
+        };
+        if removed.is_some() {
+            self.len -= 1;
         }
+        removed
     }
 
     /// Every entity with its name's bytes (UTF-8).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entity)> {
-        self.table.iter().map(|(k, e)| (k.as_bytes(), e))
+        self.tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|(k, e)| (k.as_bytes(), e))
     }
 
     /// Every entity, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut Entity)> {
-        self.table.iter_mut().map(|(k, e)| (k.as_bytes(), e))
+        self.tables
+            .iter_mut()
+            .flat_map(|t| t.iter_mut())
+            .map(|(k, e)| (k.as_bytes(), e))
+    }
+
+    /// Every entity with its key, for measuring.
+    fn slots(&self) -> impl Iterator<Item = &(Key, Entity)> {
+        self.tables.iter().flat_map(|t| t.iter())
     }
 }
 
@@ -261,24 +428,191 @@ impl Shard {
         }
     }
 
-    /// The entities, the names and the byte count, borrowed apart (a change touches all three).
+    /// The entities, the names and the byte count, borrowed apart (a change touches all
+    /// three: it adds what it changed of its entity's [`entity_heap`] and [`key_heap`] to the
+    /// count; [`crate::Features::change`] adds the table's and the names' change).
     pub(crate) fn parts(&mut self) -> (&mut EntityMap, &mut Names, &mut u64) {
         (&mut self.entities, &mut self.names, &mut self.bytes)
     }
 
     /// Intern `name` with one more reference (a feature loaded from a snapshot).
     pub(crate) fn names_acquire(&mut self, name: &str) -> u32 {
-        let (id, added) = self.names.acquire(name);
-        self.bytes += added;
-        id
+        self.names.acquire(name).0
     }
 
-    /// Add an entity loaded from a snapshot.
+    /// The bytes of the parts every change may touch besides its entity: the table and the
+    /// names.
+    pub(crate) fn shared_bytes(&self) -> u64 {
+        self.entities.table_bytes() + self.names.bytes()
+    }
+
+    /// Add an entity loaded from a snapshot; [`Shard::recount`] once the shard is loaded.
     pub(crate) fn insert_entity(&mut self, key: &str, e: Entity) {
-        self.bytes += ENTITY_COST + 2 * key.len() as u64;
-        for f in &e.feats {
-            self.bytes += FEAT_COST + state_bytes(&f.st);
-        }
         self.entities.insert(EntityRef::new(key), e);
+    }
+
+    /// Count the shard's bytes from scratch: its table, what its entities keep outside their
+    /// slots, and its names. The incremental count of every change must come to the same.
+    pub(crate) fn recount(&mut self) {
+        self.bytes = self.measure();
+    }
+
+    /// The shard's bytes counted from scratch.
+    pub(crate) fn measure(&self) -> u64 {
+        self.entities.table_bytes()
+            + self
+                .entities
+                .slots()
+                .map(|(k, e)| slot_heap(k, e))
+                .sum::<u64>()
+            + self.names.bytes()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::Features;
+    use crate::decl::{Agg, decl};
+    use crate::{LogPos, ReadAt};
+    use proptest::prelude::*;
+    use vx_proto::{EventView, Kind, Num};
+
+    #[test]
+    fn allocation_sizes_follow_the_allocator_and_the_table() {
+        assert_eq!(alloc_size(0), 0);
+        assert_eq!(alloc_size(1), 8);
+        assert_eq!(alloc_size(64), 64);
+        assert_eq!(alloc_size(65), 80);
+        assert_eq!(alloc_size(129), 160);
+        assert_eq!(alloc_size((128 << 10) + 1), (128 << 10) + 4096);
+        // hashbrown: 3 items in 4 buckets, 7 in 8, then 7/8 of a power of two.
+        assert_eq!(grown_capacity(0, 1), 3);
+        assert_eq!(grown_capacity(3, 4), 7);
+        assert_eq!(grown_capacity(7, 8), 14);
+        assert_eq!(grown_capacity(14, 15), 28);
+        assert_eq!(grown_capacity(28, 20), 28);
+        let mut m = EntityMap::default();
+        let names: Vec<String> = (0..5000).map(|i| format!("e{i}")).collect();
+        for n in &names {
+            let e = EntityRef::new(n);
+            let i = EntityMap::sub_of(e);
+            let (len, cap) = m.sub_fill(i);
+            m.get_or_insert(e);
+            assert_eq!(
+                m.sub_fill(i),
+                (len + 1, grown_capacity(cap, len + 1)),
+                "at {}",
+                m.len()
+            );
+        }
+        assert_eq!(m.len(), 5000);
+        // The hash spreads entities over the sub-tables.
+        let fills: Vec<usize> = (0..SUBTABLES).map(|i| m.sub_fill(i).0).collect();
+        assert!(fills.iter().all(|&n| n > 5000 / SUBTABLES / 2), "{fills:?}");
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Event {
+            entity: u8,
+            ty: u8,
+            value: i64,
+            ts: i64,
+        },
+        Put {
+            entity: u8,
+            name: u8,
+            text: Option<usize>,
+        },
+        DeleteFeature {
+            entity: u8,
+            name: u8,
+        },
+        DeleteEntity {
+            entity: u8,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (any::<u8>(), 0u8..3, -5i64..5, 0i64..4_000_000)
+                .prop_map(|(entity, ty, value, ts)| Op::Event { entity, ty, value, ts }),
+            2 => (any::<u8>(), 0u8..8, prop::option::of(0usize..200))
+                .prop_map(|(entity, name, text)| Op::Put { entity, name, text }),
+            1 => (any::<u8>(), 0u8..8).prop_map(|(entity, name)| Op::DeleteFeature { entity, name }),
+            1 => any::<u8>().prop_map(|entity| Op::DeleteEntity { entity }),
+        ]
+    }
+
+    fn entity_name(i: u8) -> String {
+        // Some keys longer than the 22 bytes a slot holds inline.
+        if i.is_multiple_of(7) {
+            format!("a-rather-long-entity-name-{i}")
+        } else {
+            format!("e{i}")
+        }
+    }
+
+    proptest! {
+        /// Whatever changes the tables, the count every change keeps equals the tables' bytes
+        /// counted from scratch: one rule, measured before and after each change.
+        #[test]
+        fn the_kept_count_is_the_measured_one(ops in prop::collection::vec(op(), 1..300)) {
+            let f = Features::new(
+                4,
+                vec![
+                    decl("n_5m", Agg::Count, Some(300)),
+                    decl("v_1h", Agg::Sum, Some(3600)),
+                    decl("d_1d", Agg::Distinct, Some(86_400)),
+                    decl("d_all", Agg::Distinct, None),
+                ],
+                u64::MAX,
+            );
+            let types = ["hit", "miss", "hp"];
+            for (i, op) in ops.iter().enumerate() {
+                let at = LogPos { lsn: i as u64 + 1, append_ms: 5_000_000 };
+                match op {
+                    Op::Event { entity, ty, value, ts } => {
+                        let e = entity_name(*entity);
+                        let ev = EventView {
+                            stream: "s",
+                            entity: Some(&e),
+                            ty: types[*ty as usize],
+                            ts: *ts,
+                            kind: if *ty == 2 { Kind::Gauge } else { Kind::Counter },
+                            value: Some(Num::Int(*value)),
+                            id: None,
+                            data: None,
+                        };
+                        f.events(at, None).unwrap().apply(&ev).unwrap();
+                    }
+                    Op::Put { entity, name, text } => {
+                        let v = match text {
+                            Some(n) => FeatureValue::Str("x".repeat(*n).into()),
+                            None => FeatureValue::Int(7),
+                        };
+                        let n = format!("f{name}");
+                        f.put(at, &entity_name(*entity), &[(n.as_str(), Some(v))], None).unwrap();
+                    }
+                    Op::DeleteFeature { entity, name } => {
+                        let n = format!("f{name}");
+                        f.delete(at, &entity_name(*entity), Some(&n), None).unwrap();
+                    }
+                    Op::DeleteEntity { entity } => {
+                        f.delete(at, &entity_name(*entity), None, None).unwrap();
+                    }
+                }
+                let mut total = 0;
+                for sh in f.shards.iter() {
+                    let g = sh.read();
+                    prop_assert_eq!(g.bytes, g.measure(), "after {:?}", op);
+                    total += g.bytes;
+                }
+                prop_assert_eq!(f.used_bytes(), total);
+            }
+            let _ = f.read("e1", None, ReadAt { now_ms: 0 }, &mut |_, _| {});
+        }
     }
 }

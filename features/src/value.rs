@@ -3,18 +3,16 @@
 use crate::decl::FeatureValue;
 use crate::names::Names;
 use crate::table::{Entity, Feat, State};
-use crate::table::{FEAT_COST, state_bytes};
 use vx_proto::Num;
 
-/// Remove feature `id` of the entity, freeing its bytes and its name's reference; false if it
-/// has no such feature.
-pub(crate) fn remove_feat(e: &mut Entity, names: &mut Names, bytes: &mut u64, id: u32) -> bool {
+/// Remove feature `id` of the entity and its name's reference; false if it has no such
+/// feature.
+pub(crate) fn remove_feat(e: &mut Entity, names: &mut Names, id: u32) -> bool {
     let Some(p) = e.feats.iter().position(|f| f.name == id) else {
         return false;
     };
-    let f = e.feats.swap_remove(p);
-    *bytes = bytes.saturating_sub(FEAT_COST + state_bytes(&f.st));
-    *bytes = bytes.saturating_sub(names.release(id));
+    e.feats.swap_remove(p);
+    names.release(id);
     true
 }
 
@@ -23,7 +21,6 @@ pub(crate) fn remove_feat(e: &mut Entity, names: &mut Names, bytes: &mut u64, id
 pub(crate) fn plain_mut<'e>(
     e: &'e mut Entity,
     names: &mut Names,
-    bytes: &mut u64,
     id: u32,
     name: &str,
     append_ms: i64,
@@ -41,8 +38,7 @@ pub(crate) fn plain_mut<'e>(
             p
         }
         None => {
-            let (id, added) = names.acquire(name);
-            *bytes += added + FEAT_COST;
+            let (id, _) = names.acquire(name);
             e.feats.push(Feat {
                 name: id,
                 updated_ms: append_ms,

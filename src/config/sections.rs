@@ -182,14 +182,13 @@ sections! {
         de "super::units::size",
         help "feature table budget (507 for new entities/features past it)",
         doc "\
-            Budget of the feature tables, as they count their bytes (entities, feature values, \
-            window buckets, sketches, names; `vx_feature_bytes`). A request that would create a \
-            new entity or a new feature past it gets 507 `storage_full` naming this limit, and \
-            nothing of it is stored; updates of existing features go on. Declared aggregates count \
-            at their largest from creation (a window 1.5KiB, a windowed `distinct` 1KiB, all-time \
-            `distinct` 64 bytes), so the tables never pass the budget; an entity with the \
-            built-ins counts about 160 bytes plus its key, a plain feature 56 bytes plus its name \
-            and a string's bytes.";
+            Budget of the feature tables' memory, as they measure it (their hash tables from \
+            their capacity, what entities keep outside their slots, names; `vx_feature_bytes`, \
+            docs/FEATURES.md). A request whose apply could take them past it gets 507 \
+            `storage_full` naming this limit, and nothing of it is stored. An entity with the \
+            built-ins and a counter takes about 550 bytes; each declared aggregate an event \
+            updates is reserved at its largest (a window 1.5KiB, a windowed `distinct` 1KiB) \
+            while the request is checked.";
         /// How often the feature tables are snapshotted (also at shutdown).
         snapshot_interval: Duration = Duration::from_secs(300), via Dur,
         de "super::units::duration",

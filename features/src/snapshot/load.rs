@@ -380,5 +380,6 @@ fn build_shard(
             },
         );
     }
+    sh.recount();
     Ok(())
 }

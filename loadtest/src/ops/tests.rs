@@ -385,7 +385,9 @@ fn hash_kv_reads_and_writes_the_field_the_features_scenario_uses() {
         endpoints: vec!["resp://127.0.0.1:6379".into()],
         ..Workload::default()
     };
-    w.validate().unwrap();
+    if let Err(e) = w.validate() {
+        panic!("{e}");
+    }
     let mut g = generator(&w, 0);
     let (mut gets, mut sets, mut dels) = (0, 0, 0);
     for _ in 0..1_000 {
