@@ -137,10 +137,10 @@ impl Features {
     ) -> Result<R, crate::ApplyError> {
         let mut g = self.shard(e).write();
         let before = g.bytes;
-        let was = g.shared_bytes();
+        let was = g.shared_bytes(e);
         let out = f(&mut g);
         // The entity's own change is counted by `f` (table.rs says how).
-        g.bytes = (g.bytes + g.shared_bytes()).saturating_sub(was);
+        g.bytes = (g.bytes + g.shared_bytes(e)).saturating_sub(was);
         let after = g.bytes;
         drop(g);
         self.add_used(after, before);

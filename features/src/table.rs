@@ -308,6 +308,13 @@ impl EntityMap {
             .sum()
     }
 
+    /// Bytes of sub-table `i`'s allocation.
+    pub fn sub_table_bytes(&self, i: usize) -> u64 {
+        self.tables
+            .get(i)
+            .map_or(0, |t| table_bytes(t.capacity(), SLOT_COST))
+    }
+
     /// The sub-table an entity lives in.
     pub fn sub_of(e: EntityRef<'_>) -> usize {
         (e.hash >> 16) as usize % SUBTABLES
@@ -440,10 +447,10 @@ impl Shard {
         self.names.acquire(name).0
     }
 
-    /// The bytes of the parts every change may touch besides its entity: the table and the
-    /// names.
-    pub(crate) fn shared_bytes(&self) -> u64 {
-        self.entities.table_bytes() + self.names.bytes()
+    /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
+    /// and the names.
+    pub(crate) fn shared_bytes(&self, e: EntityRef<'_>) -> u64 {
+        self.entities.sub_table_bytes(EntityMap::sub_of(e)) + self.names.bytes()
     }
 
     /// Add an entity loaded from a snapshot; [`Shard::recount`] once the shard is loaded.
