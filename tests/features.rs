@@ -751,9 +751,9 @@ fn new_entities(first: u64, n: u64) -> Vec<String> {
         .collect()
 }
 
-/// The budget counts the tables' real memory (docs/FEATURES.md "Memory"): as entities arrive,
-/// `vx_feature_bytes` follows the process's anonymous memory, and with a 64 MiB budget the
-/// process stops growing once the budget refuses new entities. Before the count measured the
+/// The budget counts the tables' real memory (docs/FEATURES.md "The budget"): as entities
+/// arrive, `vx_feature_bytes` grows with the process's anonymous memory, and with a 64 MiB
+/// budget the process stops growing once the budget refuses new entities. Before the count measured the
 /// tables, it was a fixed cost per entity and saw about a third of their memory (issue 20:
 /// 480 MB counted for 1.49 GB). What is left between the two is the allocator keeping freed
 /// tables for a while.
@@ -762,21 +762,24 @@ async fn the_feature_budget_follows_real_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let server = config(tmp.path(), "").start();
     let api = &server.api;
-    let empty = rss_anon(server.proc.pid());
+    // Growth between two fill levels, so that what ingest itself holds (buffers, caches: about
+    // 12 MB here, with or without entities) cancels out.
     let mut sent = 0;
-    for target in [100_000u64, 200_000] {
+    let mut at = Vec::new();
+    for target in [100_000u64, 300_000] {
         while sent < target {
             assert_accepted(&api.post_lines(&new_entities(sent, 1000)).await, 1000);
             sent += 1000;
         }
-        let grown = rss_anon(server.proc.pid()).saturating_sub(empty) as f64;
-        let counted = feature_bytes(api).await;
-        let ratio = counted / grown;
-        assert!(
-            (0.6..=1.15).contains(&ratio),
-            "{sent} entities: vx_feature_bytes {counted} against {grown} bytes of RssAnon growth ({ratio:.2})"
-        );
+        at.push((rss_anon(server.proc.pid()) as f64, feature_bytes(api).await));
     }
+    let grown = at[1].0 - at[0].0;
+    let counted = at[1].1 - at[0].1;
+    let ratio = counted / grown;
+    assert!(
+        (0.7..=1.15).contains(&ratio),
+        "100k to 300k entities: vx_feature_bytes grew {counted}, RssAnon {grown} ({ratio:.2})"
+    );
     server.stop_clean();
 
     let tmp = tempfile::tempdir().unwrap();
@@ -801,8 +804,10 @@ async fn the_feature_budget_follows_real_memory() {
     );
     let counted = feature_bytes(api).await;
     assert!(counted <= (64 << 20) as f64, "{counted}");
+    // A request is refused when the tables it would make double do not fit, so the last
+    // quarter or so of the budget can stay unused.
     assert!(
-        counted >= 0.8 * (64 << 20) as f64,
+        counted >= 0.5 * (64 << 20) as f64,
         "refused early: {counted}"
     );
     let grown = rss_anon(server.proc.pid()).saturating_sub(empty);

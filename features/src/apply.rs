@@ -280,8 +280,8 @@ impl Features {
             if !future {
                 e.wm = e.wm.max(ev.ts);
             }
-            e.events = Some(e.events.unwrap_or(0).saturating_add(1));
-            e.last_ts = Some(e.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
+            e.set_events(Some(e.events().unwrap_or(0).saturating_add(1)));
+            e.set_last_ts(Some(e.last_ts().map_or(ev.ts, |t| t.max(ev.ts))));
             // Counters and gauges, unless a declaration owns the name.
             if let (Kind::Counter | Kind::Gauge, Some(value)) = (ev.kind, ev.value)
                 && !self.decls.is_declared(ev.ty)
@@ -379,10 +379,10 @@ impl Features {
                 match v {
                     None => {
                         out.deleted += u64::from(b.is_some());
-                        *b = None;
+                        e.set_builtin(name, None);
                     }
                     Some(FeatureValue::Int(i)) => {
-                        *b = Some(*i);
+                        e.set_builtin(name, Some(*i));
                         out.set += 1;
                     }
                     Some(_) => {}
@@ -457,7 +457,7 @@ impl Features {
                 if !redo_only && let Some(b) = e.builtin(n) {
                     out.found = b.is_some();
                     out.deleted = u64::from(b.is_some());
-                    *b = None;
+                    e.set_builtin(n, None);
                     return Ok(out);
                 }
                 let Some(id) = names.id(n) else {

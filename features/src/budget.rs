@@ -7,10 +7,11 @@
 //! features, and for every declared aggregate an event updates, that state's largest size.
 
 use crate::Features;
-use crate::decl::{Decls, FeatureValue};
+use crate::decl::{BUCKETS, Decls, FeatureValue};
+use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::table::{
-    EntityMap, EntityRef, FEAT_COST, SLOT_COST, alloc_size, grown_capacity, state_max_bytes,
+    EntityMap, EntityRef, FEAT_COST, SLOT_COST, State, alloc_size, grown_capacity, state_max_bytes,
     table_bytes,
 };
 use hashbrown::HashMap;
@@ -25,6 +26,32 @@ fn feat_growth(feats_before: usize) -> u64 {
         0
     } else {
         alloc_size(after.next_power_of_two() * FEAT_COST as usize)
+    }
+}
+
+/// The most one more event can add to an aggregate's state that `before` earlier events of
+/// the same batch may have grown already: a window's buckets past their allocation (an event
+/// adds at most one bucket, and the buckets grow by doubling, at most [`BUCKETS`]); a
+/// windowed sketch until it is dense (an all-time one is dense from the start). Nothing for a state that has room.
+fn update_growth(st: &State, before: usize, windowed: bool) -> u64 {
+    match st {
+        State::Win(b) => {
+            let need = (b.len() + before + 1).min(BUCKETS as usize + 1);
+            let room = if b.spilled() {
+                b.capacity()
+            } else {
+                b.inline_size()
+            };
+            if need <= room {
+                0
+            } else {
+                alloc_size(need.next_power_of_two() * std::mem::size_of::<crate::table::Bucket>())
+            }
+        }
+        State::Hll { .. } if !windowed => 0,
+        State::Hll { regs, .. } if regs.capacity() >= HLL_M * HLL_LEVELS => 0,
+        State::Hll { .. } => alloc_size(HLL_M * HLL_LEVELS),
+        State::Plain { .. } => 0,
     }
 }
 
@@ -84,6 +111,8 @@ impl Features {
         let mut new_entities: HashMap<(u32, usize), hashbrown::HashSet<&str>> = HashMap::new();
         // Features created in this batch, per entity, so the spill bound follows the count.
         let mut added: HashMap<&str, usize> = HashMap::new();
+        // Events of this batch per existing aggregate state, each of which may add a bucket.
+        let mut updates: HashMap<(&str, u32), usize> = HashMap::new();
         let mut cost = 0u64;
         for ev in batch.iter() {
             let Some(entity) = ev.entity else { continue };
@@ -112,12 +141,28 @@ impl Features {
                 *n += 1;
             }
             for &d in decls {
-                if !has(Some(Decls::id(d))) {
-                    cost += feat_growth(base + *n);
-                    *n += 1;
+                let id = Decls::id(d);
+                let state = ent.and_then(|e| e.feats.iter().find(|f| f.name == id));
+                let seen = updates.entry((entity, id)).or_insert(0);
+                match state {
+                    // Created by this batch: at its largest, once.
+                    None if *seen == 0 => {
+                        cost += feat_growth(base + *n) + state_max_bytes(true);
+                        *n += 1;
+                    }
+                    None => {}
+                    Some(f) => {
+                        let windowed = self
+                            .decls
+                            .widths
+                            .get(d as usize)
+                            .copied()
+                            .flatten()
+                            .is_some();
+                        cost += update_growth(&f.st, *seen, windowed);
+                    }
                 }
-                // A new state, or one event's growth of an existing one.
-                cost += state_max_bytes(true);
+                *seen += 1;
             }
         }
         for ((shard, sub), names) in new_entities {
@@ -174,5 +219,62 @@ impl Features {
     /// The group is applied (or abandoned): its reservations are spent.
     pub fn end_group(&self) {
         self.pending.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::decl::{Agg, decl};
+    use crate::{Features, LogPos};
+    use proptest::prelude::*;
+    use vx_proto::{Batch, EventView, Kind, Num};
+
+    proptest! {
+        /// A batch the budget lets in never takes the tables past it, whatever it creates or
+        /// updates: the reservation is an upper bound of what the apply adds.
+        #[test]
+        fn an_admitted_batch_stays_within_the_budget(
+            batches in prop::collection::vec(
+                prop::collection::vec((0u16..3000, 0i64..10_000_000, 0u8..2), 1..200), 1..40),
+            max in 20_000u64..400_000,
+        ) {
+            let f = Features::new(
+                4,
+                vec![
+                    decl("n_5m", Agg::Count, Some(300)),
+                    decl("v_1h", Agg::Sum, Some(3600)),
+                    decl("d_1d", Agg::Distinct, Some(86_400)),
+                ],
+                max,
+            );
+            for (lsn, events) in batches.iter().enumerate() {
+                let names: Vec<String> = events.iter().map(|(e, ..)| format!("e{e}")).collect();
+                let mut batch = Batch::new();
+                for ((_, ts, ty), name) in events.iter().zip(&names) {
+                    batch
+                        .push(&EventView {
+                            stream: "s",
+                            entity: Some(name),
+                            ty: if *ty == 0 { "hit" } else { "other" },
+                            ts: *ts,
+                            kind: Kind::Counter,
+                            value: Some(Num::Int(1)),
+                            id: None,
+                            data: None,
+                        })
+                        .unwrap();
+                }
+                if f.reserve_events(&batch) {
+                    let at = LogPos { lsn: lsn as u64 + 1, append_ms: 10_000_000 };
+                    let mut apply = f.events(at, None).unwrap();
+                    for ev in batch.iter() {
+                        apply.apply(&ev).unwrap();
+                    }
+                    prop_assert!(f.used_bytes() <= max, "{} > {max}", f.used_bytes());
+                }
+                f.end_group();
+            }
+        }
     }
 }

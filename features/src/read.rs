@@ -30,8 +30,8 @@ impl Features {
         };
         match name {
             None => true,
-            Some(EVENTS) => e.events.is_some(),
-            Some(LAST_TS) => e.last_ts.is_some(),
+            Some(EVENTS) => e.events().is_some(),
+            Some(LAST_TS) => e.last_ts().is_some(),
             Some(n) => g
                 .names
                 .id(n)
@@ -64,8 +64,8 @@ impl Features {
         };
         match names {
             None => {
-                builtin(EVENTS, e.events, visit);
-                builtin(LAST_TS, e.last_ts, visit);
+                builtin(EVENTS, e.events(), visit);
+                builtin(LAST_TS, e.last_ts(), visit);
                 for f in &e.feats {
                     one(f, visit);
                 }
@@ -73,8 +73,8 @@ impl Features {
             Some(list) => {
                 for n in list {
                     match *n {
-                        EVENTS => builtin(EVENTS, e.events, visit),
-                        LAST_TS => builtin(LAST_TS, e.last_ts, visit),
+                        EVENTS => builtin(EVENTS, e.events(), visit),
+                        LAST_TS => builtin(LAST_TS, e.last_ts(), visit),
                         _ => {
                             if let Some(id) = g.names.id(n)
                                 && let Some(f) = e.feats.iter().find(|f| f.name == id)

@@ -371,13 +371,13 @@ fn build_shard(
         }
         sh.insert_entity(
             e.key.as_str(),
-            Entity {
-                events: e.events.as_ref().map(|v| v.to_native()),
-                last_ts: e.last_ts.as_ref().map(|v| v.to_native()),
+            Entity::restored(
+                e.events.as_ref().map(|v| v.to_native()),
+                e.last_ts.as_ref().map(|v| v.to_native()),
                 feats,
-                wm: e.wm.to_native(),
-                as_of: e.as_of.to_native(),
-            },
+                e.wm.to_native(),
+                e.as_of.to_native(),
+            ),
         );
     }
     sh.recount();

@@ -29,8 +29,8 @@ fn copy_shard(g: &Shard, covered: u64) -> io::Result<SnapShard> {
             .to_string();
         entities.push(SnapEntity {
             key,
-            events: e.events,
-            last_ts: e.last_ts,
+            events: e.events(),
+            last_ts: e.last_ts(),
             wm: e.wm,
             as_of: e.as_of,
             feats: e
