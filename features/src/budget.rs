@@ -11,8 +11,7 @@ use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::table::{
-    EntityMap, EntityRef, FEAT_COST, SLOT_COST, State, alloc_size, grown_capacity, state_max_bytes,
-    table_bytes,
+    EntityMap, EntityRef, FEAT_COST, SLOT_COST, State, alloc_size, state_max_bytes,
 };
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
@@ -89,9 +88,13 @@ impl Features {
             + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
             + (1 + decls) * (alloc_size(64 * FEAT_COST as usize) + NAME_COST + 2 * 256)
             + decls * state_max_bytes(true);
+        // Each shard given new entities may also open a chunk of its arena (at most a full
+        // one, and the chunk list may grow).
+        let shards = (batch.len() as u64).min(u64::from(self.nshards));
         let bound = per_event
             .saturating_mul(batch.len() as u64)
-            .saturating_add(2 * self.used_bytes());
+            .saturating_add(2 * self.used_bytes())
+            .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024));
         if used.saturating_add(bound) <= self.max_bytes {
             self.pending.fetch_add(bound, Ordering::Relaxed);
             return true;
@@ -165,15 +168,16 @@ impl Features {
                 *seen += 1;
             }
         }
+        let mut per_shard: HashMap<u32, usize> = HashMap::new();
         for ((shard, sub), names) in new_entities {
             if let Some(lock) = self.shards.get(shard as usize) {
-                let (len, cap) = lock.read().entities.sub_fill(sub);
-                let grown = grown_capacity(cap, len + names.len());
-                if grown != cap {
-                    // The new table; the old one, counted in `used` already, is freed once
-                    // the entities have moved.
-                    cost += table_bytes(grown, SLOT_COST);
-                }
+                cost += lock.read().entities.index_growth(sub, names.len());
+                *per_shard.entry(shard).or_insert(0) += names.len();
+            }
+        }
+        for (shard, n) in per_shard {
+            if let Some(lock) = self.shards.get(shard as usize) {
+                cost += lock.read().entities.arena_growth(n);
             }
         }
         cost
@@ -187,12 +191,9 @@ impl Features {
         let ent = g.entities.get(er);
         let mut cost = 0;
         if ent.is_none() {
-            let (len, cap) = g.entities.sub_fill(EntityMap::sub_of(er));
-            let grown = grown_capacity(cap, len + 1);
-            if grown != cap {
-                cost += table_bytes(grown, SLOT_COST);
-            }
-            cost += key_cost(entity);
+            cost += g.entities.index_growth(EntityMap::sub_of(er), 1)
+                + g.entities.arena_growth(1)
+                + key_cost(entity);
         }
         let mut feats = ent.map_or(0, |e| e.feats.len());
         for (name, v) in set {

@@ -336,111 +336,211 @@ impl<'a> EntityRef<'a> {
     }
 }
 
-/// Sub-tables per shard: a table grows by doubling, and many small tables double one at a
-/// time, so growth is a small step at any moment, and a freed table is the size the next one
-/// to grow asks for (the allocator reuses it instead of keeping it).
+/// Index tables per shard: a table grows by doubling, and many small tables double one at a
+/// time, so growth is a small step at any moment.
 pub(crate) const SUBTABLES: usize = 32;
+/// Slots per chunk of a shard's arena, once it has [`SMALL_CHUNKS`] smaller ones (4, 8, … 128
+/// slots, so that a shard with few entities holds little): the arena grows a chunk at a time
+/// and never moves a slot to grow, so no slot is paid for twice and no moment doubles the
+/// shard's memory.
+const CHUNK: usize = 256;
+const SMALL_CHUNKS: usize = 6;
+/// Slots in the small chunks together: 4 + 8 + … + 128.
+const SMALL_SLOTS: usize = 4 * ((1 << SMALL_CHUNKS) - 1);
 
-/// The entities of a shard, in [`SUBTABLES`] hash tables picked by bits 16–20 of the entity
-/// hash (the shard takes the hash modulo the shard count, the tables bits 22 and up).
+/// The chunk of a position and the offset in it.
+fn chunk_of(pos: usize) -> (usize, usize) {
+    if pos < SMALL_SLOTS {
+        let k = (pos / 4 + 1).ilog2() as usize;
+        (k, pos - 4 * ((1 << k) - 1))
+    } else {
+        let rest = pos - SMALL_SLOTS;
+        (SMALL_CHUNKS + rest / CHUNK, rest % CHUNK)
+    }
+}
+
+/// Slots of chunk `k`.
+fn chunk_len(k: usize) -> usize {
+    if k < SMALL_CHUNKS { 4 << k } else { CHUNK }
+}
+
+/// Chunks that hold `n` slots.
+fn chunks_for(n: usize) -> usize {
+    if n == 0 { 0 } else { chunk_of(n - 1).0 + 1 }
+}
+
+/// Bytes of chunk `k`'s allocation.
+fn chunk_bytes(k: usize) -> u64 {
+    alloc_size(chunk_len(k) * SLOT_COST as usize)
+}
+/// Bytes of an index entry: a slot's position.
+const POS_COST: u64 = std::mem::size_of::<u32>() as u64;
+
+/// The entities of a shard. The slots are packed in an arena of chunks (all full but the
+/// last; a removal moves the last slot into the hole), and [`SUBTABLES`] hash tables picked by
+/// bits 16–20 of the entity hash map each entity to its slot's position (the shard takes the
+/// hash modulo the shard count, the index tables bits 22 and up). A table holds 4-byte
+/// positions, so the room a hash table keeps free costs 5 bytes a bucket instead of a slot.
 pub(crate) struct EntityMap {
-    tables: Box<[hashbrown::HashTable<(Key, Entity)>]>,
+    index: Box<[hashbrown::HashTable<u32>]>,
+    slots: Vec<Vec<(Key, Entity)>>,
     len: usize,
 }
 
 impl Default for EntityMap {
     fn default() -> Self {
         EntityMap {
-            tables: (0..SUBTABLES)
+            index: (0..SUBTABLES)
                 .map(|_| hashbrown::HashTable::new())
                 .collect(),
+            slots: Vec::new(),
             len: 0,
         }
     }
 }
 
-fn rehash(k: &Key) -> u64 {
-    table_hash(k.as_bytes())
+/// The slot at `pos`, if the arena holds one there.
+fn slot_at(slots: &[Vec<(Key, Entity)>], pos: u32) -> Option<&(Key, Entity)> {
+    let (k, i) = chunk_of(pos as usize);
+    slots.get(k)?.get(i)
+}
+
+/// The index hash of the entity in the slot at `pos` (when the index grows).
+fn rehash_at(slots: &[Vec<(Key, Entity)>], pos: u32) -> u64 {
+    slot_at(slots, pos).map_or(0, |(k, _)| table_hash(k.as_bytes()))
 }
 
 impl EntityMap {
+    /// Bytes of the largest chunk of an arena.
+    pub const MAX_CHUNK_BYTES: u64 = (CHUNK as u64 * SLOT_COST).next_multiple_of(8192);
+
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Bytes of the tables' allocations (their slots and control bytes).
+    /// Bytes of the arena: its chunks and the list of them.
+    fn arena_bytes(&self) -> u64 {
+        (0..self.slots.len()).map(chunk_bytes).sum::<u64>()
+            + alloc_size(self.slots.capacity() * std::mem::size_of::<Vec<(Key, Entity)>>())
+    }
+
+    /// Bytes of the index and the arena.
     pub fn table_bytes(&self) -> u64 {
-        self.tables
+        self.index
             .iter()
-            .map(|t| table_bytes(t.capacity(), SLOT_COST))
-            .sum()
+            .map(|t| table_bytes(t.capacity(), POS_COST))
+            .sum::<u64>()
+            + self.arena_bytes()
     }
 
-    /// Bytes of sub-table `i`'s allocation.
+    /// Bytes a change of an entity of index table `i` can change: that table and the arena.
     pub fn sub_table_bytes(&self, i: usize) -> u64 {
-        self.tables
+        self.index
             .get(i)
-            .map_or(0, |t| table_bytes(t.capacity(), SLOT_COST))
+            .map_or(0, |t| table_bytes(t.capacity(), POS_COST))
+            + self.arena_bytes()
     }
 
-    /// The sub-table an entity lives in.
+    /// The index table an entity is in.
     pub fn sub_of(e: EntityRef<'_>) -> usize {
         (e.hash >> 16) as usize % SUBTABLES
     }
 
-    /// Items sub-table `i` holds, and holds before it must grow.
+    /// Items index table `i` holds, and holds before it must grow.
     pub fn sub_fill(&self, i: usize) -> (usize, usize) {
-        self.tables
+        self.index
             .get(i)
             .map_or((0, 0), |t| (t.len(), t.capacity()))
+    }
+
+    /// What adding `n` entities to index table `i` adds to it.
+    pub fn index_growth(&self, i: usize, n: usize) -> u64 {
+        let (len, cap) = self.sub_fill(i);
+        let grown = grown_capacity(cap, len + n);
+        if grown == cap {
+            0
+        } else {
+            table_bytes(grown, POS_COST)
+        }
+    }
+
+    /// What adding `n` entities to the shard adds to its arena.
+    pub fn arena_growth(&self, n: usize) -> u64 {
+        let chunks = chunks_for(self.len + n);
+        let new: u64 = (self.slots.len()..chunks).map(chunk_bytes).sum();
+        let list = if chunks > self.slots.capacity() {
+            alloc_size(chunks.next_power_of_two() * std::mem::size_of::<Vec<(Key, Entity)>>())
+        } else {
+            0
+        };
+        new + list
     }
 
     /// Room for `n` more entities, spread as the hash spreads them.
     pub fn reserve(&mut self, n: usize) {
         let each = n.div_ceil(SUBTABLES) + n.div_ceil(SUBTABLES) / 8;
-        for t in self.tables.iter_mut() {
-            t.reserve(each, |(k, _)| rehash(k));
+        let slots = &self.slots;
+        for t in self.index.iter_mut() {
+            t.reserve(each, |&p| rehash_at(slots, p));
         }
+        self.slots.reserve(chunks_for(self.len + n));
     }
 
-    fn sub(&self, e: EntityRef<'_>) -> &hashbrown::HashTable<(Key, Entity)> {
-        // In range: `sub_of` is below SUBTABLES, the number of tables.
-        &self.tables[Self::sub_of(e)]
+    /// The position of entity `e`'s slot.
+    fn position(&self, e: EntityRef<'_>) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .get(Self::sub_of(e))?
+            .find(e.table_hash(), |&p| {
+                slot_at(slots, p).is_some_and(|(k, _)| e.is(k))
+            })
+            .copied()
     }
 
-    fn sub_mut(&mut self, e: EntityRef<'_>) -> &mut hashbrown::HashTable<(Key, Entity)> {
-        &mut self.tables[Self::sub_of(e)]
+    fn slot_mut(&mut self, pos: u32) -> Option<&mut (Key, Entity)> {
+        let (k, i) = chunk_of(pos as usize);
+        self.slots.get_mut(k)?.get_mut(i)
     }
 
     pub fn get(&self, e: EntityRef<'_>) -> Option<&Entity> {
-        self.sub(e)
-            .find(e.table_hash(), |(k, _)| e.is(k))
-            .map(|(_, v)| v)
+        slot_at(&self.slots, self.position(e)?).map(|(_, v)| v)
     }
 
     pub fn get_mut(&mut self, e: EntityRef<'_>) -> Option<&mut Entity> {
-        self.sub_mut(e)
-            .find_mut(e.table_hash(), |(k, _)| e.is(k))
-            .map(|(_, v)| v)
+        let p = self.position(e)?;
+        self.slot_mut(p).map(|(_, v)| v)
     }
 
     pub fn contains_key(&self, e: EntityRef<'_>) -> bool {
-        self.get(e).is_some()
+        self.position(e).is_some()
     }
 
     /// The entity, created if missing; and whether it was.
     pub fn get_or_insert(&mut self, e: EntityRef<'_>) -> (&mut Entity, bool) {
-        let i = Self::sub_of(e);
-        let len = &mut self.len;
-        match self.tables[i].entry(e.table_hash(), |(k, _)| e.is(k), |(k, _)| rehash(k)) {
-            hashbrown::hash_table::Entry::Occupied(o) => (&mut o.into_mut().1, false),
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                *len += 1;
-                (
-                    &mut v.insert((Key::new(e.name), Entity::new())).into_mut().1,
-                    true,
-                )
+        let created = match self.position(e) {
+            Some(_) => false,
+            None => {
+                let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
+                let slots = &self.slots;
+                if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
+                    t.insert_unique(e.table_hash(), pos, |&p| rehash_at(slots, p));
+                }
+                let (k, _) = chunk_of(self.len);
+                if k == self.slots.len() {
+                    self.slots.push(Vec::with_capacity(chunk_len(k)));
+                }
+                if let Some(c) = self.slots.last_mut() {
+                    c.push((Key::new(e.name), Entity::new()));
+                }
+                self.len += 1;
+                true
             }
+        };
+        // Present now: found, or just pushed into the last chunk.
+        let pos = self.position(e).unwrap_or(u32::MAX);
+        match self.slot_mut(pos) {
+            Some((_, v)) => (v, created),
+            None => unreachable!("an entity just found or inserted has a slot"),
         }
     }
 
@@ -450,36 +550,51 @@ impl EntityMap {
     }
 
     pub fn remove(&mut self, e: EntityRef<'_>) -> Option<Entity> {
-        let i = Self::sub_of(e);
-        let removed = match self.tables[i].find_entry(e.table_hash(), |(k, _)| e.is(k)) {
-            Ok(o) => Some(o.remove().0.1),
-            Err(_) => None,
+        let sub = Self::sub_of(e);
+        let slots = &self.slots;
+        let pos = match self.index.get_mut(sub)?.find_entry(e.table_hash(), |&p| {
+            slot_at(slots, p).is_some_and(|(k, _)| e.is(k))
+        }) {
+            Ok(o) => o.remove().0,
+            Err(_) => return None,
         };
-        if removed.is_some() {
-            self.len -= 1;
+        // Take the last slot out, and put it in the hole unless it is the one removed.
+        let last_chunk = self.slots.last_mut()?;
+        let last = last_chunk.pop()?;
+        if last_chunk.is_empty() {
+            self.slots.pop();
         }
-        removed
+        self.len -= 1;
+        let last_pos = u32::try_from(self.len).unwrap_or(u32::MAX);
+        if pos == last_pos {
+            return Some(last.1);
+        }
+        let moved = EntityRef::new(std::str::from_utf8(last.0.as_bytes()).unwrap_or(""));
+        if let Some(t) = self.index.get_mut(Self::sub_of(moved))
+            && let Some(p) = t.find_mut(moved.table_hash(), |&p| p == last_pos)
+        {
+            *p = pos;
+        }
+        let slot = self.slot_mut(pos)?;
+        Some(std::mem::replace(slot, last).1)
     }
 
     /// Every entity with its name's bytes (UTF-8).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entity)> {
-        self.tables
-            .iter()
-            .flat_map(|t| t.iter())
-            .map(|(k, e)| (k.as_bytes(), e))
+        self.slots.iter().flatten().map(|(k, e)| (k.as_bytes(), e))
     }
 
     /// Every entity, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut Entity)> {
-        self.tables
+        self.slots
             .iter_mut()
-            .flat_map(|t| t.iter_mut())
+            .flatten()
             .map(|(k, e)| (k.as_bytes(), e))
     }
 
     /// Every entity with its key, for measuring.
     fn slots(&self) -> impl Iterator<Item = &(Key, Entity)> {
-        self.tables.iter().flat_map(|t| t.iter())
+        self.slots.iter().flatten()
     }
 }
 
@@ -560,6 +675,45 @@ mod tests {
     fn a_slot_stays_small() {
         assert_eq!(std::mem::size_of::<Feat>(), 80);
         assert_eq!(SLOT_COST, 152);
+    }
+
+    #[test]
+    fn arena_positions_fill_the_chunks_in_order() {
+        let mut next = (0, 0);
+        for pos in 0..5000 {
+            assert_eq!(chunk_of(pos), next, "{pos}");
+            next = if next.1 + 1 == chunk_len(next.0) {
+                (next.0 + 1, 0)
+            } else {
+                (next.0, next.1 + 1)
+            };
+        }
+        assert_eq!(chunks_for(0), 0);
+        assert_eq!(chunks_for(4), 1);
+        assert_eq!(chunks_for(5), 2);
+        assert_eq!(chunks_for(SMALL_SLOTS + 1), SMALL_CHUNKS + 1);
+    }
+
+    #[test]
+    fn removal_keeps_every_other_entity_findable() {
+        let mut m = EntityMap::default();
+        let names: Vec<String> = (0..2000).map(|i| format!("e{i}")).collect();
+        for n in &names {
+            m.get_or_insert(EntityRef::new(n)).0.as_of = n.len() as i64;
+        }
+        for n in names.iter().step_by(3) {
+            assert!(m.remove(EntityRef::new(n)).is_some());
+            assert!(m.remove(EntityRef::new(n)).is_none());
+        }
+        for (i, n) in names.iter().enumerate() {
+            let got = m.get(EntityRef::new(n)).map(|e| e.as_of);
+            assert_eq!(got, (i % 3 != 0).then_some(n.len() as i64), "{n}");
+        }
+        assert_eq!(m.len(), m.iter().count());
+        for n in &names {
+            m.remove(EntityRef::new(n));
+        }
+        assert_eq!((m.len(), m.slots.len()), (0, 0));
     }
 
     #[test]
