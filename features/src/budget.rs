@@ -11,17 +11,18 @@ use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::table::{
-    EntityMap, EntityRef, FEAT_COST, SLOT_COST, State, alloc_size, state_max_bytes,
+    EntityMap, EntityRef, FEAT_COST, INLINE_FEATS, SLOT_COST, State, alloc_size, state_max_bytes,
 };
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
 
-/// The most a new feature can add to its entity: the features past the third live in one
-/// allocation that doubles, and while it moves both copies exist.
+/// The most a new feature can add to its entity: the features past the first
+/// ([`INLINE_FEATS`]) live in one allocation that doubles, and while it moves both copies
+/// exist.
 fn feat_growth(feats_before: usize) -> u64 {
     let after = feats_before + 1;
-    if after <= 3 {
+    if after <= INLINE_FEATS {
         0
     } else {
         alloc_size(after.next_power_of_two() * FEAT_COST as usize)
@@ -226,12 +227,38 @@ impl Features {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::decl::{Agg, decl};
+    use crate::decl::{Agg, FeatureValue, decl};
     use crate::{Features, LogPos};
     use proptest::prelude::*;
     use vx_proto::{Batch, EventView, Kind, Num};
 
     proptest! {
+        /// A PUT the budget lets in never takes the tables past it: new entities, new names,
+        /// features past the one a slot holds, strings.
+        #[test]
+        fn an_admitted_put_stays_within_the_budget(
+            puts in prop::collection::vec(
+                (0u16..500, prop::collection::vec((0u8..12, 0usize..300), 1..6)), 1..200),
+            max in 5_000u64..200_000,
+        ) {
+            let f = Features::new(4, vec![], max);
+            for (lsn, (entity, set)) in puts.iter().enumerate() {
+                let entity = format!("entity-{entity}");
+                let owned: Vec<(String, Option<FeatureValue>)> = set
+                    .iter()
+                    .map(|(n, len)| (format!("f{n}"), Some(FeatureValue::Str("x".repeat(*len).into()))))
+                    .collect();
+                if f.reserve_put(&entity, &owned) {
+                    let set: Vec<(&str, Option<FeatureValue>)> =
+                        owned.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+                    let at = LogPos { lsn: lsn as u64 + 1, append_ms: 1 };
+                    f.put(at, &entity, &set, None).unwrap();
+                    prop_assert!(f.used_bytes() <= max, "{} > {max}", f.used_bytes());
+                }
+                f.end_group();
+            }
+        }
+
         /// A batch the budget lets in never takes the tables past it, whatever it creates or
         /// updates: the reservation is an upper bound of what the apply adds.
         #[test]

@@ -1,31 +1,34 @@
 //! The tables' data: per shard, a map from entity to its features, each feature a name id and
-//! a state (a plain value, a window's buckets, or a `distinct` sketch).
+//! a state (a plain value, a window's buckets, or a `distinct` sketch), and what they count
+//! against `storage.max_feature_bytes`.
 //!
-//! This is the part the next issue replaces for compactness: everything outside the crate
-//! reaches it only through [`crate::Features`]'s apply, query and snapshot interfaces.
+//! Everything outside the crate reaches it only through [`crate::Features`]'s apply, query and
+//! snapshot interfaces, so its layout can change without touching them (issue 20 is making it
+//! more compact step by step; docs/BENCHMARKS.md "Feature memory per entity").
 
 use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::Names;
 
 // What the tables' parts count against `storage.max_feature_bytes` lives with the parts: the
-// count is their real memory (docs/FEATURES.md "Memory"), so that `vx_feature_bytes` tracks
-// the process's anonymous memory. Two things make it up:
-// - each shard's hash table, one allocation of `buckets × (slot + 1)` bytes, counted from its
-//   capacity ([`EntityMap::table_bytes`]): a slot holds the key, the built-ins and three
-//   features inline, and the table doubles when full, so between doublings half of it or
-//   more is slots not yet used;
+// count is their real memory (docs/FEATURES.md "The budget"), so that `vx_feature_bytes`
+// tracks the process's anonymous memory. It is made of:
+// - each shard's slots and their index ([`EntityMap::table_bytes`]): the arena's chunks (a
+//   slot holds the key, the built-ins, the watermarks and one feature inline) and the index
+//   tables of positions, counted from their capacity;
 // - what an entity keeps outside its slot ([`slot_heap`]): a key over 22 bytes, features past
-//   the third, string values, window buckets past the second, sketches; each at the size the
-//   allocator hands out for it ([`alloc_size`]).
+//   the first, string values, window buckets past the second, sketches; each at the size the
+//   allocator hands out for it ([`alloc_size`]);
+// - the names of each shard.
 // A change measures what it touched before and after: its entity's heap ([`entity_heap`],
-// [`key_heap`]) in the apply paths, the table and the names in [`crate::Features::change`];
-// a property test checks the kept count against [`Shard::measure`].
+// [`key_heap`]) in the apply paths, its index table, the arena and the names in
+// [`crate::Features::change`]; a property test checks the kept count against
+// [`Shard::measure`].
 
-/// Bytes a feature takes outside its entity's slot once the entity has more than three.
+/// Bytes a feature takes outside its entity's slot once the entity has more than one.
 pub(crate) const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
 const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
-/// Bytes of one table slot: the key and the entity, inline.
+/// Bytes of one slot: the key and the entity, inline.
 pub(crate) const SLOT_COST: u64 = std::mem::size_of::<(Key, Entity)>() as u64;
 
 /// Bytes the allocator (mimalloc) hands out for a request of `n` bytes: its size classes are
@@ -265,7 +268,9 @@ impl Entity {
     }
 }
 
-pub(crate) type Feats = smallvec::SmallVec<[Feat; 1]>;
+/// Features held in the slot; more go to one allocation.
+pub(crate) const INLINE_FEATS: usize = 1;
+pub(crate) type Feats = smallvec::SmallVec<[Feat; INLINE_FEATS]>;
 
 /// An entity's key: up to 22 bytes inline (most ids), longer ones on the heap. Inline keys
 /// are compared without following a pointer, which on the ingest path is a cache miss per
@@ -468,8 +473,11 @@ impl EntityMap {
     pub fn arena_growth(&self, n: usize) -> u64 {
         let chunks = chunks_for(self.len + n);
         let new: u64 = (self.slots.len()..chunks).map(chunk_bytes).sum();
-        let list = if chunks > self.slots.capacity() {
-            alloc_size(chunks.next_power_of_two() * std::mem::size_of::<Vec<(Key, Entity)>>())
+        // A Vec grows to twice its capacity (at least 4 here) or what it needs.
+        let cap = self.slots.capacity();
+        let list = if chunks > cap {
+            let grown = chunks.max(2 * cap).max(4);
+            alloc_size(grown * std::mem::size_of::<Vec<(Key, Entity)>>())
         } else {
             0
         };

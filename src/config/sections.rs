@@ -182,13 +182,13 @@ sections! {
         de "super::units::size",
         help "feature table budget (507 for new entities/features past it)",
         doc "\
-            Budget of the feature tables' memory, as they measure it (their hash tables from \
-            their capacity, what entities keep outside their slots, names; `vx_feature_bytes`, \
-            docs/FEATURES.md). A request whose apply could take them past it gets 507 \
-            `storage_full` naming this limit, and nothing of it is stored. An entity with the \
-            built-ins and a counter takes about 550 bytes; each declared aggregate an event \
-            updates is reserved at its largest (a window 1.5KiB, a windowed `distinct` 1KiB) \
-            while the request is checked.";
+            Budget of the feature tables' memory, as they measure it (their slot arenas and \
+            index tables from their capacity, what entities keep outside their slots, names; \
+            `vx_feature_bytes`, docs/FEATURES.md). A request whose apply could take them past it \
+            gets 507 `storage_full` naming this limit, and nothing of it is stored. An entity with the \
+            built-ins and a counter takes about 175 bytes; a new declared aggregate is reserved \
+            at its largest (a window 1.5KiB, a windowed `distinct` 1KiB) while the request is \
+            checked.";
         /// How often the feature tables are snapshotted (also at shutdown).
         snapshot_interval: Duration = Duration::from_secs(300), via Dur,
         de "super::units::duration",
