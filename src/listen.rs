@@ -125,6 +125,32 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
+    /// Accept connections until `stop`, each served by the task `serve` makes of it; then close
+    /// the listener at once and wait for the open connections to finish (each answers what it
+    /// has in flight). Dropping this future (the server's deadline) aborts the connections.
+    /// The frames and Redis-protocol listeners run this way.
+    pub(crate) async fn serve_each<F, Fut>(
+        self,
+        stop: tokio_util::sync::CancellationToken,
+        mut serve: F,
+    ) where
+        F: FnMut(Box<dyn Io>, String) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                (io, peer) = self.accept() => {
+                    connections.spawn(serve(Box::new(io), peer));
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        drop(self);
+        while connections.join_next().await.is_some() {}
+    }
+
     pub fn new(
         socket: Socket,
         listener: &'static str,

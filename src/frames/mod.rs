@@ -23,7 +23,6 @@ use crate::state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Batches a connection keeps in flight before it stops reading (told to clients in WELCOME).
@@ -88,20 +87,12 @@ impl Ctx {
 }
 
 /// Accept connections until `stop`, then close the listener at once and wait for the open
-/// connections to finish their in-flight batches. Dropping this future (the server's deadline)
-/// aborts the connections.
+/// connections to finish their in-flight batches (see [`Acceptor::serve_each`]).
 pub(crate) async fn serve(listener: Acceptor, ctx: Arc<Ctx>, stop: CancellationToken) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            (io, peer) = listener.accept() => {
-                let io: Box<dyn Io> = Box::new(io);
-                connections.spawn(conn::serve(io, peer, Arc::clone(&ctx), stop.clone()));
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    let conn_stop = stop.clone();
+    listener
+        .serve_each(stop, |io, peer| {
+            conn::serve(io, peer, Arc::clone(&ctx), conn_stop.clone())
+        })
+        .await;
 }

@@ -23,7 +23,6 @@ use crate::state::AppState;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Writes a connection keeps in flight before it waits for the oldest (pipelined `HSET`s are
@@ -72,19 +71,12 @@ impl Ctx {
 }
 
 /// Accept connections until `stop`, then close the listener and wait for the open connections
-/// to answer what they have read. Dropping this future (the server's deadline) aborts them.
+/// to answer what they have read (see [`Acceptor::serve_each`]).
 pub(crate) async fn serve(listener: Acceptor, ctx: Arc<Ctx>, stop: CancellationToken) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            (io, _peer) = listener.accept() => {
-                let io: Box<dyn Io> = Box::new(io);
-                connections.spawn(conn::serve(io, Arc::clone(&ctx), stop.clone()));
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    let conn_stop = stop.clone();
+    listener
+        .serve_each(stop, |io, _peer| {
+            conn::serve(io, Arc::clone(&ctx), conn_stop.clone())
+        })
+        .await;
 }
