@@ -17,7 +17,7 @@ use crate::names::Names;
 //   slot holds the key, the built-ins, the watermarks and one feature inline) and the index
 //   tables of positions, counted from their capacity;
 // - what an entity keeps outside its slot ([`slot_heap`]): a key over 22 bytes, features past
-//   the first, string values, window buckets past the second, sketches; each at the size the
+//   the first, string values, window buckets past the first, sketches; each at the size the
 //   allocator hands out for it ([`alloc_size`]);
 // - the names of each shard.
 // A change measures what it touched before and after: its entity's heap ([`entity_heap`],
@@ -135,7 +135,7 @@ pub(crate) fn state_max_bytes(windowed_sketch: bool) -> u64 {
     win.max(hll)
 }
 
-pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 2]>;
+pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 1]>;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Bucket {
@@ -151,7 +151,7 @@ pub(crate) enum State {
     /// A plain value (built-ins, counters, gauges, PUTs, `last`), with the `ts` that orders it.
     Plain { v: FeatureValue, ts: i64 },
     /// Buckets of count/sum/min/max/avg, sorted by index, at most [`crate::decl::BUCKETS`];
-    /// the first two inline (no allocation to reach for the common few).
+    /// the first inline (a window over events close in time needs no allocation).
     Win(Buckets),
     /// `distinct`: the newest bucket index and the sketch (see [`crate::hll`]).
     Hll { head: i64, regs: Vec<u8> },
@@ -681,8 +681,9 @@ mod tests {
     /// key up to 22 bytes, the built-ins, the watermarks and one feature inline.
     #[test]
     fn a_slot_stays_small() {
-        assert_eq!(std::mem::size_of::<Feat>(), 80);
-        assert_eq!(SLOT_COST, 152);
+        assert_eq!(std::mem::size_of::<State>(), 40);
+        assert_eq!(std::mem::size_of::<Feat>(), 56);
+        assert_eq!(SLOT_COST, 128);
     }
 
     #[test]

@@ -186,7 +186,7 @@ sections! {
             index tables from their capacity, what entities keep outside their slots, names; \
             `vx_feature_bytes`, docs/FEATURES.md). A request whose apply could take them past it \
             gets 507 `storage_full` naming this limit, and nothing of it is stored. An entity with the \
-            built-ins and a counter takes about 175 bytes; a new declared aggregate is reserved \
+            built-ins and a counter counts about 142 bytes; a new declared aggregate is reserved \
             at its largest (a window 1.5KiB, a windowed `distinct` 1KiB) while the request is \
             checked.";
         /// How often the feature tables are snapshotted (also at shutdown).
