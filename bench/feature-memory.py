@@ -2,6 +2,7 @@
 """Memory of the feature tables as a new user meets it (issue 20), beside Redis 7 in the same run.
 
     bench/feature-memory.py [N] [REPS]        # N=1000000 entities, REPS=3; needs redis-server
+    bench/feature-memory.py N REPS --decl3    # three windowed aggregates, 10 events per entity
 
 For Veltrix (target/release/veltrix, `--fsync interval`, default budget unless
 VX_STORAGE_MAX_FEATURE_BYTES is set): one counter event per new entity (`player-N`, type
@@ -10,6 +11,10 @@ over the empty server and `vx_feature_bytes`. For Redis (no persistence): the sa
 same three fields (`HSET player-N damage 3 events 1 last_ts TS`) through `redis-cli --pipe`, its
 RssAnon growth. Bytes per entity are growth ÷ entities; ingest's own working set (about 10 MB,
 the same without entities) is included. Medians of REPS runs; every run printed.
+
+With --decl3 (issue 20's second case, no Redis side): the server declares count 5m, count 1h and
+distinct 1d over `damage` events, and every entity gets 10 of them, 1 s apart, with one of five
+weapons in `data` (the distinct counts weapons).
 """
 
 import json
@@ -23,8 +28,17 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-REPS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+DECL3 = "--decl3" in sys.argv
+N = int(ARGS[0]) if len(ARGS) > 0 else 1_000_000
+REPS = int(ARGS[1]) if len(ARGS) > 1 else 3
+DECL3_YAML = """features:
+  - {name: n_5m, from: damage, agg: count, window: 5m}
+  - {name: n_1h, from: damage, agg: count, window: 1h}
+  - {name: weapons_1d, from: damage, agg: distinct, of: data, window: 1d}
+storage:
+  max_feature_bytes: 64GiB
+"""
 PORT = 17999
 REDIS_PORT = 16399
 
@@ -42,9 +56,14 @@ def get(path):
 
 def veltrix_run():
     d = tempfile.mkdtemp()
+    extra = []
+    if DECL3:
+        with open(f"{d}.yaml", "w") as f:
+            f.write(DECL3_YAML)
+        extra = ["--config", f"{d}.yaml"]
     p = subprocess.Popen(
         [f"{ROOT}/target/release/veltrix", "serve", "--listen", f"127.0.0.1:{PORT}", "--data-dir", d,
-         "--fsync", "interval"],
+         "--fsync", "interval"] + extra,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
@@ -57,8 +76,18 @@ def veltrix_run():
         out, sent = {}, 0
         marks = {N // 8, N // 2, N}
         while sent < N:
-            body = "".join(json.dumps({"stream": "m", "type": "damage", "kind": "counter", "value": 3,
-                                       "entity": f"player-{sent + i}"}) + "\n" for i in range(1000))
+            if DECL3:
+                # 100 entities, 10 events each, 1 s apart, one of five weapons each.
+                t0 = 1_764_100_000_000
+                body = "".join(json.dumps({"stream": "m", "type": "damage", "kind": "counter", "value": 3,
+                                           "entity": f"player-{sent + i}", "ts": t0 + k * 1000,
+                                           "data": {"w": (i + k) % 5}}) + "\n"
+                               for k in range(10) for i in range(100))
+                step = 100
+            else:
+                body = "".join(json.dumps({"stream": "m", "type": "damage", "kind": "counter", "value": 3,
+                                           "entity": f"player-{sent + i}"}) + "\n" for i in range(1000))
+                step = 1000
             req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/events", data=body.encode(),
                                          headers={"content-type": "application/x-ndjson"})
             try:
@@ -67,7 +96,7 @@ def veltrix_run():
                 out["refused_at"] = sent
                 print(f"  refused at {sent} entities: {e.code}")
                 break
-            sent += 1000
+            sent += step
             if sent in marks:
                 grown = rss_anon(p.pid) - empty
                 counted = float(re.search(r"^vx_feature_bytes (\S+)", get("/metrics"), re.M).group(1))
@@ -103,14 +132,21 @@ def redis_run():
 
 
 def main():
-    print(f"# bench/feature-memory.py N={N} REPS={REPS} load1={os.getloadavg()[0]:.2f}")
+    print(f"# bench/feature-memory.py N={N} REPS={REPS}{' --decl3' if DECL3 else ''} "
+          f"load1={os.getloadavg()[0]:.2f}")
     vx, rd = [], []
     for rep in range(REPS):
         print(f"rep {rep + 1}: veltrix")
         vx.append(veltrix_run())
-        print(f"rep {rep + 1}: redis")
-        rd.append(redis_run())
-    if all(N in r for r in vx):
+        if not DECL3:
+            print(f"rep {rep + 1}: redis")
+            rd.append(redis_run())
+    if DECL3 and all(N in r for r in vx):
+        per = statistics.median(r[N][0] for r in vx)
+        counted = statistics.median(r[N][1] for r in vx)
+        print(f"median at {N} (three windowed aggregates, 10 events each): Veltrix {per:.0f} B/entity "
+              f"(counted {counted:.0f})")
+    elif all(N in r for r in vx):
         per = statistics.median(r[N][0] for r in vx)
         counted = statistics.median(r[N][1] for r in vx)
         print(f"median at {N}: Veltrix {per:.0f} B/entity (counted {counted:.0f}), "
