@@ -71,12 +71,22 @@ fn failed(message: impl Into<String>) -> Applying {
     let outcome = Outcome::Failed {
         message: message.into(),
     };
-    Box::pin(async move {
-        Applied {
-            outcome,
-            route: Vec::new(),
-        }
-    })
+    Box::pin(async move { alone(outcome) })
+}
+
+/// An outcome with no records to route.
+fn alone(outcome: Outcome) -> Applied {
+    Applied {
+        outcome,
+        route: Vec::new(),
+    }
+}
+
+/// The store answered a submission with the answer of another kind of submission.
+fn other_kind() -> Outcome {
+    Outcome::Failed {
+        message: "internal: the store answered another kind".into(),
+    }
 }
 
 /// The outcome of a write, as the owner reports it.
@@ -153,12 +163,7 @@ impl LocalCopy for StoreCopy {
                 let store = self.store.clone();
                 Ok(Box::pin(async move {
                     let Submitted::Write(r) = ticket.await else {
-                        return Applied {
-                            outcome: Outcome::Failed {
-                                message: "internal: the store answered another kind".into(),
-                            },
-                            route: Vec::new(),
-                        };
+                        return alone(other_kind());
                     };
                     let stored = r.as_ref().ok().map(|o| (o.duplicates, o.stored.clone()));
                     let outcome = write_outcome(r);
@@ -193,14 +198,9 @@ impl LocalCopy for StoreCopy {
                         Submitted::Delete(Err(e)) => Outcome::Failed {
                             message: e.to_string(),
                         },
-                        _ => Outcome::Failed {
-                            message: "internal: the store answered another kind".into(),
-                        },
+                        _ => other_kind(),
                     };
-                    Applied {
-                        outcome,
-                        route: Vec::new(),
-                    }
+                    alone(outcome)
                 }))
             }
             (Topic::Entities, Body::EntityEvents { batch }) => {
@@ -215,14 +215,9 @@ impl LocalCopy for StoreCopy {
                         Submitted::EntityEvents(Err(e)) => Outcome::Failed {
                             message: e.to_string(),
                         },
-                        _ => Outcome::Failed {
-                            message: "internal: the store answered another kind".into(),
-                        },
+                        _ => other_kind(),
                     };
-                    Applied {
-                        outcome,
-                        route: Vec::new(),
-                    }
+                    alone(outcome)
                 }))
             }
             (Topic::Entities, body @ (Body::FeaturePut { .. } | Body::FeatureDelete { .. })) => {
@@ -245,14 +240,9 @@ impl LocalCopy for StoreCopy {
                         Submitted::Feature(Err(e)) => Outcome::Failed {
                             message: e.to_string(),
                         },
-                        _ => Outcome::Failed {
-                            message: "internal: the store answered another kind".into(),
-                        },
+                        _ => other_kind(),
                     };
-                    Applied {
-                        outcome,
-                        route: Vec::new(),
-                    }
+                    alone(outcome)
                 }))
             }
             (t, body) => Ok(failed(format!(

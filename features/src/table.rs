@@ -390,6 +390,9 @@ pub(crate) struct EntityMap {
     index: Box<[hashbrown::HashTable<u32>]>,
     slots: Vec<Vec<(Key, Entity)>>,
     len: usize,
+    /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
+    /// shard holds dozens of chunks.
+    chunk_bytes: u64,
 }
 
 impl Default for EntityMap {
@@ -400,6 +403,7 @@ impl Default for EntityMap {
                 .collect(),
             slots: Vec::new(),
             len: 0,
+            chunk_bytes: 0,
         }
     }
 }
@@ -423,19 +427,25 @@ impl EntityMap {
         self.len
     }
 
-    /// Bytes of the arena: its chunks and the list of them.
-    fn arena_bytes(&self) -> u64 {
-        (0..self.slots.len()).map(chunk_bytes).sum::<u64>()
-            + alloc_size(self.slots.capacity() * std::mem::size_of::<Vec<(Key, Entity)>>())
+    /// Bytes of the list of chunks.
+    fn list_bytes(&self) -> u64 {
+        alloc_size(self.slots.capacity() * std::mem::size_of::<Vec<(Key, Entity)>>())
     }
 
-    /// Bytes of the index and the arena.
+    /// Bytes of the arena: its chunks (as kept) and the list of them.
+    fn arena_bytes(&self) -> u64 {
+        self.chunk_bytes + self.list_bytes()
+    }
+
+    /// Bytes of the index and the arena, counted from scratch (what [`Shard::measure`] checks
+    /// the kept count against).
     pub fn table_bytes(&self) -> u64 {
         self.index
             .iter()
             .map(|t| table_bytes(t.capacity(), POS_COST))
             .sum::<u64>()
-            + self.arena_bytes()
+            + (0..self.slots.len()).map(chunk_bytes).sum::<u64>()
+            + self.list_bytes()
     }
 
     /// Bytes a change of an entity of index table `i` can change: that table and the arena.
@@ -536,6 +546,7 @@ impl EntityMap {
                 let (k, _) = chunk_of(self.len);
                 if k == self.slots.len() {
                     self.slots.push(Vec::with_capacity(chunk_len(k)));
+                    self.chunk_bytes += chunk_bytes(k);
                 }
                 if let Some(c) = self.slots.last_mut() {
                     c.push((Key::new(e.name), Entity::new()));
@@ -571,6 +582,7 @@ impl EntityMap {
         let last = last_chunk.pop()?;
         if last_chunk.is_empty() {
             self.slots.pop();
+            self.chunk_bytes -= chunk_bytes(self.slots.len());
         }
         self.len -= 1;
         let last_pos = u32::try_from(self.len).unwrap_or(u32::MAX);
