@@ -20,7 +20,7 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
-use crate::table::{Buckets, EntityRef, Feat, Shard, State, entity_heap, key_heap};
+use crate::table::{Buckets, EntityRef, Feat, Shard, State};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
 use vx_proto::{EventView, Kind};
@@ -164,7 +164,7 @@ impl Features {
             .and_then(|r| r.covered.get(shard as usize))
             .is_some_and(|&c| at.lsn <= c);
         let mut g = lock.write();
-        let before = g.bytes;
+        let before = g.counts();
         if covered {
             let redo = replay.map_or(&[][..], |r| r.redo);
             let redone = |id: u32| {
@@ -172,9 +172,8 @@ impl Features {
                     .decl_of(id)
                     .is_some_and(|d| redo.get(d) == Some(&true))
             };
-            for (_, e) in g.entities.iter_mut() {
-                e.feats.retain(|f| !redone(f.name));
-            }
+            g.entities
+                .for_each_mut(|e| e.feats.retain(|f| !redone(f.name)));
             g.recount();
         } else {
             if at.lsn < g.lsn {
@@ -190,9 +189,9 @@ impl Features {
             self.entities
                 .fetch_sub(i64::try_from(gone).unwrap_or(i64::MAX), Ordering::Relaxed);
         }
-        let after = g.bytes;
+        let after = g.counts();
         drop(g);
-        self.add_used(after, before);
+        self.add_counts(after, before);
         Ok(())
     }
 
@@ -256,38 +255,32 @@ impl Features {
         }
         let (entities, names, bytes) = sh.parts();
         let future = ev.ts > append_ms.saturating_add(MAX_FUTURE_MS);
-        let was;
-        let ent = if redo.is_some() {
+        let mut ent = if redo.is_some() {
             // Recomputing a declaration over records the snapshot covers: only entities that
             // still exist are touched (a later delete removed the others).
-            match entities.get_mut(er) {
-                Some(e) => {
-                    was = entity_heap(e);
-                    e
-                }
+            match entities.get_mut(er, bytes) {
+                Some(e) => e,
                 None => return Ok(()),
             }
         } else {
-            let (e, created) = entities.get_or_insert(er);
+            let (mut e, created) = entities.get_or_insert(er, bytes);
             if created {
                 self.entities.fetch_add(1, Ordering::Relaxed);
-                *bytes += key_heap(er.name);
-                was = 0;
-            } else {
-                was = entity_heap(e);
             }
             e.as_of = e.as_of.max(ev.ts);
             if !future {
                 e.wm = e.wm.max(ev.ts);
             }
-            e.set_events(Some(e.events().unwrap_or(0).saturating_add(1)));
-            e.set_last_ts(Some(e.last_ts().map_or(ev.ts, |t| t.max(ev.ts))));
+            let events = e.events().unwrap_or(0).saturating_add(1);
+            e.set_events(Some(events));
+            let last = e.last_ts().map_or(ev.ts, |t| t.max(ev.ts));
+            e.set_last_ts(Some(last));
             // Counters and gauges, unless a declaration owns the name.
             if let (Kind::Counter | Kind::Gauge, Some(value)) = (ev.kind, ev.value)
                 && !self.decls.is_declared(ev.ty)
             {
                 let id = names.id(ev.ty).unwrap_or(u32::MAX);
-                let st = plain_mut(e, names, id, ev.ty, append_ms);
+                let st = plain_mut(&mut e, names, id, ev.ty, append_ms);
                 if ev.kind == Kind::Counter {
                     add_counter(st, value, ev.ts);
                 } else {
@@ -343,7 +336,6 @@ impl Features {
                 None => {}
             }
         }
-        *bytes = (*bytes + entity_heap(ent)).saturating_sub(was);
         Ok(())
     }
 
@@ -365,10 +357,8 @@ impl Features {
         }
         if !out.found {
             self.entities.fetch_add(1, Ordering::Relaxed);
-            *bytes += key_heap(er.name);
         }
-        let (e, _) = entities.get_or_insert(er);
-        let was = entity_heap(e);
+        let (mut e, _) = entities.get_or_insert(er, bytes);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {
@@ -392,14 +382,14 @@ impl Features {
             match v {
                 None => {
                     if let Some(id) = names.id(name)
-                        && remove_feat(e, names, id)
+                        && remove_feat(&mut e, names, id)
                     {
                         out.deleted += 1;
                     }
                 }
                 Some(v) => {
                     let id = names.id(name).unwrap_or(u32::MAX);
-                    let st = plain_mut(e, names, id, name, append_ms);
+                    let st = plain_mut(&mut e, names, id, name, append_ms);
                     let ts = match st {
                         State::Plain { ts, .. } => *ts,
                         _ => i64::MIN,
@@ -409,7 +399,6 @@ impl Features {
                 }
             }
         }
-        *bytes = (*bytes + entity_heap(e)).saturating_sub(was);
         Ok(out)
     }
 
@@ -433,10 +422,10 @@ impl Features {
                 .is_some_and(|d| replay.is_some_and(|r| r.redo.get(d) == Some(&true)))
         };
         if name.is_none() && !redo_only {
-            if let Some(e) = entities.remove(er) {
+            if let Some((e, freed)) = entities.remove(er) {
                 out.found = true;
                 out.deleted = e.feats.len() as u64;
-                *bytes = bytes.saturating_sub(key_heap(er.name) + entity_heap(&e));
+                *bytes = bytes.saturating_sub(freed);
                 for f in e.feats {
                     names.release(f.name);
                 }
@@ -444,10 +433,9 @@ impl Features {
             }
             return Ok(out);
         }
-        let Some(e) = entities.get_mut(er) else {
+        let Some(mut e) = entities.get_mut(er, bytes) else {
             return Ok(out);
         };
-        let was = entity_heap(e);
         match name {
             None => {
                 // Recomputing: the delete resets the redone declarations of the entity.
@@ -466,13 +454,12 @@ impl Features {
                 if redo_only && !redo(id) {
                     return Ok(out);
                 }
-                if remove_feat(e, names, id) {
+                if remove_feat(&mut e, names, id) {
                     out.found = true;
                     out.deleted = 1;
                 }
             }
         }
-        *bytes = (*bytes + entity_heap(e)).saturating_sub(was);
         Ok(out)
     }
 }

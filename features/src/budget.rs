@@ -10,24 +10,11 @@ use crate::Features;
 use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
-use crate::table::{
-    EntityMap, EntityRef, FEAT_COST, INLINE_FEATS, SLOT_COST, State, alloc_size, state_max_bytes,
-};
+use crate::rec::{FEAT_MAX, HEAD_MAX, INLINE, MORE_COST, STATE_COST, Shell, held};
+use crate::table::{EntityMap, EntityRef, SLOT_COST, State, alloc_size, state_max_bytes};
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
-
-/// The most a new feature can add to its entity: the features past the first
-/// ([`INLINE_FEATS`]) live in one allocation that doubles, and while it moves both copies
-/// exist.
-fn feat_growth(feats_before: usize) -> u64 {
-    let after = feats_before + 1;
-    if after <= INLINE_FEATS {
-        0
-    } else {
-        alloc_size(after.next_power_of_two() * FEAT_COST as usize)
-    }
-}
 
 /// The most one more event can add to an aggregate's state that `before` earlier events of
 /// the same batch may have grown already: a window's buckets past their allocation (an event
@@ -55,8 +42,8 @@ fn update_growth(st: &State, before: usize, windowed: bool) -> u64 {
     }
 }
 
-/// What a plain feature named `name` holding `v` adds beyond [`feat_growth`]: its name's
-/// entry if the name is new to the shard, and a string's bytes.
+/// What a plain feature named `name` holding `v` adds besides its record's encoding: its
+/// name's entry if the name is new to the shard, and a string's bytes.
 fn plain_cost(name_len: usize, v: Option<&FeatureValue>) -> u64 {
     let s = match v {
         Some(FeatureValue::Str(s)) => alloc_size(s.len()),
@@ -84,17 +71,24 @@ impl Features {
         // by doubling, so past its last doubling a slot costs up to 16/7 of itself, and the
         // doubling of a shard adds at most 9/7 of its table, bounded by `used`), its counter
         // (a feature and a name) and its declared aggregates, or grow each aggregate's state
-        // by at most that state's largest size.
+        // by at most that state's largest size. Its record's encoding may leave the slot (an
+        // encoding's times are differences from the newest one, so every one of them may grow
+        // to its longest: at most 16 times the encoding, bounded for the ones held outside
+        // their slots by `spilled`), and its held states' list grow by one state each (a
+        // quarter of a list at most in rounding, bounded by `used`).
         let per_event = 3 * (SLOT_COST + 1)
             + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
-            + (1 + decls) * (alloc_size(64 * FEAT_COST as usize) + NAME_COST + 2 * 256)
+            + alloc_size(MORE_COST as usize)
+            + alloc_size(16 * INLINE + HEAD_MAX + (1 + decls as usize) * FEAT_MAX)
+            + (1 + decls) * (2 * STATE_COST + NAME_COST + 2 * 256)
             + decls * state_max_bytes(true);
         // Each shard given new entities may also open a chunk of its arena (at most a full
         // one, and the chunk list may grow).
         let shards = (batch.len() as u64).min(u64::from(self.nshards));
         let bound = per_event
             .saturating_mul(batch.len() as u64)
-            .saturating_add(2 * self.used_bytes())
+            .saturating_add(2 * self.used_bytes() + self.used_bytes() / 4)
+            .saturating_add(16 * self.spilled_bytes())
             .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024));
         if used.saturating_add(bound) <= self.max_bytes {
             self.pending.fetch_add(bound, Ordering::Relaxed);
@@ -113,8 +107,9 @@ impl Features {
     fn growth(&self, batch: &Batch) -> u64 {
         // Per shard and sub-table: entities new to it in this batch (to size its growth once).
         let mut new_entities: HashMap<(u32, usize), hashbrown::HashSet<&str>> = HashMap::new();
-        // Features created in this batch, per entity, so the spill bound follows the count.
-        let mut added: HashMap<&str, usize> = HashMap::new();
+        // Per entity: features (and held states) created in this batch, and what is reserved
+        // for its record's side allocation so far (its bound follows the count).
+        let mut added: HashMap<&str, (usize, usize, u64)> = HashMap::new();
         // Events of this batch per existing aggregate state, each of which may add a bucket.
         let mut updates: HashMap<(&str, u32), usize> = HashMap::new();
         let mut cost = 0u64;
@@ -135,24 +130,29 @@ impl Features {
             {
                 cost += key_cost(entity);
             }
-            let has = |id: Option<u32>| {
-                ent.is_some_and(|e| id.is_some_and(|id| e.feats.iter().any(|f| f.name == id)))
+            let find = |id: Option<u32>| {
+                let id = id?;
+                ent.as_ref()?.feats.iter().find(|f| f.name == id)
             };
-            let n = added.entry(entity).or_insert(0);
-            let base = ent.map_or(0, |e| e.feats.len());
-            if typed && !has(g.names.id(ev.ty)) {
-                cost += feat_growth(base + *n) + plain_cost(ev.ty.len(), None);
+            let shell = ent.as_ref().map_or(Shell::default(), |e| e.shell);
+            let base = ent.as_ref().map_or(0, |e| e.feats.len());
+            let base_held = ent
+                .as_ref()
+                .map_or(0, |e| e.feats.iter().filter(|f| held(&f.st)).count());
+            let (n, h, reserved) = added.entry(entity).or_insert((0, 0, shell.bytes));
+            if typed && find(g.names.id(ev.ty)).is_none() {
+                cost += plain_cost(ev.ty.len(), None);
                 *n += 1;
             }
             for &d in decls {
                 let id = Decls::id(d);
-                let state = ent.and_then(|e| e.feats.iter().find(|f| f.name == id));
                 let seen = updates.entry((entity, id)).or_insert(0);
-                match state {
+                match find(Some(id)) {
                     // Created by this batch: at its largest, once.
                     None if *seen == 0 => {
-                        cost += feat_growth(base + *n) + state_max_bytes(true);
+                        cost += state_max_bytes(true);
                         *n += 1;
+                        *h += 1;
                     }
                     None => {}
                     Some(f) => {
@@ -168,6 +168,9 @@ impl Features {
                 }
                 *seen += 1;
             }
+            let bound = shell.bound(base + *n, base_held + *h);
+            cost += bound.saturating_sub(*reserved);
+            *reserved = (*reserved).max(bound);
         }
         let mut per_shard: HashMap<u32, usize> = HashMap::new();
         for ((shard, sub), names) in new_entities {
@@ -196,21 +199,29 @@ impl Features {
                 + g.entities.arena_growth(1)
                 + key_cost(entity);
         }
-        let mut feats = ent.map_or(0, |e| e.feats.len());
+        let mut feats = ent.as_ref().map_or(0, |e| e.feats.len());
+        let mut states = ent
+            .as_ref()
+            .map_or(0, |e| e.feats.iter().filter(|f| held(&f.st)).count());
         for (name, v) in set {
             let Some(v) = v else { continue };
-            let exists = ent.is_some_and(|e| {
+            let exists = ent.as_ref().is_some_and(|e| {
                 g.names
                     .id(name)
                     .is_some_and(|id| e.feats.iter().any(|f| f.name == id))
             });
             if !exists {
-                cost += feat_growth(feats) + plain_cost(name.len(), Some(v));
+                cost += plain_cost(name.len(), Some(v));
                 feats += 1;
             } else if let FeatureValue::Str(s) = v {
                 cost += alloc_size(s.len());
             }
+            if matches!(v, FeatureValue::Str(_)) {
+                states += 1;
+            }
         }
+        let shell = ent.as_ref().map_or(Shell::default(), |e| e.shell);
+        cost += shell.bound(feats, states).saturating_sub(shell.bytes);
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {
             return false;
         }

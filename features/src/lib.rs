@@ -39,6 +39,7 @@ mod decl;
 mod hll;
 mod names;
 mod read;
+mod rec;
 pub mod snapshot;
 mod store;
 mod table;

@@ -4,7 +4,8 @@
 
 use crate::Features;
 use crate::decl::{EVENTS, LAST_TS, Reading};
-use crate::table::{Entity, EntityRef, Feat, State};
+use crate::rec::{FeatView, View};
+use crate::table::{EntityRef, State};
 
 /// When a read happens.
 #[derive(Clone, Copy, Debug)]
@@ -57,8 +58,8 @@ impl Features {
                 visit(name, Reading::Int(v));
             }
         };
-        let one = |f: &Feat, visit: &mut dyn FnMut(&str, Reading<'_>)| {
-            if let (Some(name), Some(v)) = (g.names.name(f.name), self.read_value(f, e, at)) {
+        let one = |f: &FeatView<'_>, visit: &mut dyn FnMut(&str, Reading<'_>)| {
+            if let (Some(name), Some(v)) = (g.names.name(f.name), self.read_value(f, &e, at)) {
                 visit(name, v);
             }
         };
@@ -92,9 +93,9 @@ impl Features {
     }
 
     /// One feature's value as a read sees it now; `None` when hidden (ttl) or empty.
-    fn read_value<'s>(&self, f: &'s Feat, e: &Entity, at: ReadAt) -> Option<Reading<'s>> {
+    fn read_value<'s>(&self, f: &'s FeatView<'_>, e: &View<'_>, at: ReadAt) -> Option<Reading<'s>> {
         let Some(d) = self.decls.decl_of(f.name) else {
-            return match &f.st {
+            return match &*f.st {
                 State::Plain { v, .. } => Some(Reading::Value(v)),
                 _ => None,
             };

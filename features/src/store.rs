@@ -19,6 +19,8 @@ pub struct Features {
     pub(crate) nshards: u32,
     pub(crate) max_bytes: u64,
     used: AtomicI64,
+    /// Bytes of the entities' encodings held outside their slots (table.rs `EntityMap::spill`).
+    spilled: AtomicI64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
     /// Every record with an LSN ≤ this is applied to every shard.
@@ -53,6 +55,7 @@ impl Features {
             nshards: shards.max(1),
             max_bytes,
             used: AtomicI64::new(0),
+            spilled: AtomicI64::new(0),
             pending: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             entities: AtomicI64::new(0),
@@ -70,12 +73,18 @@ impl Features {
     /// Replace every shard's contents (start-up, from a snapshot).
     pub(crate) fn install_shards(&self, shards: Vec<Shard>, entities: u64) {
         let mut used = 0u64;
+        let mut spilled = 0u64;
         for (lock, sh) in self.shards.iter().zip(shards) {
             used += sh.bytes;
+            spilled += sh.entities.spill();
             *lock.write() = sh;
         }
         self.used
             .store(i64::try_from(used).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.spilled.store(
+            i64::try_from(spilled).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
         self.entities.store(
             i64::try_from(entities).unwrap_or(i64::MAX),
             Ordering::Relaxed,
@@ -136,26 +145,35 @@ impl Features {
         f: impl FnOnce(&mut Shard) -> Result<R, crate::ApplyError>,
     ) -> Result<R, crate::ApplyError> {
         let mut g = self.shard(e).write();
-        let before = g.bytes;
+        let before = g.counts();
         let was = g.shared_bytes(e);
         let out = f(&mut g);
         // The entity's own change is counted by `f` (table.rs says how).
         g.bytes = (g.bytes + g.shared_bytes(e)).saturating_sub(was);
-        let after = g.bytes;
+        let after = g.counts();
         drop(g);
-        self.add_used(after, before);
+        self.add_counts(after, before);
         out
     }
 
-    /// A shard's bytes went from `before` to `after`: the tables' count follows.
-    pub(crate) fn add_used(&self, after: u64, before: u64) {
-        if after != before {
-            self.used.fetch_add(
-                i64::try_from(after).unwrap_or(i64::MAX)
-                    - i64::try_from(before).unwrap_or(i64::MAX),
-                Ordering::Relaxed,
-            );
+    /// A shard's counts ([`Shard::counts`]) went from `before` to `after`: the tables'
+    /// follow.
+    pub(crate) fn add_counts(&self, after: (u64, u64), before: (u64, u64)) {
+        let d = |a: u64, b: u64| {
+            i64::try_from(a).unwrap_or(i64::MAX) - i64::try_from(b).unwrap_or(i64::MAX)
+        };
+        if after.0 != before.0 {
+            self.used.fetch_add(d(after.0, before.0), Ordering::Relaxed);
         }
+        if after.1 != before.1 {
+            self.spilled
+                .fetch_add(d(after.1, before.1), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes of the entities' encodings held outside their slots.
+    pub(crate) fn spilled_bytes(&self) -> u64 {
+        u64::try_from(self.spilled.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Test support: make the next apply (of any record) fail with

@@ -9,27 +9,25 @@
 use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::Names;
+use crate::rec::{Rec, View};
 
 // What the tables' parts count against `storage.max_feature_bytes` lives with the parts: the
 // count is their real memory (docs/FEATURES.md "The budget"), so that `vx_feature_bytes`
 // tracks the process's anonymous memory. It is made of:
 // - each shard's slots and their index ([`EntityMap::table_bytes`]): the arena's chunks (a
-//   slot holds the key, the built-ins, the watermarks and one feature inline) and the index
-//   tables of positions, counted from their capacity;
-// - what an entity keeps outside its slot ([`slot_heap`]): a key over 22 bytes, features past
-//   the first, string values, window buckets past the first, sketches; each at the size the
-//   allocator hands out for it ([`alloc_size`]);
+//   slot holds the key and the entity's record, [`crate::rec`]) and the index tables of
+//   positions, counted from their capacity;
+// - what an entity keeps outside its slot ([`slot_heap`]): a key over 22 bytes, and its
+//   record's side allocation (an encoding over 31 bytes, string values, window buckets,
+//   sketches), each at the size the allocator hands out for it ([`alloc_size`]);
 // - the names of each shard.
-// A change measures what it touched before and after: its entity's heap ([`entity_heap`],
-// [`key_heap`]) in the apply paths, its index table, the arena and the names in
-// [`crate::Features::change`]; a property test checks the kept count against
-// [`Shard::measure`].
+// A change of an entity counts its own ([`EntityMut`] when it puts the entity back, the map
+// for keys), and [`crate::Features::change`] the index table, the arena and the names; a
+// property test checks the kept count against [`Shard::measure`].
 
-/// Bytes a feature takes outside its entity's slot once the entity has more than one.
-pub(crate) const FEAT_COST: u64 = std::mem::size_of::<Feat>() as u64;
 const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
-/// Bytes of one slot: the key and the entity, inline.
-pub(crate) const SLOT_COST: u64 = std::mem::size_of::<(Key, Entity)>() as u64;
+/// Bytes of one slot: the key and the entity's record, inline.
+pub(crate) const SLOT_COST: u64 = std::mem::size_of::<(Key, Rec)>() as u64;
 
 /// Bytes the allocator (mimalloc) hands out for a request of `n` bytes: its size classes are
 /// 8-byte steps up to 64 bytes, then four per power of two; past 128 KiB an allocation gets
@@ -95,16 +93,6 @@ pub(crate) fn state_heap(st: &State) -> u64 {
     }
 }
 
-/// What an entity's features keep outside its table slot.
-pub(crate) fn entity_heap(e: &Entity) -> u64 {
-    let feats = if e.feats.spilled() {
-        alloc_size(e.feats.capacity() * FEAT_COST as usize)
-    } else {
-        0
-    };
-    feats + e.feats.iter().map(|f| state_heap(&f.st)).sum::<u64>()
-}
-
 /// What an entity's key keeps outside its slot: a name over 22 bytes ([`Key`]).
 pub(crate) fn key_heap(name: &str) -> u64 {
     if name.len() > 22 {
@@ -115,12 +103,12 @@ pub(crate) fn key_heap(name: &str) -> u64 {
 }
 
 /// What an entity keeps outside its table slot.
-fn slot_heap(key: &Key, e: &Entity) -> u64 {
+fn slot_heap(key: &Key, rec: &Rec) -> u64 {
     let key = match key {
         Key::Heap(s) => alloc_size(s.len()),
         Key::Inline { .. } => 0,
     };
-    key + entity_heap(e)
+    key + rec.heap()
 }
 
 /// The most a declared aggregate's state can come to (60 buckets, the dense windowed
@@ -165,12 +153,10 @@ pub(crate) struct Feat {
     pub st: State,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Entity {
-    /// The built-ins, which every event updates, kept out of `feats` (no search, no second
-    /// allocation to touch); each counts only while its bit of `present` is set (absent:
-    /// deleted, or set by nothing yet). A flag byte instead of two `Option`s saves 16 bytes
-    /// of every table slot.
+/// An entity's built-ins and watermarks. Each built-in counts only while its bit of `present`
+/// is set (absent: deleted, or set by nothing yet).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Head {
     events: i64,
     last_ts: i64,
     /// Greatest non-future event ts: where windows end (`i64::MIN`: none yet).
@@ -178,23 +164,42 @@ pub(crate) struct Entity {
     /// Greatest event ts or direct-write append time applied (`as_of` of a read).
     pub as_of: i64,
     present: u8,
-    /// The first one inline in the table's slot: an entity with one feature (a counter, a
-    /// gauge) needs no allocation, and a slot stays small, since most of a table's slots are
-    /// empty or hold such entities.
+}
+
+/// An entity taken out of its record to change ([`crate::rec::Rec::take`]): the head and the
+/// features, each a name id and a state.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub(crate) struct Entity {
+    pub head: Head,
     pub feats: Feats,
+}
+
+impl std::ops::Deref for Entity {
+    type Target = Head;
+    fn deref(&self) -> &Head {
+        &self.head
+    }
+}
+
+impl std::ops::DerefMut for Entity {
+    fn deref_mut(&mut self) -> &mut Head {
+        &mut self.head
+    }
 }
 
 const HAS_EVENTS: u8 = 1;
 const HAS_LAST_TS: u8 = 2;
 
+impl Default for Head {
+    fn default() -> Self {
+        Head::new()
+    }
+}
+
 impl Entity {
     pub(crate) fn new() -> Entity {
         Entity {
-            events: 0,
-            last_ts: 0,
-            wm: i64::MIN,
-            as_of: i64::MIN,
-            present: 0,
+            head: Head::new(),
             feats: Feats::new(),
         }
     }
@@ -207,15 +212,31 @@ impl Entity {
         wm: i64,
         as_of: i64,
     ) -> Entity {
-        let mut e = Entity {
+        let mut head = Head {
             wm,
             as_of,
-            feats,
-            ..Entity::new()
+            ..Head::new()
         };
-        e.set_events(events);
-        e.set_last_ts(last_ts);
-        e
+        head.set_events(events);
+        head.set_last_ts(last_ts);
+        Entity { head, feats }
+    }
+}
+
+impl Head {
+    pub(crate) fn new() -> Head {
+        Head {
+            events: 0,
+            last_ts: 0,
+            wm: i64::MIN,
+            as_of: i64::MIN,
+            present: 0,
+        }
+    }
+
+    /// The bits of the built-ins that are set (as the record's flags encode them).
+    pub(crate) fn present_flags(&self) -> u8 {
+        self.present & (HAS_EVENTS | HAS_LAST_TS)
     }
 
     fn get(&self, bit: u8, v: i64) -> Option<i64> {
@@ -268,9 +289,8 @@ impl Entity {
     }
 }
 
-/// Features held in the slot; more go to one allocation.
-pub(crate) const INLINE_FEATS: usize = 1;
-pub(crate) type Feats = smallvec::SmallVec<[Feat; INLINE_FEATS]>;
+/// An entity's features once taken out of its record: a few on the stack.
+pub(crate) type Feats = smallvec::SmallVec<[Feat; 4]>;
 
 /// An entity's key: up to 22 bytes inline (most ids), longer ones on the heap. Inline keys
 /// are compared without following a pointer, which on the ingest path is a cache miss per
@@ -388,11 +408,14 @@ const POS_COST: u64 = std::mem::size_of::<u32>() as u64;
 /// positions, so the room a hash table keeps free costs 5 bytes a bucket instead of a slot.
 pub(crate) struct EntityMap {
     index: Box<[hashbrown::HashTable<u32>]>,
-    slots: Vec<Vec<(Key, Entity)>>,
+    slots: Vec<Vec<(Key, Rec)>>,
     len: usize,
     /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
     /// shard holds dozens of chunks.
     chunk_bytes: u64,
+    /// Bytes of the encodings held outside their slots ([`Rec::spill`]), kept as they change:
+    /// how much re-encoding can grow the shard at most (the budget's cheap bound).
+    spill: u64,
 }
 
 impl Default for EntityMap {
@@ -404,18 +427,19 @@ impl Default for EntityMap {
             slots: Vec::new(),
             len: 0,
             chunk_bytes: 0,
+            spill: 0,
         }
     }
 }
 
 /// The slot at `pos`, if the arena holds one there.
-fn slot_at(slots: &[Vec<(Key, Entity)>], pos: u32) -> Option<&(Key, Entity)> {
+fn slot_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> Option<&(Key, Rec)> {
     let (k, i) = chunk_of(pos as usize);
     slots.get(k)?.get(i)
 }
 
 /// The index hash of the entity in the slot at `pos` (when the index grows).
-fn rehash_at(slots: &[Vec<(Key, Entity)>], pos: u32) -> u64 {
+fn rehash_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> u64 {
     slot_at(slots, pos).map_or(0, |(k, _)| table_hash(k.as_bytes()))
 }
 
@@ -429,7 +453,7 @@ impl EntityMap {
 
     /// Bytes of the list of chunks.
     fn list_bytes(&self) -> u64 {
-        alloc_size(self.slots.capacity() * std::mem::size_of::<Vec<(Key, Entity)>>())
+        alloc_size(self.slots.capacity() * std::mem::size_of::<Vec<(Key, Rec)>>())
     }
 
     /// Bytes of the arena: its chunks (as kept) and the list of them.
@@ -487,7 +511,7 @@ impl EntityMap {
         let cap = self.slots.capacity();
         let list = if chunks > cap {
             let grown = chunks.max(2 * cap).max(4);
-            alloc_size(grown * std::mem::size_of::<Vec<(Key, Entity)>>())
+            alloc_size(grown * std::mem::size_of::<Vec<(Key, Rec)>>())
         } else {
             0
         };
@@ -515,26 +539,43 @@ impl EntityMap {
             .copied()
     }
 
-    fn slot_mut(&mut self, pos: u32) -> Option<&mut (Key, Entity)> {
+    fn slot_mut(&mut self, pos: u32) -> Option<&mut (Key, Rec)> {
         let (k, i) = chunk_of(pos as usize);
         self.slots.get_mut(k)?.get_mut(i)
     }
 
-    pub fn get(&self, e: EntityRef<'_>) -> Option<&Entity> {
-        slot_at(&self.slots, self.position(e)?).map(|(_, v)| v)
+    /// The entity as a read sees it.
+    pub fn get(&self, e: EntityRef<'_>) -> Option<View<'_>> {
+        slot_at(&self.slots, self.position(e)?).map(|(_, r)| r.view())
     }
 
-    pub fn get_mut(&mut self, e: EntityRef<'_>) -> Option<&mut Entity> {
-        let p = self.position(e)?;
-        self.slot_mut(p).map(|(_, v)| v)
+    /// The entity, to change; what it keeps outside its slot is counted in `bytes` when the
+    /// change ends.
+    pub fn get_mut<'a>(
+        &'a mut self,
+        e: EntityRef<'_>,
+        bytes: &'a mut u64,
+    ) -> Option<EntityMut<'a>> {
+        let (k, i) = chunk_of(self.position(e)? as usize);
+        let (_, r) = self.slots.get_mut(k)?.get_mut(i)?;
+        Some(EntityMut::new(r, bytes, &mut self.spill))
+    }
+
+    /// Bytes of the encodings held outside their slots.
+    pub fn spill(&self) -> u64 {
+        self.spill
     }
 
     pub fn contains_key(&self, e: EntityRef<'_>) -> bool {
         self.position(e).is_some()
     }
 
-    /// The entity, created if missing; and whether it was.
-    pub fn get_or_insert(&mut self, e: EntityRef<'_>) -> (&mut Entity, bool) {
+    /// The entity, created if missing (its key counted in `bytes`); and whether it was.
+    pub fn get_or_insert<'a>(
+        &'a mut self,
+        e: EntityRef<'_>,
+        bytes: &'a mut u64,
+    ) -> (EntityMut<'a>, bool) {
         let created = match self.position(e) {
             Some(_) => false,
             None => {
@@ -549,26 +590,30 @@ impl EntityMap {
                     self.chunk_bytes += chunk_bytes(k);
                 }
                 if let Some(c) = self.slots.last_mut() {
-                    c.push((Key::new(e.name), Entity::new()));
+                    c.push((Key::new(e.name), Rec::new()));
                 }
                 self.len += 1;
+                *bytes += key_heap(e.name);
                 true
             }
         };
         // Present now: found, or just pushed into the last chunk.
-        let pos = self.position(e).unwrap_or(u32::MAX);
-        match self.slot_mut(pos) {
-            Some((_, v)) => (v, created),
+        let (k, i) = chunk_of(self.position(e).unwrap_or(u32::MAX) as usize);
+        match self.slots.get_mut(k).and_then(|c| c.get_mut(i)) {
+            Some((_, r)) => (EntityMut::new(r, bytes, &mut self.spill), created),
             None => unreachable!("an entity just found or inserted has a slot"),
         }
     }
 
+    /// Put `value` in entity `e`'s slot (a snapshot's entity; the shard is recounted after).
     pub fn insert(&mut self, e: EntityRef<'_>, value: Entity) {
-        let (slot, _) = self.get_or_insert(e);
+        let mut uncounted = 0;
+        let (mut slot, _) = self.get_or_insert(e, &mut uncounted);
         *slot = value;
     }
 
-    pub fn remove(&mut self, e: EntityRef<'_>) -> Option<Entity> {
+    /// Remove entity `e`: the entity, and the bytes it kept outside its slot (key included).
+    pub fn remove(&mut self, e: EntityRef<'_>) -> Option<(Entity, u64)> {
         let sub = Self::sub_of(e);
         let slots = &self.slots;
         let pos = match self.index.get_mut(sub)?.find_entry(e.table_hash(), |&p| {
@@ -586,35 +631,93 @@ impl EntityMap {
         }
         self.len -= 1;
         let last_pos = u32::try_from(self.len).unwrap_or(u32::MAX);
-        if pos == last_pos {
-            return Some(last.1);
-        }
-        let moved = EntityRef::new(std::str::from_utf8(last.0.as_bytes()).unwrap_or(""));
-        if let Some(t) = self.index.get_mut(Self::sub_of(moved))
-            && let Some(p) = t.find_mut(moved.table_hash(), |&p| p == last_pos)
-        {
-            *p = pos;
-        }
-        let slot = self.slot_mut(pos)?;
-        Some(std::mem::replace(slot, last).1)
+        let (key, mut rec) = if pos == last_pos {
+            last
+        } else {
+            let moved = EntityRef::new(std::str::from_utf8(last.0.as_bytes()).unwrap_or(""));
+            if let Some(t) = self.index.get_mut(Self::sub_of(moved))
+                && let Some(p) = t.find_mut(moved.table_hash(), |&p| p == last_pos)
+            {
+                *p = pos;
+            }
+            let slot = self.slot_mut(pos)?;
+            std::mem::replace(slot, last)
+        };
+        let freed = slot_heap(&key, &rec);
+        self.spill = self.spill.saturating_sub(rec.spill());
+        Some((rec.take(), freed))
     }
 
     /// Every entity with its name's bytes (UTF-8).
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entity)> {
-        self.slots.iter().flatten().map(|(k, e)| (k.as_bytes(), e))
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], View<'_>)> {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|(k, r)| (k.as_bytes(), r.view()))
     }
 
-    /// Every entity, to change.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut Entity)> {
-        self.slots
-            .iter_mut()
-            .flatten()
-            .map(|(k, e)| (k.as_bytes(), e))
+    /// Change every entity with `f` (the shard is recounted after).
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Entity)) {
+        self.spill = 0;
+        for (_, r) in self.slots.iter_mut().flatten() {
+            let mut e = r.take();
+            f(&mut e);
+            r.store(e);
+            self.spill += r.spill();
+        }
     }
 
     /// Every entity with its key, for measuring.
-    fn slots(&self) -> impl Iterator<Item = &(Key, Entity)> {
+    fn slots(&self) -> impl Iterator<Item = &(Key, Rec)> {
         self.slots.iter().flatten()
+    }
+}
+
+/// An entity taken out of its slot to change; put back, with what it keeps outside its slot
+/// counted, when dropped.
+pub(crate) struct EntityMut<'a> {
+    rec: &'a mut Rec,
+    bytes: &'a mut u64,
+    spill: &'a mut u64,
+    was: u64,
+    was_spill: u64,
+    e: Entity,
+}
+
+impl<'a> EntityMut<'a> {
+    fn new(rec: &'a mut Rec, bytes: &'a mut u64, spill: &'a mut u64) -> Self {
+        let was = rec.heap();
+        let was_spill = rec.spill();
+        let e = rec.take();
+        EntityMut {
+            rec,
+            bytes,
+            spill,
+            was,
+            was_spill,
+            e,
+        }
+    }
+}
+
+impl std::ops::Deref for EntityMut<'_> {
+    type Target = Entity;
+    fn deref(&self) -> &Entity {
+        &self.e
+    }
+}
+
+impl std::ops::DerefMut for EntityMut<'_> {
+    fn deref_mut(&mut self) -> &mut Entity {
+        &mut self.e
+    }
+}
+
+impl Drop for EntityMut<'_> {
+    fn drop(&mut self) {
+        self.rec.store(std::mem::take(&mut self.e));
+        *self.bytes = (*self.bytes + self.rec.heap()).saturating_sub(self.was);
+        *self.spill = (*self.spill + self.rec.spill()).saturating_sub(self.was_spill);
     }
 }
 
@@ -661,6 +764,11 @@ impl Shard {
         self.entities.insert(EntityRef::new(key), e);
     }
 
+    /// The shard's bytes and the bytes of its encodings held outside their slots.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.bytes, self.entities.spill())
+    }
+
     /// Count the shard's bytes from scratch: its table, what its entities keep outside their
     /// slots, and its names. The incremental count of every change must come to the same.
     pub(crate) fn recount(&mut self) {
@@ -673,7 +781,7 @@ impl Shard {
             + self
                 .entities
                 .slots()
-                .map(|(k, e)| slot_heap(k, e))
+                .map(|(k, r)| slot_heap(k, r))
                 .sum::<u64>()
             + self.names.bytes()
     }
@@ -689,13 +797,14 @@ mod tests {
     use proptest::prelude::*;
     use vx_proto::{EventView, Kind, Num};
 
-    /// A slot is most of what an entity costs (a table is between half and 7/8 full): the
-    /// key up to 22 bytes, the built-ins, the watermarks and one feature inline.
+    /// A slot is most of what an entity costs (an index entry is 4 bytes): the key up to 22
+    /// bytes and a record of up to 31 encoded bytes (the built-ins, the watermarks and a
+    /// counter or two) inline.
     #[test]
     fn a_slot_stays_small() {
         assert_eq!(std::mem::size_of::<State>(), 40);
-        assert_eq!(std::mem::size_of::<Feat>(), 56);
-        assert_eq!(SLOT_COST, 128);
+        assert_eq!(std::mem::size_of::<Rec>(), 40);
+        assert_eq!(SLOT_COST, 64);
     }
 
     #[test]
@@ -719,8 +828,9 @@ mod tests {
     fn removal_keeps_every_other_entity_findable() {
         let mut m = EntityMap::default();
         let names: Vec<String> = (0..2000).map(|i| format!("e{i}")).collect();
+        let mut bytes = 0;
         for n in &names {
-            m.get_or_insert(EntityRef::new(n)).0.as_of = n.len() as i64;
+            m.get_or_insert(EntityRef::new(n), &mut bytes).0.as_of = n.len() as i64;
         }
         for n in names.iter().step_by(3) {
             assert!(m.remove(EntityRef::new(n)).is_some());
@@ -757,7 +867,7 @@ mod tests {
             let e = EntityRef::new(n);
             let i = EntityMap::sub_of(e);
             let (len, cap) = m.sub_fill(i);
-            m.get_or_insert(e);
+            m.get_or_insert(e, &mut 0);
             assert_eq!(
                 m.sub_fill(i),
                 (len + 1, grown_capacity(cap, len + 1)),

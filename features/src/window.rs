@@ -14,7 +14,7 @@
 use crate::decl::MAX_FUTURE_MS;
 use crate::decl::{Agg, BUCKETS, DistinctOf, FeatureDecl, Reading};
 use crate::hll;
-use crate::table::{Bucket, State};
+use crate::table::{Bucket, Buckets, State};
 use vx_proto::EventView;
 
 /// Update one declared aggregate with an event: `Some(true)` applied, `Some(false)` late,
@@ -81,6 +81,7 @@ pub(crate) fn aggregate(
                 fold(&mut bk);
                 let keep_from = buckets.partition_point(|x| x.idx <= b - BUCKETS);
                 buckets.drain(..keep_from);
+                grow_one(buckets);
                 buckets.push(bk);
             } else {
                 match buckets.binary_search_by_key(&b, |x| x.idx) {
@@ -96,6 +97,7 @@ pub(crate) fn aggregate(
                             a: 0.0,
                         };
                         fold(&mut bk);
+                        grow_one(buckets);
                         buckets.insert(i, bk);
                     }
                 }
@@ -103,6 +105,15 @@ pub(crate) fn aggregate(
             Some(true)
         }
         _ => None,
+    }
+}
+
+/// Room for one more bucket, exactly: a window gains a bucket per bucket width at most, and
+/// a doubled allocation would hold up to twice the buckets it needs for the life of the entity
+/// (most windows of most entities hold a few).
+fn grow_one(buckets: &mut Buckets) {
+    if buckets.len() == buckets.capacity() {
+        buckets.reserve_exact(1);
     }
 }
 

@@ -39,7 +39,7 @@ fn copy_shard(g: &Shard, covered: u64) -> io::Result<SnapShard> {
                 .map(|f| SnapFeat {
                     name: f.name,
                     updated_ms: f.updated_ms,
-                    st: match &f.st {
+                    st: match &*f.st {
                         State::Plain { v, ts } => match v {
                             FeatureValue::Int(i) => SnapState::Int(*i, *ts),
                             FeatureValue::Float(x) => SnapState::Float(*x, *ts),

@@ -1,0 +1,576 @@
+//! An entity packed into its table slot: the built-ins, the watermarks and the plain features
+//! as varints, times as differences from the entity's `as_of`, so that an entity with the
+//! built-ins and a counter takes about 20 bytes, held in the slot without an allocation.
+//!
+//! A change takes the entity out ([`Rec::take`]: a plain [`Entity`] to change with ordinary
+//! code), and stores it back ([`Rec::store`]); a read decodes a [`View`] that borrows what it
+//! can. States that are not a few bytes (strings, window buckets, sketches) stay [`State`]s in
+//! the record's side allocation ([`More`]), moved in and out, never copied: a windowed entity
+//! pays no encoding for its buckets.
+//!
+//! The encoding lives only in memory (snapshots store [`crate::snapshot::SnapEntity`]), so it
+//! can change freely; `rec_round_trips` in the tests shows every entity survives it. Layout:
+//! ```text
+//! flags u8            bit 0 events, bit 1 last_ts, bit 2 wm set, bit 3 as_of set
+//! as_of zigzag        if bit 3; the base B of every time below (0 otherwise)
+//! wm    zigzag(B-wm)  if bit 2
+//! events zigzag       if bit 0
+//! last_ts zigzag(B-t) if bit 1
+//! n     varint        features, then each:
+//!   name varint, updated zigzag(U-updated_ms), tag u8 (U: the previous feature's
+//!     updated_ms, B for the first: features changed by one record share it)
+//!     tag & 3: 0 int (zigzag), 1 float (8 bytes LE), 2 bool (1 byte), 3 a state in More
+//!     tag & 4: the plain value's ts is i64::MIN; otherwise zigzag(B-ts) follows the value
+//! ```
+
+use crate::decl::FeatureValue;
+use crate::table::{Entity, Feat, Feats, Head, State, alloc_size, state_heap};
+use smallvec::SmallVec;
+use std::borrow::Cow;
+
+/// Encoded bytes a slot holds; longer encodings go to [`More::data`].
+pub(crate) const INLINE: usize = 31;
+/// `len` of a record whose encoding is in [`More::data`].
+const SPILLED: u8 = u8::MAX;
+
+/// Bytes of the side allocation's header.
+pub(crate) const MORE_COST: u64 = std::mem::size_of::<More>() as u64;
+/// Bytes of a state held in the side allocation.
+pub(crate) const STATE_COST: u64 = std::mem::size_of::<State>() as u64;
+/// The longest encoding of the head (flags and four times).
+pub(crate) const HEAD_MAX: usize = 1 + 4 * 10;
+/// The longest encoding of one feature (name, updated, tag, value, ts) and of the count.
+pub(crate) const FEAT_MAX: usize = 5 + 10 + 1 + 10 + 10;
+const COUNT_MAX: usize = 5;
+
+const F_EVENTS: u8 = 1;
+const F_LAST_TS: u8 = 2;
+const F_WM: u8 = 4;
+const F_AS_OF: u8 = 8;
+
+const T_INT: u8 = 0;
+const T_FLOAT: u8 = 1;
+const T_BOOL: u8 = 2;
+const T_STATE: u8 = 3;
+const T_TS_MIN: u8 = 4;
+
+/// An entity as its slot holds it.
+pub(crate) struct Rec {
+    len: u8,
+    buf: [u8; INLINE],
+    more: Option<Box<More>>,
+}
+
+/// What a record keeps outside its slot: an encoding longer than [`INLINE`] (the encoding
+/// ends itself, so the buffer is kept while later encodings fit in it), and the states that
+/// are not a few bytes, in the order of their features (reallocated only when their number
+/// changes). Boxed slices: 16 bytes less than two `Vec`s.
+struct More {
+    data: Box<[u8]>,
+    states: Box<[State]>,
+}
+
+/// An entity as a read sees it: the head and the features decoded, states borrowed.
+pub(crate) struct View<'a> {
+    pub head: Head,
+    pub feats: SmallVec<[FeatView<'a>; 4]>,
+    /// The record's side allocation, for the budget's bounds.
+    pub shell: Shell,
+}
+
+pub(crate) struct FeatView<'a> {
+    pub name: u32,
+    pub updated_ms: i64,
+    pub st: Cow<'a, State>,
+}
+
+impl std::ops::Deref for View<'_> {
+    type Target = Head;
+    fn deref(&self) -> &Head {
+        &self.head
+    }
+}
+
+/// The shape of a record's side allocation, for the budget's bounds.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Shell {
+    /// Bytes of the side allocation and its two buffers (not the states' own heap).
+    pub bytes: u64,
+    pub data_cap: usize,
+    pub states_cap: usize,
+}
+
+impl Shell {
+    /// The most the side allocation can come to once the entity has `feats` features, `states`
+    /// of them held as states: the encoding at its longest.
+    pub(crate) fn bound(self, feats: usize, states: usize) -> u64 {
+        let data = HEAD_MAX + COUNT_MAX + feats * FEAT_MAX;
+        if data <= INLINE && states == 0 {
+            return self.bytes;
+        }
+        let bytes = alloc_size(MORE_COST as usize)
+            + alloc_size(self.data_cap.max(data))
+            + alloc_size(self.states_cap.max(states) * STATE_COST as usize);
+        bytes.max(self.bytes)
+    }
+}
+
+/// Whether a feature's state is held in the side allocation rather than encoded.
+pub(crate) fn held(st: &State) -> bool {
+    !matches!(st, State::Plain { v, .. } if !matches!(v, FeatureValue::Str(_)))
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put(out: &mut SmallVec<[u8; 128]>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_i(out: &mut SmallVec<[u8; 128]>, v: i64) {
+    put(out, zigzag(v));
+}
+
+/// A cursor over an encoding. Records are only ever what [`Rec::store`] wrote, so a short
+/// read is a bug: it yields zeros rather than a panic on a read path.
+struct Rd<'a> {
+    b: &'a [u8],
+}
+
+impl Rd<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.b.split_first() {
+            Some((&x, rest)) => {
+                self.b = rest;
+                x
+            }
+            None => 0,
+        }
+    }
+
+    fn var(&mut self) -> u64 {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let x = self.byte();
+            v |= u64::from(x & 0x7f).checked_shl(shift).unwrap_or(0);
+            if x & 0x80 == 0 || shift >= 63 {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+
+    fn int(&mut self) -> i64 {
+        unzigzag(self.var())
+    }
+
+    fn f64(&mut self) -> f64 {
+        let mut a = [0u8; 8];
+        for x in a.iter_mut() {
+            *x = self.byte();
+        }
+        f64::from_le_bytes(a)
+    }
+}
+
+/// One decoded feature: its name, updated time and either a plain state or the index of its
+/// state in [`More::states`].
+enum Dec {
+    Plain(State),
+    Held(usize),
+}
+
+/// Decode `b` (an encoding), handing each feature to `feat`.
+fn decode(b: &[u8], mut feat: impl FnMut(u32, i64, Dec)) -> Head {
+    let mut r = Rd { b };
+    let flags = r.byte();
+    let mut h = Head::new();
+    let base = if flags & F_AS_OF != 0 { r.int() } else { 0 };
+    if flags & F_AS_OF != 0 {
+        h.as_of = base;
+    }
+    if flags & F_WM != 0 {
+        h.wm = base.wrapping_sub(r.int());
+    }
+    if flags & F_EVENTS != 0 {
+        h.set_events(Some(r.int()));
+    }
+    if flags & F_LAST_TS != 0 {
+        h.set_last_ts(Some(base.wrapping_sub(r.int())));
+    }
+    let n = r.var();
+    let mut held = 0;
+    let mut prev = base;
+    for _ in 0..n {
+        let name = u32::try_from(r.var()).unwrap_or(u32::MAX);
+        let updated = prev.wrapping_sub(r.int());
+        prev = updated;
+        let tag = r.byte();
+        let v = match tag & 3 {
+            T_INT => FeatureValue::Int(r.int()),
+            T_FLOAT => FeatureValue::Float(r.f64()),
+            T_BOOL => FeatureValue::Bool(r.byte() != 0),
+            _ => {
+                feat(name, updated, Dec::Held(held));
+                held += 1;
+                continue;
+            }
+        };
+        let ts = if tag & T_TS_MIN != 0 {
+            i64::MIN
+        } else {
+            base.wrapping_sub(r.int())
+        };
+        feat(name, updated, Dec::Plain(State::Plain { v, ts }));
+    }
+    h
+}
+
+/// A placeholder left where a state was taken out.
+fn hole() -> State {
+    State::Plain {
+        v: FeatureValue::Int(0),
+        ts: 0,
+    }
+}
+
+impl Rec {
+    pub(crate) fn new() -> Rec {
+        let mut r = Rec {
+            len: 0,
+            buf: [0; INLINE],
+            more: None,
+        };
+        r.store(Entity::new());
+        r
+    }
+
+    /// The encoding.
+    fn bytes(&self) -> &[u8] {
+        if self.len == SPILLED {
+            self.more.as_ref().map_or(&[][..], |m| &m.data[..])
+        } else {
+            self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+        }
+    }
+
+    /// Pack `e` into the record, moving its non-plain states into the side allocation.
+    pub(crate) fn store(&mut self, e: Entity) {
+        let Entity { head: h, feats } = e;
+        let mut out: SmallVec<[u8; 128]> = SmallVec::new();
+        let mut flags = h.present_flags();
+        if h.wm != i64::MIN {
+            flags |= F_WM;
+        }
+        if h.as_of != i64::MIN {
+            flags |= F_AS_OF;
+        }
+        out.push(flags);
+        let base = if flags & F_AS_OF != 0 { h.as_of } else { 0 };
+        if flags & F_AS_OF != 0 {
+            put_i(&mut out, base);
+        }
+        if flags & F_WM != 0 {
+            put_i(&mut out, base.wrapping_sub(h.wm));
+        }
+        if let Some(v) = h.events() {
+            put_i(&mut out, v);
+        }
+        if let Some(t) = h.last_ts() {
+            put_i(&mut out, base.wrapping_sub(t));
+        }
+        put(&mut out, feats.len() as u64);
+        let mut kept: SmallVec<[State; 4]> = SmallVec::new();
+        let mut prev = base;
+        for f in feats {
+            put(&mut out, u64::from(f.name));
+            put_i(&mut out, prev.wrapping_sub(f.updated_ms));
+            prev = f.updated_ms;
+            let (v, ts) = match f.st {
+                State::Plain { v, ts } if !matches!(v, FeatureValue::Str(_)) => (v, ts),
+                st => {
+                    out.push(T_STATE);
+                    kept.push(st);
+                    continue;
+                }
+            };
+            let min = if ts == i64::MIN { T_TS_MIN } else { 0 };
+            match v {
+                FeatureValue::Int(i) => {
+                    out.push(T_INT | min);
+                    put_i(&mut out, i);
+                }
+                FeatureValue::Float(x) => {
+                    out.push(T_FLOAT | min);
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+                FeatureValue::Bool(b) => {
+                    out.push(T_BOOL | min);
+                    out.push(u8::from(b));
+                }
+                FeatureValue::Str(_) => {}
+            }
+            if ts != i64::MIN {
+                put_i(&mut out, base.wrapping_sub(ts));
+            }
+        }
+        let inline = out.len() <= INLINE;
+        if inline && kept.is_empty() {
+            self.more = None;
+        } else {
+            let m = self.more.get_or_insert_with(|| {
+                Box::new(More {
+                    data: Box::default(),
+                    states: Box::default(),
+                })
+            });
+            if inline {
+                m.data = Box::default();
+            } else if let Some(d) = m.data.get_mut(..out.len()) {
+                d.copy_from_slice(&out);
+            } else {
+                m.data = out.as_slice().into();
+            }
+            if m.states.len() == kept.len() {
+                for (s, k) in m.states.iter_mut().zip(kept) {
+                    *s = k;
+                }
+            } else {
+                // Not `collect()`: it would allocate room for four and shrink in place, keeping
+                // the larger block.
+                let mut states = Vec::with_capacity(kept.len());
+                states.extend(kept);
+                m.states = states.into_boxed_slice();
+            }
+        }
+        if inline {
+            self.buf[..out.len()].copy_from_slice(&out);
+            self.len = out.len() as u8;
+        } else {
+            self.len = SPILLED;
+        }
+    }
+
+    /// The entity, to change; [`Rec::store`] puts it back (its states are moved out, and
+    /// holes left in their place until then).
+    pub(crate) fn take(&mut self) -> Entity {
+        let mut feats = Feats::new();
+        let mut more = self.more.take();
+        let head = {
+            let (data, states) = match more.as_deref_mut() {
+                Some(m) => (&m.data[..], &mut m.states[..]),
+                None => (&[][..], &mut [][..]),
+            };
+            let b = if self.len == SPILLED {
+                data
+            } else {
+                self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+            };
+            decode(b, |name, updated_ms, d| {
+                let st = match d {
+                    Dec::Plain(st) => st,
+                    Dec::Held(i) => states.get_mut(i).map_or_else(hole, std::mem::take),
+                };
+                feats.push(Feat {
+                    name,
+                    updated_ms,
+                    st,
+                });
+            })
+        };
+        self.more = more;
+        Entity { head, feats }
+    }
+
+    /// The entity as a read sees it.
+    pub(crate) fn view(&self) -> View<'_> {
+        let mut feats = SmallVec::new();
+        let states = self.more.as_deref().map_or(&[][..], |m| &m.states[..]);
+        let head = decode(self.bytes(), |name, updated_ms, d| {
+            let st = match d {
+                Dec::Plain(st) => Cow::Owned(st),
+                Dec::Held(i) => states
+                    .get(i)
+                    .map_or_else(|| Cow::Owned(hole()), Cow::Borrowed),
+            };
+            feats.push(FeatView {
+                name,
+                updated_ms,
+                st,
+            });
+        });
+        View {
+            head,
+            feats,
+            shell: self.shell(),
+        }
+    }
+
+    /// The side allocation's shape.
+    pub(crate) fn shell(&self) -> Shell {
+        match self.more.as_deref() {
+            None => Shell::default(),
+            Some(m) => Shell {
+                bytes: alloc_size(MORE_COST as usize)
+                    + alloc_size(m.data.len())
+                    + alloc_size(m.states.len() * STATE_COST as usize),
+                data_cap: m.data.len(),
+                states_cap: m.states.len(),
+            },
+        }
+    }
+
+    /// Bytes of the encoding held outside the slot (its buffer's capacity; 0 when inline).
+    pub(crate) fn spill(&self) -> u64 {
+        self.more.as_deref().map_or(0, |m| m.data.len() as u64)
+    }
+
+    /// Bytes the record keeps outside its slot: the side allocation and its states' own.
+    pub(crate) fn heap(&self) -> u64 {
+        let states = self
+            .more
+            .as_deref()
+            .map_or(0, |m| m.states.iter().map(state_heap).sum::<u64>());
+        self.shell().bytes + states
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        hole()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::table::{Bucket, Buckets};
+    use proptest::prelude::*;
+
+    fn any_time() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            Just(i64::MIN),
+            Just(i64::MAX),
+            -1000i64..1000,
+            1_700_000_000_000i64..1_800_000_000_000,
+            any::<i64>(),
+        ]
+    }
+
+    fn any_state() -> impl Strategy<Value = State> {
+        prop_oneof![
+            (any::<i64>(), any_time()).prop_map(|(i, ts)| State::Plain {
+                v: FeatureValue::Int(i),
+                ts
+            }),
+            (any::<f64>(), any_time()).prop_map(|(x, ts)| State::Plain {
+                v: FeatureValue::Float(x),
+                ts
+            }),
+            (any::<bool>(), any_time()).prop_map(|(b, ts)| State::Plain {
+                v: FeatureValue::Bool(b),
+                ts
+            }),
+            (".{0,40}", any_time()).prop_map(|(s, ts)| State::Plain {
+                v: FeatureValue::Str(s.into()),
+                ts
+            }),
+            prop::collection::vec((any::<i64>(), any::<u32>(), any::<f64>()), 0..5).prop_map(|b| {
+                State::Win(
+                    b.into_iter()
+                        .map(|(idx, n, a)| Bucket { idx, n, a })
+                        .collect::<Buckets>(),
+                )
+            }),
+            (any_time(), prop::collection::vec(any::<u8>(), 0..64))
+                .prop_map(|(head, regs)| State::Hll { head, regs }),
+        ]
+    }
+
+    fn any_entity() -> impl Strategy<Value = Entity> {
+        (
+            prop::option::of(any::<i64>()),
+            prop::option::of(any_time()),
+            any_time(),
+            any_time(),
+            prop::collection::vec((any::<u32>(), any_time(), any_state()), 0..8),
+        )
+            .prop_map(|(events, last_ts, wm, as_of, feats)| {
+                let feats = feats
+                    .into_iter()
+                    .map(|(name, updated_ms, st)| Feat {
+                        name,
+                        updated_ms,
+                        st,
+                    })
+                    .collect();
+                Entity::restored(events, last_ts, feats, wm, as_of)
+            })
+    }
+
+    /// Floats compare by bits (NaN included).
+    fn same(a: &Entity, b: &Entity) -> bool {
+        format!("{a:?}") == format!("{b:?}")
+    }
+
+    proptest! {
+        /// Every entity comes back as it went in: taken out, read, and stored again over a
+        /// record that held another entity before.
+        #[test]
+        fn rec_round_trips(e in any_entity(), before in any_entity()) {
+            let mut r = Rec::new();
+            r.store(before);
+            r.store(e.clone());
+            let v = r.view();
+            prop_assert_eq!(v.head, e.head);
+            prop_assert_eq!(v.feats.len(), e.feats.len());
+            for (a, b) in v.feats.iter().zip(&e.feats) {
+                prop_assert_eq!((a.name, a.updated_ms), (b.name, b.updated_ms));
+                prop_assert_eq!(format!("{:?}", &*a.st), format!("{:?}", b.st));
+            }
+            drop(v);
+            let back = r.take();
+            prop_assert!(same(&back, &e), "{back:?} != {e:?}");
+            r.store(back);
+            prop_assert!(same(&r.take(), &e));
+        }
+    }
+
+    /// An entity with the built-ins and a counter, its times near each other, is held in its
+    /// slot: no side allocation.
+    #[test]
+    fn a_counter_entity_needs_no_allocation() {
+        let now = 1_790_000_000_000;
+        let e = Entity::restored(
+            Some(123_456),
+            Some(now),
+            [Feat {
+                name: 7,
+                updated_ms: now + 3,
+                st: State::Plain {
+                    v: FeatureValue::Int(99_999),
+                    ts: now,
+                },
+            }]
+            .into_iter()
+            .collect(),
+            now,
+            now,
+        );
+        let mut r = Rec::new();
+        r.store(e);
+        assert_eq!(r.heap(), 0);
+        assert!(usize::from(r.len) <= 20, "{}", r.len);
+    }
+}
