@@ -10,7 +10,7 @@ use crate::Features;
 use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
-use crate::rec::{FEAT_MAX, HEAD_MAX, INLINE, MORE_COST, STATE_COST, Shell, held};
+use crate::rec::{FEAT_MAX, HEAD_MAX, HELD_COST, INLINE, Shell, THIN_HEADER, held};
 use crate::table::{EntityMap, EntityRef, SLOT_COST, State, alloc_size, state_max_bytes};
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
@@ -78,9 +78,9 @@ impl Features {
         // quarter of a list at most in rounding, bounded by `used`).
         let per_event = 3 * (SLOT_COST + 1)
             + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
-            + alloc_size(MORE_COST as usize)
+            + alloc_size((THIN_HEADER + HELD_COST) as usize)
             + alloc_size(16 * INLINE + HEAD_MAX + (1 + decls as usize) * FEAT_MAX)
-            + (1 + decls) * (2 * STATE_COST + NAME_COST + 2 * 256)
+            + (1 + decls) * (2 * HELD_COST + NAME_COST + 2 * 256)
             + decls * state_max_bytes(true);
         // Each shard given new entities may also open a chunk of its arena (at most a full
         // one, and the chunk list may grow).

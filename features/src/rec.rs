@@ -5,8 +5,10 @@
 //! A change takes the entity out ([`Rec::take`]: a plain [`Entity`] to change with ordinary
 //! code), and stores it back ([`Rec::store`]); a read decodes a [`View`] that borrows what it
 //! can. States that are not a few bytes (strings, window buckets, sketches) stay [`State`]s in
-//! the record's side allocation ([`More`]), moved in and out, never copied: a windowed entity
-//! pays no encoding for its buckets.
+//! the record's side allocation ([`Held`], one allocation a pointer away from the slot), moved
+//! in and out, never copied: a windowed entity pays no encoding for its buckets, and reaching
+//! a state from the slot is one dependent load, as when the states were in the slot's own
+//! feature list.
 //!
 //! The encoding lives only in memory (snapshots store [`crate::snapshot::SnapEntity`]), so it
 //! can change freely; `rec_round_trips` in the tests shows every entity survives it. Layout:
@@ -19,7 +21,7 @@
 //! n     varint        features, then each:
 //!   name varint, updated zigzag(U-updated_ms), tag u8 (U: the previous feature's
 //!     updated_ms, B for the first: features changed by one record share it)
-//!     tag & 3: 0 int (zigzag), 1 float (8 bytes LE), 2 bool (1 byte), 3 a state in More
+//!     tag & 3: 0 int (zigzag), 1 float (8 bytes LE), 2 bool (1 byte), 3 the next held state
 //!     tag & 4: the plain value's ts is i64::MIN; otherwise zigzag(B-ts) follows the value
 //! ```
 
@@ -27,16 +29,17 @@ use crate::decl::FeatureValue;
 use crate::table::{Entity, Feat, Feats, Head, State, alloc_size, state_heap};
 use smallvec::SmallVec;
 use std::borrow::Cow;
+use thin_vec::ThinVec;
 
-/// Encoded bytes a slot holds; longer encodings go to [`More::data`].
+/// Encoded bytes a slot holds; longer encodings go to a [`Held::Data`].
 pub(crate) const INLINE: usize = 31;
-/// `len` of a record whose encoding is in [`More::data`].
+/// `len` of a record whose encoding is in its last [`Held::Data`].
 const SPILLED: u8 = u8::MAX;
 
-/// Bytes of the side allocation's header.
-pub(crate) const MORE_COST: u64 = std::mem::size_of::<More>() as u64;
-/// Bytes of a state held in the side allocation.
-pub(crate) const STATE_COST: u64 = std::mem::size_of::<State>() as u64;
+/// Bytes of the side allocation's header (its length and capacity).
+pub(crate) const THIN_HEADER: u64 = 16;
+/// Bytes of an entry of the side allocation.
+pub(crate) const HELD_COST: u64 = std::mem::size_of::<Held>() as u64;
 /// The longest encoding of the head (flags and four times).
 pub(crate) const HEAD_MAX: usize = 1 + 4 * 10;
 /// The longest encoding of one feature (name, updated, tag, value, ts) and of the count.
@@ -54,20 +57,20 @@ const T_BOOL: u8 = 2;
 const T_STATE: u8 = 3;
 const T_TS_MIN: u8 = 4;
 
-/// An entity as its slot holds it.
+/// An entity as its slot holds it: up to [`INLINE`] encoded bytes, and what is held outside
+/// (empty without an allocation for most entities).
 pub(crate) struct Rec {
     len: u8,
     buf: [u8; INLINE],
-    more: Option<Box<More>>,
+    more: ThinVec<Held>,
 }
 
-/// What a record keeps outside its slot: an encoding longer than [`INLINE`] (the encoding
-/// ends itself, so the buffer is kept while later encodings fit in it), and the states that
-/// are not a few bytes, in the order of their features (reallocated only when their number
-/// changes). Boxed slices: 16 bytes less than two `Vec`s.
-struct More {
-    data: Box<[u8]>,
-    states: Box<[State]>,
+/// An entry of a record's side allocation: the states that are not a few bytes, in the order
+/// of their features, then the encoding if it is longer than [`INLINE`] (it ends itself, so
+/// its buffer is kept while later encodings fit in it).
+enum Held {
+    St(State),
+    Data(Box<[u8]>),
 }
 
 /// An entity as a read sees it: the head and the features decoded, states borrowed.
@@ -94,10 +97,11 @@ impl std::ops::Deref for View<'_> {
 /// The shape of a record's side allocation, for the budget's bounds.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Shell {
-    /// Bytes of the side allocation and its two buffers (not the states' own heap).
+    /// Bytes of the side allocation and of a long encoding's buffer (not the states' own heap).
     pub bytes: u64,
     pub data_cap: usize,
-    pub states_cap: usize,
+    /// Entries the side allocation has room for.
+    pub held_cap: usize,
 }
 
 impl Shell {
@@ -105,12 +109,9 @@ impl Shell {
     /// of them held as states: the encoding at its longest.
     pub(crate) fn bound(self, feats: usize, states: usize) -> u64 {
         let data = HEAD_MAX + COUNT_MAX + feats * FEAT_MAX;
-        if data <= INLINE && states == 0 {
-            return self.bytes;
-        }
-        let bytes = alloc_size(MORE_COST as usize)
-            + alloc_size(self.data_cap.max(data))
-            + alloc_size(self.states_cap.max(states) * STATE_COST as usize);
+        let entries = self.held_cap.max(states + 1);
+        let bytes = alloc_size(THIN_HEADER as usize + entries * HELD_COST as usize)
+            + alloc_size(self.data_cap.max(data));
         bytes.max(self.bytes)
     }
 }
@@ -184,7 +185,7 @@ impl Rd<'_> {
 }
 
 /// One decoded feature: its name, updated time and either a plain state or the index of its
-/// state in [`More::states`].
+/// state among the held ones.
 enum Dec {
     Plain(State),
     Held(usize),
@@ -249,18 +250,24 @@ impl Rec {
         let mut r = Rec {
             len: 0,
             buf: [0; INLINE],
-            more: None,
+            more: ThinVec::new(),
         };
         r.store(Entity::new());
         r
     }
 
-    /// The encoding.
-    fn bytes(&self) -> &[u8] {
+    /// The held states, and the encoding.
+    fn parts(&self) -> (&[Held], &[u8]) {
         if self.len == SPILLED {
-            self.more.as_ref().map_or(&[][..], |m| &m.data[..])
+            match self.more.split_last() {
+                Some((Held::Data(d), states)) => (states, d),
+                _ => (&self.more, &[]),
+            }
         } else {
-            self.buf.get(..usize::from(self.len)).unwrap_or(&[])
+            (
+                &self.more,
+                self.buf.get(..usize::from(self.len)).unwrap_or(&[]),
+            )
         }
     }
 
@@ -325,33 +332,32 @@ impl Rec {
             }
         }
         let inline = out.len() <= INLINE;
-        if inline && kept.is_empty() {
-            self.more = None;
-        } else {
-            let m = self.more.get_or_insert_with(|| {
-                Box::new(More {
-                    data: Box::default(),
-                    states: Box::default(),
-                })
-            });
-            if inline {
-                m.data = Box::default();
-            } else if let Some(d) = m.data.get_mut(..out.len()) {
-                d.copy_from_slice(&out);
-            } else {
-                m.data = out.as_slice().into();
+        let entries = kept.len() + usize::from(!inline);
+        if entries == 0 {
+            self.more = ThinVec::new();
+        } else if self.more.len() == entries {
+            // The same shape as before (most changes): assigned in place, the long encoding's
+            // buffer kept if it is long enough.
+            for (h, k) in self.more.iter_mut().zip(kept) {
+                *h = Held::St(k);
             }
-            if m.states.len() == kept.len() {
-                for (s, k) in m.states.iter_mut().zip(kept) {
-                    *s = k;
+            if !inline && let Some(last) = self.more.last_mut() {
+                match last {
+                    Held::Data(d) if d.len() >= out.len() => {
+                        if let Some(d) = d.get_mut(..out.len()) {
+                            d.copy_from_slice(&out);
+                        }
+                    }
+                    _ => *last = Held::Data(out.as_slice().into()),
                 }
-            } else {
-                // Not `collect()`: it would allocate room for four and shrink in place, keeping
-                // the larger block.
-                let mut states = Vec::with_capacity(kept.len());
-                states.extend(kept);
-                m.states = states.into_boxed_slice();
             }
+        } else {
+            let mut more = ThinVec::with_capacity(entries);
+            more.extend(kept.into_iter().map(Held::St));
+            if !inline {
+                more.push(Held::Data(out.as_slice().into()));
+            }
+            self.more = more;
         }
         if inline {
             self.buf[..out.len()].copy_from_slice(&out);
@@ -365,43 +371,46 @@ impl Rec {
     /// holes left in their place until then).
     pub(crate) fn take(&mut self) -> Entity {
         let mut feats = Feats::new();
-        let mut more = self.more.take();
-        let head = {
-            let (data, states) = match more.as_deref_mut() {
-                Some(m) => (&m.data[..], &mut m.states[..]),
-                None => (&[][..], &mut [][..]),
-            };
-            let b = if self.len == SPILLED {
-                data
-            } else {
-                self.buf.get(..usize::from(self.len)).unwrap_or(&[])
-            };
-            decode(b, |name, updated_ms, d| {
-                let st = match d {
-                    Dec::Plain(st) => st,
-                    Dec::Held(i) => states.get_mut(i).map_or_else(hole, std::mem::take),
-                };
-                feats.push(Feat {
-                    name,
-                    updated_ms,
-                    st,
-                });
-            })
+        let spilled = self.len == SPILLED;
+        let (states, data): (&mut [Held], &[u8]) = if spilled {
+            match self.more.split_last_mut() {
+                Some((Held::Data(d), states)) => (states, d),
+                _ => (&mut self.more[..], &[]),
+            }
+        } else {
+            (
+                &mut self.more[..],
+                self.buf.get(..usize::from(self.len)).unwrap_or(&[]),
+            )
         };
-        self.more = more;
+        let head = decode(data, |name, updated_ms, d| {
+            let st = match d {
+                Dec::Plain(st) => st,
+                Dec::Held(i) => match states.get_mut(i) {
+                    Some(Held::St(s)) => std::mem::take(s),
+                    _ => hole(),
+                },
+            };
+            feats.push(Feat {
+                name,
+                updated_ms,
+                st,
+            });
+        });
         Entity { head, feats }
     }
 
     /// The entity as a read sees it.
     pub(crate) fn view(&self) -> View<'_> {
         let mut feats = SmallVec::new();
-        let states = self.more.as_deref().map_or(&[][..], |m| &m.states[..]);
-        let head = decode(self.bytes(), |name, updated_ms, d| {
+        let (states, data) = self.parts();
+        let head = decode(data, |name, updated_ms, d| {
             let st = match d {
                 Dec::Plain(st) => Cow::Owned(st),
-                Dec::Held(i) => states
-                    .get(i)
-                    .map_or_else(|| Cow::Owned(hole()), Cow::Borrowed),
+                Dec::Held(i) => match states.get(i) {
+                    Some(Held::St(s)) => Cow::Borrowed(s),
+                    _ => Cow::Owned(hole()),
+                },
             };
             feats.push(FeatView {
                 name,
@@ -418,29 +427,36 @@ impl Rec {
 
     /// The side allocation's shape.
     pub(crate) fn shell(&self) -> Shell {
-        match self.more.as_deref() {
-            None => Shell::default(),
-            Some(m) => Shell {
-                bytes: alloc_size(MORE_COST as usize)
-                    + alloc_size(m.data.len())
-                    + alloc_size(m.states.len() * STATE_COST as usize),
-                data_cap: m.data.len(),
-                states_cap: m.states.len(),
-            },
+        if self.more.capacity() == 0 {
+            return Shell::default();
+        }
+        let data = self.spill() as usize;
+        Shell {
+            bytes: alloc_size(THIN_HEADER as usize + self.more.capacity() * HELD_COST as usize)
+                + alloc_size(data),
+            data_cap: data,
+            held_cap: self.more.capacity(),
         }
     }
 
-    /// Bytes of the encoding held outside the slot (its buffer's capacity; 0 when inline).
+    /// Bytes of the encoding held outside the slot (its buffer's length; 0 when inline).
     pub(crate) fn spill(&self) -> u64 {
-        self.more.as_deref().map_or(0, |m| m.data.len() as u64)
+        match self.more.last() {
+            Some(Held::Data(d)) if self.len == SPILLED => d.len() as u64,
+            _ => 0,
+        }
     }
 
     /// Bytes the record keeps outside its slot: the side allocation and its states' own.
     pub(crate) fn heap(&self) -> u64 {
-        let states = self
+        let states: u64 = self
             .more
-            .as_deref()
-            .map_or(0, |m| m.states.iter().map(state_heap).sum::<u64>());
+            .iter()
+            .map(|h| match h {
+                Held::St(s) => state_heap(s),
+                Held::Data(_) => 0,
+            })
+            .sum();
         self.shell().bytes + states
     }
 }
