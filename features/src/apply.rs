@@ -74,6 +74,9 @@ pub struct RecordEvents<'a> {
     replay: Option<&'a Replay<'a>>,
     prev_ty: &'a str,
     decls: &'a [u32],
+    /// [`RecordEvents::prefetch`]'s own look-up of the type's declarations.
+    ahead_ty: &'a str,
+    ahead_decls: bool,
 }
 
 impl<'a> RecordEvents<'a> {
@@ -89,6 +92,36 @@ impl<'a> RecordEvents<'a> {
         }
         self.features
             .apply_event(entity, ev, self.decls, self.at, self.replay)
+    }
+
+    /// Start loading what applying `ev` will touch, a few events before [`Self::apply`]
+    /// does (the caller's loop: storage's `feed.rs`), so that the cache misses of the
+    /// events in between overlap. `near` false, the first stage (about eight events ahead):
+    /// the index and the slot are loaded now (the look-up waits for them), the side
+    /// allocation starts; `near` true (about four ahead): the states' buckets and sketches
+    /// start. Only for events of a type with declared aggregates: an entity with only plain
+    /// features is its slot, which the look-up itself loads, so the early look-up would only
+    /// move that wait. Changes nothing.
+    pub fn prefetch(&mut self, ev: &EventView<'a>, near: bool) {
+        let Some(entity) = ev.entity else {
+            return;
+        };
+        if ev.ty != self.ahead_ty {
+            self.ahead_ty = ev.ty;
+            self.ahead_decls = !self.features.decls.of_type(ev.ty).is_empty();
+        }
+        if !self.ahead_decls {
+            return;
+        }
+        let er = EntityRef::new(entity);
+        let g = self.features.shard(er).read();
+        if let Some(r) = g.entities.rec(er) {
+            if near {
+                r.prefetch_states();
+            } else {
+                r.prefetch_side();
+            }
+        }
     }
 }
 
@@ -106,6 +139,8 @@ impl Features {
             replay,
             prev_ty: "",
             decls: &[],
+            ahead_ty: "",
+            ahead_decls: false,
         })
     }
 

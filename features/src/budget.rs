@@ -11,7 +11,9 @@ use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::rec::{FEAT_MAX, HEAD_MAX, HELD_COST, INLINE, Shell, THIN_HEADER, held};
-use crate::table::{EntityMap, EntityRef, SLOT_COST, State, alloc_size, state_max_bytes};
+use crate::table::{
+    EntityMap, EntityRef, SLOT_COST, SUBTABLES, State, alloc_size, state_max_bytes,
+};
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
@@ -67,27 +69,28 @@ impl Features {
     pub fn reserve_events(&self, batch: &Batch) -> bool {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
         let decls = self.decls.max_per_type as u64;
-        // Cheap bound first. Each event may create its entity (a table slot; a table grows
-        // by doubling, so past its last doubling a slot costs up to 16/7 of itself, and the
-        // doubling of a shard adds at most 9/7 of its table, bounded by `used`), its counter
+        // Cheap bound first. Each event may create its entity (a slot, its key), its counter
         // (a feature and a name) and its declared aggregates, or grow each aggregate's state
-        // by at most that state's largest size. Its record's encoding may leave the slot (an
-        // encoding's times are differences from the newest one, so every one of them may grow
-        // to its longest: at most 16 times the encoding, bounded for the ones held outside
-        // their slots by `spilled`), and its held states' list grow by one state each (a
-        // quarter of a list at most in rounding, bounded by `used`).
+        // by at most that state's largest size; and double one index table (at most twice
+        // the largest one so far: a shard's index is 32 tables, so no doubling is a large
+        // share of the tables). Its record's encoding may leave the slot (an encoding's
+        // times are differences from the newest one, so each may grow to its longest: at
+        // most 16 times the encoding, and for the records with a side allocation, bounded by
+        // `spilled`, which also bounds the rounding of a longer list of states).
         let per_event = 3 * (SLOT_COST + 1)
             + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
             + alloc_size((THIN_HEADER + HELD_COST) as usize)
             + alloc_size(16 * INLINE + HEAD_MAX + (1 + decls as usize) * FEAT_MAX)
             + (1 + decls) * (2 * HELD_COST + NAME_COST + 2 * 256)
             + decls * state_max_bytes(true);
+        let tables = u64::from(self.nshards) * SUBTABLES as u64;
+        let doublings = (batch.len() as u64).min(tables) * (2 * self.max_sub_bytes() + 64);
         // Each shard given new entities may also open a chunk of its arena (at most a full
         // one, and the chunk list may grow).
         let shards = (batch.len() as u64).min(u64::from(self.nshards));
         let bound = per_event
             .saturating_mul(batch.len() as u64)
-            .saturating_add(2 * self.used_bytes() + self.used_bytes() / 4)
+            .saturating_add(doublings)
             .saturating_add(16 * self.spilled_bytes())
             .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024));
         if used.saturating_add(bound) <= self.max_bytes {

@@ -38,6 +38,7 @@ mod budget;
 mod decl;
 mod hll;
 mod names;
+mod prefetch;
 mod read;
 mod rec;
 pub mod snapshot;

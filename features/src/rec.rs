@@ -26,6 +26,7 @@
 //! ```
 
 use crate::decl::FeatureValue;
+use crate::prefetch;
 use crate::table::{Entity, Feat, Feats, Head, State, alloc_size, state_heap};
 use smallvec::SmallVec;
 use std::borrow::Cow;
@@ -430,7 +431,7 @@ impl Rec {
         if self.more.capacity() == 0 {
             return Shell::default();
         }
-        let data = self.spill() as usize;
+        let data = self.data_len();
         Shell {
             bytes: alloc_size(THIN_HEADER as usize + self.more.capacity() * HELD_COST as usize)
                 + alloc_size(data),
@@ -439,10 +440,52 @@ impl Rec {
         }
     }
 
-    /// Bytes of the encoding held outside the slot (its buffer's length; 0 when inline).
+    /// Start loading the side allocation (the first stage of [`crate::RecordEvents::prefetch`]).
+    pub(crate) fn prefetch_side(&self) {
+        if self.more.capacity() > 0 {
+            let p = self
+                .more
+                .as_ptr()
+                .cast::<u8>()
+                .wrapping_sub(THIN_HEADER as usize);
+            prefetch::span(
+                p,
+                THIN_HEADER as usize + self.more.len() * HELD_COST as usize,
+            );
+        }
+    }
+
+    /// Start loading what the held states keep of their own: a window's first and newest
+    /// buckets (an event folds into the newest, or drops the oldest), a sketch's first lines
+    /// (the second stage: the side allocation is loaded by now).
+    pub(crate) fn prefetch_states(&self) {
+        for h in self.more.iter() {
+            match h {
+                Held::St(State::Win(b)) if b.spilled() => {
+                    prefetch::line(b.as_ptr());
+                    if let Some(last) = b.last() {
+                        prefetch::line(last);
+                    }
+                }
+                Held::St(State::Hll { regs, .. }) => {
+                    prefetch::span(regs.as_ptr(), regs.len().min(1024));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Bytes of the side allocation and the encoding held outside the slot (0 for most
+    /// entities): what re-encoding can grow, and the rounding of a longer list of states, are
+    /// bounded by a multiple of it (the budget's cheap bound).
     pub(crate) fn spill(&self) -> u64 {
+        self.shell().bytes
+    }
+
+    /// Bytes of the encoding held outside the slot (its buffer's length; 0 when inline).
+    fn data_len(&self) -> usize {
         match self.more.last() {
-            Some(Held::Data(d)) if self.len == SPILLED => d.len() as u64,
+            Some(Held::Data(d)) if self.len == SPILLED => d.len(),
             _ => 0,
         }
     }

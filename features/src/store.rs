@@ -19,8 +19,10 @@ pub struct Features {
     pub(crate) nshards: u32,
     pub(crate) max_bytes: u64,
     used: AtomicI64,
-    /// Bytes of the entities' encodings held outside their slots (table.rs `EntityMap::spill`).
+    /// Bytes of the records' side allocations (table.rs `EntityMap::spill`).
     spilled: AtomicI64,
+    /// Bytes of the largest index table of any shard so far (table.rs `EntityMap::max_sub`).
+    max_sub: AtomicU64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
     /// Every record with an LSN ≤ this is applied to every shard.
@@ -56,6 +58,7 @@ impl Features {
             max_bytes,
             used: AtomicI64::new(0),
             spilled: AtomicI64::new(0),
+            max_sub: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             entities: AtomicI64::new(0),
@@ -77,6 +80,8 @@ impl Features {
         for (lock, sh) in self.shards.iter().zip(shards) {
             used += sh.bytes;
             spilled += sh.entities.spill();
+            self.max_sub
+                .fetch_max(sh.entities.max_sub(), Ordering::Relaxed);
             *lock.write() = sh;
         }
         self.used
@@ -151,6 +156,8 @@ impl Features {
         // The entity's own change is counted by `f` (table.rs says how).
         g.bytes = (g.bytes + g.shared_bytes(e)).saturating_sub(was);
         let after = g.counts();
+        self.max_sub
+            .fetch_max(g.entities.max_sub(), Ordering::Relaxed);
         drop(g);
         self.add_counts(after, before);
         out
@@ -171,9 +178,14 @@ impl Features {
         }
     }
 
-    /// Bytes of the entities' encodings held outside their slots.
+    /// Bytes of the records' side allocations.
     pub(crate) fn spilled_bytes(&self) -> u64 {
         u64::try_from(self.spilled.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// Bytes of the largest index table of any shard so far.
+    pub(crate) fn max_sub_bytes(&self) -> u64 {
+        self.max_sub.load(Ordering::Relaxed)
     }
 
     /// Test support: make the next apply (of any record) fail with

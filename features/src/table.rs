@@ -413,9 +413,12 @@ pub(crate) struct EntityMap {
     /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
     /// shard holds dozens of chunks.
     chunk_bytes: u64,
-    /// Bytes of the encodings held outside their slots ([`Rec::spill`]), kept as they change:
-    /// how much re-encoding can grow the shard at most (the budget's cheap bound).
+    /// Bytes of the records' side allocations ([`Rec::spill`]), kept as they change: how
+    /// much re-encoding can grow the shard at most (the budget's cheap bound).
     spill: u64,
+    /// Bytes of the largest index table so far: what one table's doubling can add at most
+    /// (the budget's cheap bound).
+    max_sub: u64,
 }
 
 impl Default for EntityMap {
@@ -428,6 +431,7 @@ impl Default for EntityMap {
             len: 0,
             chunk_bytes: 0,
             spill: 0,
+            max_sub: 0,
         }
     }
 }
@@ -524,6 +528,7 @@ impl EntityMap {
         let slots = &self.slots;
         for t in self.index.iter_mut() {
             t.reserve(each, |&p| rehash_at(slots, p));
+            self.max_sub = self.max_sub.max(table_bytes(t.capacity(), POS_COST));
         }
         self.slots.reserve(chunks_for(self.len + n));
     }
@@ -549,6 +554,11 @@ impl EntityMap {
         slot_at(&self.slots, self.position(e)?).map(|(_, r)| r.view())
     }
 
+    /// The entity's record, as it is.
+    pub fn rec(&self, e: EntityRef<'_>) -> Option<&Rec> {
+        slot_at(&self.slots, self.position(e)?).map(|(_, r)| r)
+    }
+
     /// The entity, to change; what it keeps outside its slot is counted in `bytes` when the
     /// change ends.
     pub fn get_mut<'a>(
@@ -561,9 +571,14 @@ impl EntityMap {
         Some(EntityMut::new(r, bytes, &mut self.spill))
     }
 
-    /// Bytes of the encodings held outside their slots.
+    /// Bytes of the records' side allocations.
     pub fn spill(&self) -> u64 {
         self.spill
+    }
+
+    /// Bytes of the largest index table so far.
+    pub fn max_sub(&self) -> u64 {
+        self.max_sub
     }
 
     pub fn contains_key(&self, e: EntityRef<'_>) -> bool {
@@ -583,6 +598,7 @@ impl EntityMap {
                 let slots = &self.slots;
                 if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
                     t.insert_unique(e.table_hash(), pos, |&p| rehash_at(slots, p));
+                    self.max_sub = self.max_sub.max(table_bytes(t.capacity(), POS_COST));
                 }
                 let (k, _) = chunk_of(self.len);
                 if k == self.slots.len() {

@@ -24,12 +24,19 @@ impl KeyDist {
     pub fn new(kind: Kind, n: u64, alpha: f64) -> Result<KeyDist, DistError> {
         let n = n.max(1);
         Ok(match kind {
-            Kind::Uniform => KeyDist::Uniform { n },
+            Kind::Uniform | Kind::Sequential => KeyDist::Uniform { n },
             Kind::Zipfian => KeyDist::Zipfian {
                 n,
                 zipf: Zipf::new(n as f64, alpha).map_err(|_| DistError { n, alpha })?,
             },
         })
+    }
+
+    /// The number of keys it picks from.
+    pub fn keys(&self) -> u64 {
+        match self {
+            KeyDist::Uniform { n } | KeyDist::Zipfian { n, .. } => *n,
+        }
     }
 
     /// An index in `0..n`.

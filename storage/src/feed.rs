@@ -9,6 +9,8 @@
 use crate::api::OriginTopic;
 use crate::features::{ApplyError, DirectApplied, Features, LogPos, Replay};
 use crate::record::{self, Decode, Header, RecordType};
+use std::collections::VecDeque;
+use vx_proto::EventView;
 
 /// A record the feature tables did not take.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,11 @@ impl From<Decode> for FeedError {
         FeedError::Decode(e)
     }
 }
+
+/// Events between an event's first prefetch and its apply, and between its second and its
+/// apply.
+const AHEAD: usize = 8;
+const NEAR: usize = 4;
 
 /// Apply one checksum-verified record. `replay` is set during recovery only;
 /// `from_events` is `storage.features_from_events`.
@@ -43,11 +50,40 @@ pub(crate) fn apply_record(
         RecordType::Events if !from_events => Ok(DirectApplied::default()),
         RecordType::Events | RecordType::EntityEvents => {
             let mut events = features.events(at, replay)?;
+            // Events are applied AHEAD behind the decoding, which asks the tables to start
+            // loading each one's entity early (vx-features' `RecordEvents::prefetch`): an
+            // entity with windowed aggregates is several dependent cache misses, and these
+            // overlap across the events in between instead of following each other.
+            let mut queue: VecDeque<EventView<'_>> = VecDeque::with_capacity(AHEAD + 1);
             for run in record::runs(rec, h.n) {
                 let run = run?;
                 for ev in vx_proto::packed::events(run.events, run.stream) {
-                    events.apply(&ev.map_err(Decode::from)?)?;
+                    let ev = match ev {
+                        Ok(ev) => ev,
+                        Err(e) => {
+                            // The events before a bad one are applied, as they would be
+                            // without the look-ahead.
+                            while let Some(ev) = queue.pop_front() {
+                                events.apply(&ev)?;
+                            }
+                            return Err(Decode::from(e).into());
+                        }
+                    };
+                    events.prefetch(&ev, false);
+                    queue.push_back(ev);
+                    if let Some(near) = queue.len().checked_sub(NEAR + 1).and_then(|i| queue.get(i))
+                    {
+                        events.prefetch(near, true);
+                    }
+                    if queue.len() > AHEAD
+                        && let Some(ev) = queue.pop_front()
+                    {
+                        events.apply(&ev)?;
+                    }
                 }
+            }
+            while let Some(ev) = queue.pop_front() {
+                events.apply(&ev)?;
             }
             Ok(DirectApplied::default())
         }

@@ -9,7 +9,7 @@ use crate::dist::{DistError, KeyDist};
 use crate::http::segment;
 use crate::recorder::Op;
 use crate::resp;
-use crate::workload::{Format, Workload};
+use crate::workload::{Distribution, EntityNames, Format, Workload};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -28,6 +28,8 @@ pub struct Batch {
     arena: String,
     /// Per event: entity, id (empty range: none) and the JSON text of `data`, in `arena`.
     events: Vec<[Range<usize>; 3]>,
+    /// The events are counters of 1 (`counter = true`).
+    counter: bool,
 }
 
 impl Batch {
@@ -47,8 +49,12 @@ impl Batch {
                 entity: (!entity.is_empty()).then(|| &self.arena[entity.clone()]),
                 ty: EVENT_TYPE,
                 ts: None,
-                kind: vx_client::Kind::Event,
-                value: None,
+                kind: if self.counter {
+                    vx_client::Kind::Counter
+                } else {
+                    vx_client::Kind::Event
+                },
+                value: self.counter.then_some(vx_client::Num::Int(1)),
                 id: (!id.is_empty()).then(|| &self.arena[id.clone()]),
                 data: Some(&self.arena[data.clone()]),
             })
@@ -68,7 +74,16 @@ pub struct IngestGen {
     ids: Option<(String, u64)>,
     /// Whether events carry an entity (the feature store's path).
     with_entity: bool,
+    /// `distribution = "sequential"`: entities from [`SEQUENTIAL`] instead of `entities`.
+    sequential: bool,
+    entity_names: EntityNames,
+    key_size: usize,
+    counter: bool,
 }
+
+/// The next entity of a sequential fill, shared by every lane of the process (a process runs
+/// one workload).
+static SEQUENTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl IngestGen {
     /// `run_tag` makes ids unique across runs (so a rerun is not taken for retries).
@@ -83,6 +98,10 @@ impl IngestGen {
             format: w.format,
             ids: w.ids.then(|| (format!("{run_tag}-{lane}"), 0)),
             with_entity: w.entities,
+            sequential: w.distribution == Distribution::Sequential,
+            entity_names: w.entity_names,
+            key_size: w.key_size_b,
+            counter: w.counter,
         })
     }
 
@@ -97,12 +116,24 @@ impl IngestGen {
     fn write_event(&mut self, stream: &str, out: &mut String) -> [Range<usize>; 3] {
         let start = out.len();
         let _ = write!(out, "{{\"stream\":\"{stream}\",\"type\":\"{EVENT_TYPE}\"");
+        if self.counter {
+            out.push_str(",\"kind\":\"counter\",\"value\":1");
+        }
         let (mut e0, mut e1) = (0, 0);
         if self.with_entity {
-            let entity = self.entities.sample(&mut self.rng);
+            let entity = if self.sequential {
+                SEQUENTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.entities.keys()
+            } else {
+                self.entities.sample(&mut self.rng)
+            };
             out.push_str(",\"entity\":\"");
             e0 = out.len();
-            let _ = write!(out, "k{entity}");
+            match self.entity_names {
+                EntityNames::Short => {
+                    let _ = write!(out, "k{entity}");
+                }
+                EntityNames::Keys => out.push_str(&key_string(entity, self.key_size)),
+            }
             e1 = out.len();
             out.push('"');
         }
@@ -142,6 +173,7 @@ impl IngestGen {
             stream,
             arena,
             events,
+            counter: self.counter,
         }
     }
 

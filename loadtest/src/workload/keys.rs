@@ -83,7 +83,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "distribution",
         default: "\"uniform\"",
-        help: "uniform | zipfian: how keys (kv, features), entities and streams (ingest, replay) are picked",
+        help: "uniform | zipfian | sequential: how keys (kv, features), entities and streams (ingest, replay) are picked; sequential: ingest entities in order across all connections (a fill of key_space new entities), everything else uniform",
     },
     Key {
         name: "zipf_alpha",
@@ -159,6 +159,16 @@ pub const KEYS: &[Key] = &[
         name: "entities",
         default: "true",
         help: "ingest and fanout: give every event an entity drawn from key_space (the feature store's path); false: no entity, ingest without features",
+    },
+    Key {
+        name: "entity_names",
+        default: "\"short\"",
+        help: "ingest and fanout: short (k and the index) | keys (the features and kv key of the index, key_size_b bytes: what the features and kv scenarios read)",
+    },
+    Key {
+        name: "counter",
+        default: "false",
+        help: "ingest and fanout: every event a counter of 1 (kind counter, value 1: the entity gets a counter feature `lt`) instead of a plain event",
     },
     Key {
         name: "page_events",

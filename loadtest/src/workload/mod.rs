@@ -14,6 +14,20 @@ pub use self::keys::{KEYS, Key, keys_help};
 pub enum Distribution {
     Uniform,
     Zipfian,
+    /// Ingest entities 0, 1, 2, … in order across all connections (each once per pass over
+    /// `key_space`: a fill of N new entities in N events); anything else picks uniformly.
+    Sequential,
+}
+
+/// How ingest names the entities of its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntityNames {
+    /// `k` and the index.
+    Short,
+    /// The features and kv keys (`key:` and the zero-padded index, `key_size_b` bytes), so
+    /// that the features and kv scenarios read what ingest made.
+    Keys,
 }
 
 /// The body format of HTTP ingest.
@@ -91,6 +105,8 @@ pub struct Workload {
     pub durability: Option<Durability>,
     pub ids: bool,
     pub entities: bool,
+    pub entity_names: EntityNames,
+    pub counter: bool,
     pub page_events: u32,
     pub scan_pct: f64,
     pub preload_events: u64,
@@ -131,6 +147,8 @@ impl Default for Workload {
             durability: None,
             ids: false,
             entities: true,
+            entity_names: EntityNames::Short,
+            counter: false,
             page_events: 256,
             scan_pct: 0.0,
             preload_events: 0,

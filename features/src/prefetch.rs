@@ -1,0 +1,30 @@
+//! Asking the CPU to start loading a cache line without waiting for it: the writer applies the
+//! events of a record one after another, and an entity with windowed aggregates is several
+//! dependent loads from its slot (the side allocation, then its buckets and sketch), each a
+//! miss once the tables outgrow the caches. Started a few events ahead
+//! ([`crate::RecordEvents::prefetch`]), those misses overlap instead of following each other.
+
+/// Start loading the cache line at `p` (any address: a prefetch never faults and changes
+/// nothing a program can observe).
+#[inline]
+pub(crate) fn line<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint; it reads nothing into the program, never faults (an
+    // invalid address is ignored) and SSE, which it needs, is part of x86-64's baseline. The
+    // intrinsic is `unsafe` only because it carries `#[target_feature]`.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Start loading the `bytes` bytes from `p`, a line at a time.
+#[inline]
+pub(crate) fn span<T>(p: *const T, bytes: usize) {
+    let p = p.cast::<u8>();
+    for off in (0..bytes).step_by(64) {
+        line(p.wrapping_add(off));
+    }
+}
