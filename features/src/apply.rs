@@ -94,35 +94,56 @@ impl<'a> RecordEvents<'a> {
             .apply_event(entity, ev, self.decls, self.at, self.replay)
     }
 
-    /// Start loading what applying `ev` will touch, a few events before [`Self::apply`]
-    /// does (the caller's loop: storage's `feed.rs`), so that the cache misses of the
-    /// events in between overlap. `near` false, the first stage (about eight events ahead):
-    /// the index and the slot are loaded now (the look-up waits for them), the side
-    /// allocation starts; `near` true (about four ahead): the states' buckets and sketches
-    /// start. Only for events of a type with declared aggregates: an entity with only plain
-    /// features is its slot, which the look-up itself loads, so the early look-up would only
-    /// move that wait. Changes nothing.
-    pub fn prefetch(&mut self, ev: &EventView<'a>, near: bool) {
+    /// Start loading what applying `ev` will touch, some events before [`Self::apply`]
+    /// does (the caller's loop: storage's `feed.rs`), one [`Ahead`] stage at a time, each
+    /// a few events closer than the one before: the cache misses of the events in between
+    /// overlap instead of following each other. Changes nothing.
+    pub fn prefetch(&mut self, ev: &EventView<'a>, stage: Ahead) {
         let Some(entity) = ev.entity else {
             return;
         };
-        if ev.ty != self.ahead_ty {
-            self.ahead_ty = ev.ty;
-            self.ahead_decls = !self.features.decls.of_type(ev.ty).is_empty();
-        }
-        if !self.ahead_decls {
-            return;
+        if matches!(stage, Ahead::Side | Ahead::States) {
+            if ev.ty != self.ahead_ty {
+                self.ahead_ty = ev.ty;
+                self.ahead_decls = !self.features.decls.of_type(ev.ty).is_empty();
+            }
+            // An entity with only plain features is its slot.
+            if !self.ahead_decls {
+                return;
+            }
         }
         let er = EntityRef::new(entity);
         let g = self.features.shard(er).read();
-        if let Some(r) = g.entities.rec(er) {
-            if near {
-                r.prefetch_states();
-            } else {
-                r.prefetch_side();
+        match stage {
+            Ahead::Index => g.entities.prefetch_index(er),
+            Ahead::Slot => g.entities.prefetch_slot(er),
+            Ahead::Side => {
+                if let Some(r) = g.entities.rec(er) {
+                    r.prefetch_side();
+                }
+            }
+            Ahead::States => {
+                if let Some(r) = g.entities.rec(er) {
+                    r.prefetch_states();
+                }
             }
         }
     }
+}
+
+/// The stages of [`RecordEvents::prefetch`], in the order an event goes through them: each
+/// loads what the next one reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// The index entry the look-up starts at (its address comes from the hash alone).
+    Index,
+    /// The entity's slot (the entry says where).
+    Slot,
+    /// The record's side allocation (the slot points at it); only for events of a type with
+    /// declared aggregates, as the next.
+    Side,
+    /// The held states' buckets and sketches.
+    States,
 }
 
 impl Features {

@@ -37,6 +37,7 @@ mod apply;
 mod budget;
 mod decl;
 mod hll;
+mod index;
 mod names;
 mod prefetch;
 mod read;
@@ -47,7 +48,7 @@ mod table;
 mod value;
 mod window;
 
-pub use apply::{ApplyError, DirectApplied, LogPos, RecordEvents, Replay};
+pub use apply::{Ahead, ApplyError, DirectApplied, LogPos, RecordEvents, Replay};
 pub use decl::Reading;
 pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,

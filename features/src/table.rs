@@ -8,6 +8,7 @@
 
 use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
+use crate::index::PosTable;
 use crate::names::Names;
 use crate::rec::{Rec, View};
 
@@ -46,22 +47,8 @@ pub(crate) fn alloc_size(n: usize) -> u64 {
     n.next_multiple_of((1usize << log2) / 4) as u64
 }
 
-/// Bytes of a hashbrown table of `T` with room for `capacity` items: its buckets (a power of
-/// two, 7/8 of them usable), one control byte each and a group of trailing control bytes.
-pub(crate) fn table_bytes(capacity: usize, slot: u64) -> u64 {
-    if capacity == 0 {
-        return 0;
-    }
-    let buckets = if capacity < 8 {
-        (capacity + 1).next_power_of_two()
-    } else {
-        (capacity * 8 / 7).next_power_of_two()
-    };
-    let n = buckets as u64 * (slot + 1) + 16;
-    alloc_size(usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// The capacity hashbrown grows a table of `capacity` to when it must hold `items`.
+/// The capacity an index table ([`crate::index`], hashbrown's policy) of `capacity` grows to
+/// when it must hold `items`.
 pub(crate) fn grown_capacity(capacity: usize, items: usize) -> usize {
     if items <= capacity {
         return capacity;
@@ -334,11 +321,6 @@ pub(crate) struct EntityRef<'a> {
     hash: u64,
 }
 
-/// [`EntityRef::table_hash`] of a stored key, when the table grows.
-fn table_hash(name: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name).rotate_right(29)
-}
-
 impl<'a> EntityRef<'a> {
     pub fn new(name: &'a str) -> Self {
         EntityRef {
@@ -352,8 +334,10 @@ impl<'a> EntityRef<'a> {
         vx_proto::shard::shard_of_hash(self.hash, shards)
     }
 
-    fn table_hash(&self) -> u64 {
-        self.hash.rotate_right(29)
+    /// The 32 bits of the hash the index tables use (not those that pick the shard or the
+    /// table).
+    fn tag(&self) -> u32 {
+        (self.hash.rotate_right(29) >> 32) as u32
     }
 
     fn is(&self, k: &Key) -> bool {
@@ -398,8 +382,6 @@ fn chunks_for(n: usize) -> usize {
 fn chunk_bytes(k: usize) -> u64 {
     alloc_size(chunk_len(k) * SLOT_COST as usize)
 }
-/// Bytes of an index entry: a slot's position.
-const POS_COST: u64 = std::mem::size_of::<u32>() as u64;
 
 /// The entities of a shard. The slots are packed in an arena of chunks (all full but the
 /// last; a removal moves the last slot into the hole), and [`SUBTABLES`] hash tables picked by
@@ -407,7 +389,7 @@ const POS_COST: u64 = std::mem::size_of::<u32>() as u64;
 /// hash modulo the shard count, the index tables bits 22 and up). A table holds 4-byte
 /// positions, so the room a hash table keeps free costs 5 bytes a bucket instead of a slot.
 pub(crate) struct EntityMap {
-    index: Box<[hashbrown::HashTable<u32>]>,
+    index: Box<[PosTable]>,
     slots: Vec<Vec<(Key, Rec)>>,
     len: usize,
     /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
@@ -424,9 +406,7 @@ pub(crate) struct EntityMap {
 impl Default for EntityMap {
     fn default() -> Self {
         EntityMap {
-            index: (0..SUBTABLES)
-                .map(|_| hashbrown::HashTable::new())
-                .collect(),
+            index: (0..SUBTABLES).map(|_| PosTable::default()).collect(),
             slots: Vec::new(),
             len: 0,
             chunk_bytes: 0,
@@ -440,11 +420,6 @@ impl Default for EntityMap {
 fn slot_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> Option<&(Key, Rec)> {
     let (k, i) = chunk_of(pos as usize);
     slots.get(k)?.get(i)
-}
-
-/// The index hash of the entity in the slot at `pos` (when the index grows).
-fn rehash_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> u64 {
-    slot_at(slots, pos).map_or(0, |(k, _)| table_hash(k.as_bytes()))
 }
 
 impl EntityMap {
@@ -468,20 +443,14 @@ impl EntityMap {
     /// Bytes of the index and the arena, counted from scratch (what [`Shard::measure`] checks
     /// the kept count against).
     pub fn table_bytes(&self) -> u64 {
-        self.index
-            .iter()
-            .map(|t| table_bytes(t.capacity(), POS_COST))
-            .sum::<u64>()
+        self.index.iter().map(PosTable::bytes).sum::<u64>()
             + (0..self.slots.len()).map(chunk_bytes).sum::<u64>()
             + self.list_bytes()
     }
 
     /// Bytes a change of an entity of index table `i` can change: that table and the arena.
     pub fn sub_table_bytes(&self, i: usize) -> u64 {
-        self.index
-            .get(i)
-            .map_or(0, |t| table_bytes(t.capacity(), POS_COST))
-            + self.arena_bytes()
+        self.index.get(i).map_or(0, PosTable::bytes) + self.arena_bytes()
     }
 
     /// The index table an entity is in.
@@ -503,7 +472,7 @@ impl EntityMap {
         if grown == cap {
             0
         } else {
-            table_bytes(grown, POS_COST)
+            crate::index::table_bytes(grown)
         }
     }
 
@@ -525,10 +494,9 @@ impl EntityMap {
     /// Room for `n` more entities, spread as the hash spreads them.
     pub fn reserve(&mut self, n: usize) {
         let each = n.div_ceil(SUBTABLES) + n.div_ceil(SUBTABLES) / 8;
-        let slots = &self.slots;
         for t in self.index.iter_mut() {
-            t.reserve(each, |&p| rehash_at(slots, p));
-            self.max_sub = self.max_sub.max(table_bytes(t.capacity(), POS_COST));
+            t.reserve(each);
+            self.max_sub = self.max_sub.max(t.bytes());
         }
         self.slots.reserve(chunks_for(self.len + n));
     }
@@ -538,10 +506,7 @@ impl EntityMap {
         let slots = &self.slots;
         self.index
             .get(Self::sub_of(e))?
-            .find(e.table_hash(), |&p| {
-                slot_at(slots, p).is_some_and(|(k, _)| e.is(k))
-            })
-            .copied()
+            .find(e.tag(), |p| slot_at(slots, p).is_some_and(|(k, _)| e.is(k)))
     }
 
     fn slot_mut(&mut self, pos: u32) -> Option<&mut (Key, Rec)> {
@@ -552,6 +517,27 @@ impl EntityMap {
     /// The entity as a read sees it.
     pub fn get(&self, e: EntityRef<'_>) -> Option<View<'_>> {
         slot_at(&self.slots, self.position(e)?).map(|(_, r)| r.view())
+    }
+
+    /// Start loading the index entry a look-up of `e` starts at.
+    pub fn prefetch_index(&self, e: EntityRef<'_>) {
+        if let Some(t) = self.index.get(Self::sub_of(e)) {
+            t.prefetch(e.tag());
+        }
+    }
+
+    /// Start loading the slot of `e`, its index entry read (loaded by now): the first
+    /// entry with its tag, without reading slots to compare keys (a rare wrong guess only
+    /// costs a useless load).
+    pub fn prefetch_slot(&self, e: EntityRef<'_>) {
+        if let Some(p) = self
+            .index
+            .get(Self::sub_of(e))
+            .and_then(|t| t.find(e.tag(), |_| true))
+            && let Some(s) = slot_at(&self.slots, p)
+        {
+            crate::prefetch::line(s);
+        }
     }
 
     /// The entity's record, as it is.
@@ -595,10 +581,9 @@ impl EntityMap {
             Some(_) => false,
             None => {
                 let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
-                let slots = &self.slots;
                 if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
-                    t.insert_unique(e.table_hash(), pos, |&p| rehash_at(slots, p));
-                    self.max_sub = self.max_sub.max(table_bytes(t.capacity(), POS_COST));
+                    t.insert(e.tag(), pos);
+                    self.max_sub = self.max_sub.max(t.bytes());
                 }
                 let (k, _) = chunk_of(self.len);
                 if k == self.slots.len() {
@@ -630,14 +615,8 @@ impl EntityMap {
 
     /// Remove entity `e`: the entity, and the bytes it kept outside its slot (key included).
     pub fn remove(&mut self, e: EntityRef<'_>) -> Option<(Entity, u64)> {
-        let sub = Self::sub_of(e);
-        let slots = &self.slots;
-        let pos = match self.index.get_mut(sub)?.find_entry(e.table_hash(), |&p| {
-            slot_at(slots, p).is_some_and(|(k, _)| e.is(k))
-        }) {
-            Ok(o) => o.remove().0,
-            Err(_) => return None,
-        };
+        let pos = self.position(e)?;
+        self.index.get_mut(Self::sub_of(e))?.remove(e.tag(), pos);
         // Take the last slot out, and put it in the hole unless it is the one removed.
         let last_chunk = self.slots.last_mut()?;
         let last = last_chunk.pop()?;
@@ -651,10 +630,8 @@ impl EntityMap {
             last
         } else {
             let moved = EntityRef::new(std::str::from_utf8(last.0.as_bytes()).unwrap_or(""));
-            if let Some(t) = self.index.get_mut(Self::sub_of(moved))
-                && let Some(p) = t.find_mut(moved.table_hash(), |&p| p == last_pos)
-            {
-                *p = pos;
+            if let Some(t) = self.index.get_mut(Self::sub_of(moved)) {
+                t.repoint(moved.tag(), last_pos, pos);
             }
             let slot = self.slot_mut(pos)?;
             std::mem::replace(slot, last)

@@ -7,7 +7,7 @@
 //! shard's feature tables. Tombstones and resets of a shard's streams change no feature.
 
 use crate::api::OriginTopic;
-use crate::features::{ApplyError, DirectApplied, Features, LogPos, Replay};
+use crate::features::{Ahead, ApplyError, DirectApplied, Features, LogPos, Replay};
 use crate::record::{self, Decode, Header, RecordType};
 use std::collections::VecDeque;
 use vx_proto::EventView;
@@ -28,10 +28,16 @@ impl From<Decode> for FeedError {
     }
 }
 
-/// Events between an event's first prefetch and its apply, and between its second and its
-/// apply.
-const AHEAD: usize = 8;
-const NEAR: usize = 4;
+/// How many events before its apply an event enters each stage of the look-ahead
+/// (`RecordEvents::prefetch`): far enough for each stage's load to arrive before the next
+/// stage reads it, near enough that what is loaded is still in the cache.
+const STAGES: [(usize, Ahead); 4] = [
+    (16, Ahead::Index),
+    (10, Ahead::Slot),
+    (5, Ahead::Side),
+    (2, Ahead::States),
+];
+const AHEAD: usize = STAGES[0].0;
 
 /// Apply one checksum-verified record. `replay` is set during recovery only;
 /// `from_events` is `storage.features_from_events`.
@@ -69,11 +75,16 @@ pub(crate) fn apply_record(
                             return Err(Decode::from(e).into());
                         }
                     };
-                    events.prefetch(&ev, false);
                     queue.push_back(ev);
-                    if let Some(near) = queue.len().checked_sub(NEAR + 1).and_then(|i| queue.get(i))
-                    {
-                        events.prefetch(near, true);
+                    // The event `d` before its apply is `d` from the front once the queue
+                    // is full: at index len - 1 - (AHEAD - d).
+                    for (d, stage) in STAGES {
+                        if let Some(ev) = (queue.len() + d)
+                            .checked_sub(AHEAD + 1)
+                            .and_then(|i| queue.get(i))
+                        {
+                            events.prefetch(ev, stage);
+                        }
                     }
                     if queue.len() > AHEAD
                         && let Some(ev) = queue.pop_front()
