@@ -204,6 +204,22 @@ impl PosTable {
 }
 
 #[cfg(test)]
+impl PosTable {
+    /// The mean distance of the entries from where their look-ups start (probe length − 1).
+    pub(crate) fn mean_displacement(&self) -> f64 {
+        let mask = self.mask();
+        let total: usize = self
+            .e
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| **x != 0)
+            .map(|(i, x)| (i.wrapping_sub(self.home(tag_of(*x)))) & mask)
+            .sum();
+        total as f64 / self.len.max(1) as f64
+    }
+}
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;

@@ -334,10 +334,12 @@ impl<'a> EntityRef<'a> {
         vx_proto::shard::shard_of_hash(self.hash, shards)
     }
 
-    /// The 32 bits of the hash the index tables use (not those that pick the shard or the
-    /// table).
+    /// The 32 bits of the hash the index tables use: the high half, which picks neither the
+    /// shard (the hash modulo the shard count: with 128 shards its low 7 bits are the same
+    /// for every entity of a shard) nor the table (bits 16–20). The entry a look-up starts at
+    /// is the tag's low bits.
     fn tag(&self) -> u32 {
-        (self.hash.rotate_right(29) >> 32) as u32
+        (self.hash >> 32) as u32
     }
 
     fn is(&self, k: &Key) -> bool {
@@ -386,8 +388,9 @@ fn chunk_bytes(k: usize) -> u64 {
 /// The entities of a shard. The slots are packed in an arena of chunks (all full but the
 /// last; a removal moves the last slot into the hole), and [`SUBTABLES`] hash tables picked by
 /// bits 16–20 of the entity hash map each entity to its slot's position (the shard takes the
-/// hash modulo the shard count, the index tables bits 22 and up). A table holds 4-byte
-/// positions, so the room a hash table keeps free costs 5 bytes a bucket instead of a slot.
+/// hash modulo the shard count, the index tables bits 29 and up). A table holds 8-byte
+/// entries of a tag and a position ([`crate::index`]), so the room a table keeps free costs
+/// 8 bytes an entry instead of a slot.
 pub(crate) struct EntityMap {
     index: Box<[PosTable]>,
     slots: Vec<Vec<(Key, Rec)>>,
@@ -838,6 +841,25 @@ mod tests {
             m.remove(EntityRef::new(n));
         }
         assert_eq!((m.len(), m.slots.len()), (0, 0));
+    }
+
+    /// The entities of one shard (whose hashes share their low bits: the hash modulo 128
+    /// picks the shard) spread over an index table's entries: look-ups stay short.
+    #[test]
+    fn one_shards_entities_spread_over_the_index() {
+        let mut m = EntityMap::default();
+        let names: Vec<String> = (0..400_000)
+            .map(|i| format!("key:{i:012}"))
+            .filter(|n| EntityRef::new(n).shard(128) == 5)
+            .collect();
+        for n in &names {
+            m.get_or_insert(EntityRef::new(n), &mut 0);
+        }
+        for t in m.index.iter() {
+            assert!(t.len() > 50);
+            // Linear probing at 7/8 full averages 3.5; at 7/16 to 7/8, below that.
+            assert!(t.mean_displacement() < 4.0, "{}", t.mean_displacement());
+        }
     }
 
     #[test]
