@@ -81,16 +81,7 @@ start_veltrix() { # data_dir [args…]
 }
 metric() { curl -s "localhost:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
 
-cat >"$WORK/decl3.yaml" <<'EOF'
-storage:
-  # Declared aggregates count at their largest (docs/FEATURES.md): 1M entities with these
-  # three need about 3.5 GiB of budget, more than the 1 GiB default.
-  max_feature_bytes: 8GiB
-features:
-  - {name: n_5m, from: lt, agg: count, window: 5m}
-  - {name: n_1h, from: lt, agg: count, window: 1h}
-  - {name: streams_1d, from: lt, agg: distinct, of: stream, window: 1d}
-EOF
+decl3_yaml "$WORK/decl3.yaml"
 
 # ---- 1. reads ---------------------------------------------------------------------------------
 CLOSED=(--set read_pct=100 --set write_pct=0 --set delete_pct=0 --set query_pct=0)

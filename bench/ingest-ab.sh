@@ -6,7 +6,7 @@
 # For each repetition, for each build: ingest.toml (1000-event NDJSON requests, 4 connections,
 # fsync always) with the feature store off (events without an entity), with the built-ins (an
 # entity per event, 100,000 entities), and with three windowed aggregates declared as well
-# (count 5m, count 1h, distinct streams 1d: bench/features.sh's decl3), each on a fresh data
+# (count 5m, count 1h, distinct streams 1d: bench/lib.sh's decl3_yaml), each on a fresh data
 # dir. One load generator (this checkout's vx-loadtest). Every run's line with the load
 # average before it goes to stdout; the medians and the ratios to "off" of the same build end it.
 #
@@ -23,14 +23,7 @@ PORT=${PORT:-17300}
 LT=$ROOT/target/release/vx-loadtest
 WORK=$(mktemp -d)
 trap 'kill "${PID:-0}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-cat >"$WORK/decl3.yaml" <<'YAML'
-storage:
-  max_feature_bytes: 8GiB
-features:
-  - {name: n_5m, from: lt, agg: count, window: 5m}
-  - {name: n_1h, from: lt, agg: count, window: 1h}
-  - {name: streams_1d, from: lt, agg: distinct, of: stream, window: 1d}
-YAML
+decl3_yaml "$WORK/decl3.yaml"
 declare -A R
 for rep in $(seq 1 "$REPS"); do
   for b in 0 1; do

@@ -69,3 +69,18 @@ bench_init() {
   mkdir -p "$(dirname "$RUNS")"
   : >"$RESULTS"
 }
+
+# decl3_yaml FILE: the config of the three windowed aggregates the feature benchmarks declare
+# over vx-loadtest's events (type `lt`): count 5m, count 1h, distinct streams 1d.
+decl3_yaml() {
+  cat >"$1" <<'YAML'
+storage:
+  # Declared aggregates count at their largest (docs/FEATURES.md): 1M entities with these
+  # three need about 3.5 GiB of budget, more than the 1 GiB default.
+  max_feature_bytes: 8GiB
+features:
+  - {name: n_5m, from: lt, agg: count, window: 5m}
+  - {name: n_1h, from: lt, agg: count, window: 1h}
+  - {name: streams_1d, from: lt, agg: distinct, of: stream, window: 1d}
+YAML
+}

@@ -80,8 +80,8 @@ impl PosTable {
         }
     }
 
-    /// The first position with tag `tag` that `is` accepts.
-    pub(crate) fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
+    /// The index of the first entry on `tag`'s probe that `hit` accepts.
+    fn probe(&self, tag: u32, mut hit: impl FnMut(u64) -> bool) -> Option<usize> {
         if self.e.is_empty() {
             return None;
         }
@@ -93,11 +93,17 @@ impl PosTable {
             if x == 0 {
                 return None;
             }
-            if tag_of(x) == tag && is(pos_of(x)) {
-                return Some(pos_of(x));
+            if hit(x) {
+                return Some(i);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The first position with tag `tag` that `is` accepts.
+    pub(crate) fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
+        let i = self.probe(tag, |x| tag_of(x) == tag && is(pos_of(x)))?;
+        self.e.get(i).map(|&x| pos_of(x))
     }
 
     /// Add `pos` under `tag` (not there yet), growing first if the table is full.
@@ -140,22 +146,8 @@ impl PosTable {
 
     /// The index of the entry holding `pos` under `tag`.
     fn slot_of(&self, tag: u32, pos: u32) -> Option<usize> {
-        if self.e.is_empty() {
-            return None;
-        }
         let want = entry(tag, pos);
-        let mask = self.mask();
-        let mut i = self.home(tag);
-        loop {
-            let x = *self.e.get(i)?;
-            if x == 0 {
-                return None;
-            }
-            if x == want {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
-        }
+        self.probe(tag, |x| x == want)
     }
 
     /// Point the entry of `pos` under `tag` at `to` (the arena moved its slot).

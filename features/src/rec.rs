@@ -238,14 +238,6 @@ fn decode(b: &[u8], mut feat: impl FnMut(u32, i64, Dec)) -> Head {
     h
 }
 
-/// A placeholder left where a state was taken out.
-fn hole() -> State {
-    State::Plain {
-        v: FeatureValue::Int(0),
-        ts: 0,
-    }
-}
-
 impl Rec {
     pub(crate) fn new() -> Rec {
         let mut r = Rec {
@@ -389,7 +381,7 @@ impl Rec {
                 Dec::Plain(st) => st,
                 Dec::Held(i) => match states.get_mut(i) {
                     Some(Held::St(s)) => std::mem::take(s),
-                    _ => hole(),
+                    _ => State::default(),
                 },
             };
             feats.push(Feat {
@@ -410,7 +402,7 @@ impl Rec {
                 Dec::Plain(st) => Cow::Owned(st),
                 Dec::Held(i) => match states.get(i) {
                     Some(Held::St(s)) => Cow::Borrowed(s),
-                    _ => Cow::Owned(hole()),
+                    _ => Cow::Owned(State::default()),
                 },
             };
             feats.push(FeatView {
@@ -475,13 +467,6 @@ impl Rec {
         }
     }
 
-    /// Bytes of the side allocation and the encoding held outside the slot (0 for most
-    /// entities): what re-encoding can grow, and the rounding of a longer list of states, are
-    /// bounded by a multiple of it (the budget's cheap bound).
-    pub(crate) fn spill(&self) -> u64 {
-        self.shell().bytes
-    }
-
     /// Bytes of the encoding held outside the slot (its buffer's length; 0 when inline).
     fn data_len(&self) -> usize {
         match self.more.last() {
@@ -490,8 +475,10 @@ impl Rec {
         }
     }
 
-    /// Bytes the record keeps outside its slot: the side allocation and its states' own.
-    pub(crate) fn heap(&self) -> u64 {
+    /// Bytes the record keeps outside its slot (the side allocation and its states' own), and
+    /// of the side allocation alone: what re-encoding can grow and the rounding of a longer
+    /// list of states are bounded by a multiple of the latter (the budget's cheap bound).
+    pub(crate) fn sizes(&self) -> (u64, u64) {
         let states: u64 = self
             .more
             .iter()
@@ -500,13 +487,13 @@ impl Rec {
                 Held::Data(_) => 0,
             })
             .sum();
-        self.shell().bytes + states
+        let side = self.shell().bytes;
+        (side + states, side)
     }
-}
 
-impl Default for State {
-    fn default() -> Self {
-        hole()
+    /// Bytes the record keeps outside its slot.
+    pub(crate) fn heap(&self) -> u64 {
+        self.sizes().0
     }
 }
 

@@ -120,7 +120,8 @@ pub(crate) struct Bucket {
     pub a: f64,
 }
 
-/// A feature's state.
+/// A feature's state. The default (a plain 0) is also the placeholder a record leaves where it
+/// moved a state out ([`crate::rec::Rec::take`]).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum State {
     /// A plain value (built-ins, counters, gauges, PUTs, `last`), with the `ts` that orders it.
@@ -130,6 +131,15 @@ pub(crate) enum State {
     Win(Buckets),
     /// `distinct`: the newest bucket index and the sketch (see [`crate::hll`]).
     Hll { head: i64, regs: Vec<u8> },
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::Plain {
+            v: FeatureValue::Int(0),
+            ts: 0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -398,7 +408,7 @@ pub(crate) struct EntityMap {
     /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
     /// shard holds dozens of chunks.
     chunk_bytes: u64,
-    /// Bytes of the records' side allocations ([`Rec::spill`]), kept as they change: how
+    /// Bytes of the records' side allocations ([`Rec::sizes`]), kept as they change: how
     /// much re-encoding can grow the shard at most (the budget's cheap bound).
     spill: u64,
     /// Bytes of the largest index table so far: what one table's doubling can add at most
@@ -640,7 +650,7 @@ impl EntityMap {
             std::mem::replace(slot, last)
         };
         let freed = slot_heap(&key, &rec);
-        self.spill = self.spill.saturating_sub(rec.spill());
+        self.spill = self.spill.saturating_sub(rec.sizes().1);
         Some((rec.take(), freed))
     }
 
@@ -659,7 +669,7 @@ impl EntityMap {
             let mut e = r.take();
             f(&mut e);
             r.store(e);
-            self.spill += r.spill();
+            self.spill += r.sizes().1;
         }
     }
 
@@ -682,8 +692,7 @@ pub(crate) struct EntityMut<'a> {
 
 impl<'a> EntityMut<'a> {
     fn new(rec: &'a mut Rec, bytes: &'a mut u64, spill: &'a mut u64) -> Self {
-        let was = rec.heap();
-        let was_spill = rec.spill();
+        let (was, was_spill) = rec.sizes();
         let e = rec.take();
         EntityMut {
             rec,
@@ -712,8 +721,9 @@ impl std::ops::DerefMut for EntityMut<'_> {
 impl Drop for EntityMut<'_> {
     fn drop(&mut self) {
         self.rec.store(std::mem::take(&mut self.e));
-        *self.bytes = (*self.bytes + self.rec.heap()).saturating_sub(self.was);
-        *self.spill = (*self.spill + self.rec.spill()).saturating_sub(self.was_spill);
+        let (heap, spill) = self.rec.sizes();
+        *self.bytes = (*self.bytes + heap).saturating_sub(self.was);
+        *self.spill = (*self.spill + spill).saturating_sub(self.was_spill);
     }
 }
 
