@@ -76,7 +76,8 @@ pub struct RecordEvents<'a> {
     decls: &'a [u32],
     /// [`RecordEvents::prefetch`]'s own look-up of the type's declarations.
     ahead_ty: &'a str,
-    ahead_decls: bool,
+    /// Declarations over `ahead_ty` (0: its entities are their slots).
+    ahead_decls: usize,
 }
 
 impl<'a> RecordEvents<'a> {
@@ -105,10 +106,10 @@ impl<'a> RecordEvents<'a> {
         if matches!(stage, Ahead::Side | Ahead::States) {
             if ev.ty != self.ahead_ty {
                 self.ahead_ty = ev.ty;
-                self.ahead_decls = !self.features.decls.of_type(ev.ty).is_empty();
+                self.ahead_decls = self.features.decls.of_type(ev.ty).len();
             }
             // An entity with only plain features is its slot.
-            if !self.ahead_decls {
+            if self.ahead_decls == 0 {
                 return;
             }
         }
@@ -119,7 +120,7 @@ impl<'a> RecordEvents<'a> {
             Ahead::Slot => g.entities.prefetch_slot(er),
             Ahead::Side => {
                 if let Some(r) = g.entities.rec(er) {
-                    r.prefetch_side();
+                    r.prefetch_side(self.ahead_decls);
                 }
             }
             Ahead::States => {
@@ -161,7 +162,7 @@ impl Features {
             prev_ty: "",
             decls: &[],
             ahead_ty: "",
-            ahead_decls: false,
+            ahead_decls: 0,
         })
     }
 

@@ -20,11 +20,14 @@ pub(crate) fn line<T>(p: *const T) {
     let _ = p;
 }
 
-/// Start loading the `bytes` bytes from `p`, a line at a time.
+/// Start loading the `bytes` bytes from `p`, a line at a time (every line they touch, however
+/// `p` is aligned).
 #[inline]
 pub(crate) fn span<T>(p: *const T, bytes: usize) {
     let p = p.cast::<u8>();
-    for off in (0..bytes).step_by(64) {
-        line(p.wrapping_add(off));
+    let skew = p as usize & 63;
+    let first = p.wrapping_sub(skew);
+    for off in (0..bytes + skew).step_by(64) {
+        line(first.wrapping_add(off));
     }
 }

@@ -432,19 +432,19 @@ impl Rec {
         }
     }
 
-    /// Start loading the side allocation (the first stage of [`crate::RecordEvents::prefetch`]).
-    pub(crate) fn prefetch_side(&self) {
-        if self.more.capacity() > 0 {
-            let p = self
-                .more
-                .as_ptr()
-                .cast::<u8>()
-                .wrapping_sub(THIN_HEADER as usize);
-            prefetch::span(
-                p,
-                THIN_HEADER as usize + self.more.len() * HELD_COST as usize,
-            );
-        }
+    /// Start loading the side allocation (the first stage of [`crate::RecordEvents::prefetch`])
+    /// as far as its first `states` entries and one more (a long encoding's buffer, or a
+    /// state of an earlier declaration). Its length and capacity are in the allocation itself,
+    /// so reading them here would wait for the very line being asked for: the span is a guess
+    /// from the declarations of the event's type instead. An entity without a side allocation
+    /// points at thin-vec's shared empty header, a harmless line to load.
+    pub(crate) fn prefetch_side(&self, states: usize) {
+        let p = self
+            .more
+            .as_ptr()
+            .cast::<u8>()
+            .wrapping_sub(THIN_HEADER as usize);
+        prefetch::span(p, THIN_HEADER as usize + (states + 1) * HELD_COST as usize);
     }
 
     /// Start loading what the held states keep of their own: a window's first and newest
