@@ -135,10 +135,13 @@ impl PosTable {
     }
 
     fn grow_to(&mut self, capacity: usize) {
-        let old = std::mem::replace(
-            &mut self.e,
-            vec![0u64; buckets_for(capacity)].into_boxed_slice(),
-        );
+        let mut e = vec![0u64; buckets_for(capacity)].into_boxed_slice();
+        // Written once now (with a value the compiler cannot see is zero, so it stays): a
+        // zeroed allocation may be fresh pages that the kernel maps to its shared zero page
+        // until written, and an entry read there (a probe) and then written faults twice, the
+        // second time interrupting every CPU to flush its TLB.
+        e.fill(std::hint::black_box(0));
+        let old = std::mem::replace(&mut self.e, e);
         for x in old.iter().copied().filter(|&x| x != 0) {
             self.put(x);
         }

@@ -82,6 +82,77 @@ impl Names {
         (id, added)
     }
 
+    /// The ids permanent in this table (the built-ins and the declarations): 0..this.
+    pub fn permanent(&self) -> usize {
+        self.list
+            .iter()
+            .take_while(|(_, refs)| *refs == PERMANENT)
+            .count()
+    }
+
+    /// Intern `name` at `id` with no reference yet (a snapshot's names, put back at the ids
+    /// its records use); false, and nothing changed, if `id` or `name` is taken. Ids skipped
+    /// on the way are free. [`Names::add_ref`] for each use, then [`Names::drop_unused`].
+    pub fn place(&mut self, id: u32, name: &str) -> bool {
+        let at = id as usize;
+        if name.is_empty()
+            || self.ids.contains_key(name)
+            || self
+                .list
+                .get(at)
+                .is_some_and(|(n, r)| *r == PERMANENT || !n.is_empty())
+        {
+            return false;
+        }
+        while self.list.len() <= at {
+            self.free.push(self.list.len() as u32);
+            self.list.push((Box::from(""), 0));
+        }
+        self.free.retain(|&f| f != id);
+        if let Some(e) = self.list.get_mut(at) {
+            *e = (name.into(), 0);
+        }
+        self.ids.insert(name.into(), id);
+        self.bytes += NAME_COST + 2 * name.len() as u64;
+        true
+    }
+
+    /// The id of `name`, interned with no reference if new (see [`Names::place`]).
+    pub fn intern(&mut self, name: &str) -> u32 {
+        match self.ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let (id, _) = self.acquire(name);
+                if let Some(e) = self.list.get_mut(id as usize) {
+                    e.1 = 0;
+                }
+                id
+            }
+        }
+    }
+
+    /// One more reference to `id` (no-op for permanent ids).
+    pub fn add_ref(&mut self, id: u32) {
+        if let Some(e) = self.list.get_mut(id as usize)
+            && e.1 != PERMANENT
+        {
+            e.1 += 1;
+        }
+    }
+
+    /// Free every interned name without a reference (after a snapshot's shard is loaded).
+    pub fn drop_unused(&mut self) {
+        for id in 0..self.list.len() as u32 {
+            if let Some(e) = self.list.get_mut(id as usize)
+                && e.1 == 0
+                && !e.0.is_empty()
+            {
+                e.1 = 1;
+                self.release(id);
+            }
+        }
+    }
+
     /// Drop one reference; returns the bytes freed.
     pub fn release(&mut self, id: u32) -> u64 {
         let Some(e) = self.list.get_mut(id as usize) else {

@@ -10,8 +10,11 @@
 //! a state from the slot is one dependent load, as when the states were in the slot's own
 //! feature list.
 //!
-//! The encoding lives only in memory (snapshots store [`crate::snapshot::SnapEntity`]), so it
-//! can change freely; `rec_round_trips` in the tests shows every entity survives it. Layout:
+//! Snapshots store the encoding as it is (with the held states beside it, see
+//! [`crate::snapshot`]), so it is a durable format: a change to it changes the snapshot
+//! schema (`golden_encoding` in the tests fails until it does), and old snapshots are then
+//! skipped and the tables rebuilt from the log. `rec_round_trips` in the tests shows every
+//! entity survives it. Layout:
 //! ```text
 //! flags u8            bit 0 events, bit 1 last_ts, bit 2 wm set, bit 3 as_of set
 //! as_of zigzag        if bit 3; the base B of every time below (0 otherwise)
@@ -238,6 +241,104 @@ fn decode(b: &[u8], mut feat: impl FnMut(u32, i64, Dec)) -> Head {
     h
 }
 
+/// A cursor over an encoding read from a snapshot: unlike [`Rd`], a short read or an overlong
+/// varint is an error, since the bytes are input.
+struct Strict<'a> {
+    b: &'a [u8],
+}
+
+impl Strict<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&x, rest) = self.b.split_first()?;
+        self.b = rest;
+        Some(x)
+    }
+
+    fn var(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let x = self.byte()?;
+            v |= u64::from(x & 0x7f) << shift;
+            if x & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn skip(&mut self, n: usize) -> Option<()> {
+        self.b = self.b.get(n..)?;
+        Some(())
+    }
+}
+
+/// Check an encoding from a snapshot as [`Rec::store`] writes it, handing each feature's
+/// name and whether its state is held (the next of the entity's held states) to `feat`;
+/// `None` if it is not such an encoding (unknown flags or tags, short, or bytes left over).
+pub(crate) fn check_encoding(b: &[u8], mut feat: impl FnMut(u32, bool)) -> Option<()> {
+    let mut r = Strict { b };
+    let flags = r.byte()?;
+    if flags & !(F_EVENTS | F_LAST_TS | F_WM | F_AS_OF) != 0 {
+        return None;
+    }
+    for bit in [F_AS_OF, F_WM, F_EVENTS, F_LAST_TS] {
+        if flags & bit != 0 {
+            r.var()?;
+        }
+    }
+    let n = r.var()?;
+    for _ in 0..n {
+        let name = u32::try_from(r.var()?).ok()?;
+        r.var()?;
+        let tag = r.byte()?;
+        if tag & !(3 | T_TS_MIN) != 0 || tag == T_STATE | T_TS_MIN {
+            return None;
+        }
+        match tag & 3 {
+            T_INT => {
+                r.var()?;
+            }
+            T_FLOAT => r.skip(8)?,
+            T_BOOL => r.skip(1)?,
+            _ => {
+                feat(name, true);
+                continue;
+            }
+        }
+        if tag & T_TS_MIN == 0 {
+            r.var()?;
+        }
+        feat(name, false);
+    }
+    r.b.is_empty().then_some(())
+}
+
+/// The entity of a checked encoding ([`check_encoding`]) and its held states in order, each
+/// feature's name through `rename` (dropped where it gives `None`): a snapshot's entity whose
+/// names are not the new shard's.
+pub(crate) fn entity_of(
+    b: &[u8],
+    states: impl IntoIterator<Item = State>,
+    mut rename: impl FnMut(u32) -> Option<u32>,
+) -> Entity {
+    let mut states = states.into_iter();
+    let mut feats = Feats::new();
+    let head = decode(b, |name, updated_ms, d| {
+        let st = match d {
+            Dec::Plain(st) => st,
+            Dec::Held(_) => states.next().unwrap_or_default(),
+        };
+        if let Some(name) = rename(name) {
+            feats.push(Feat {
+                name,
+                updated_ms,
+                st,
+            });
+        }
+    });
+    Entity { head, feats }
+}
+
 impl Rec {
     pub(crate) fn new() -> Rec {
         let mut r = Rec {
@@ -247,6 +348,43 @@ impl Rec {
         };
         r.store(Entity::new());
         r
+    }
+
+    /// A record of a checked encoding ([`check_encoding`]) whose names are the shard's, with
+    /// its held states in order: the encoding is kept as it is.
+    pub(crate) fn restored(b: &[u8], states: impl ExactSizeIterator<Item = State>) -> Rec {
+        let inline = b.len() <= INLINE;
+        let entries = states.len() + usize::from(!inline);
+        let mut r = Rec {
+            len: 0,
+            buf: [0; INLINE],
+            more: if entries == 0 {
+                ThinVec::new()
+            } else {
+                ThinVec::with_capacity(entries)
+            },
+        };
+        if entries > 0 {
+            r.more.extend(states.map(Held::St));
+        }
+        if inline {
+            r.buf[..b.len()].copy_from_slice(b);
+            r.len = b.len() as u8;
+        } else {
+            r.more.push(Held::Data(b.into()));
+            r.len = SPILLED;
+        }
+        r
+    }
+
+    /// The encoding and the held states in order, as a snapshot stores them.
+    pub(crate) fn snapshot_parts(&self) -> (&[u8], impl Iterator<Item = &State>) {
+        let (states, data) = self.parts();
+        let states = states.iter().filter_map(|h| match h {
+            Held::St(s) => Some(s),
+            Held::Data(_) => None,
+        });
+        (data, states)
     }
 
     /// The held states, and the encoding.
@@ -591,6 +729,88 @@ mod tests {
             r.store(back);
             prop_assert!(same(&r.take(), &e));
         }
+
+        /// A record goes through a snapshot's form (its encoding and held states) and comes
+        /// back the same, kept as it is or decoded with its names.
+        #[test]
+        fn snapshot_parts_restore(e in any_entity()) {
+            let mut r = Rec::new();
+            r.store(e.clone());
+            let (b, states) = r.snapshot_parts();
+            let states: Vec<State> = states.cloned().collect();
+            let mut held = 0;
+            prop_assert!(check_encoding(b, |_, h| held += usize::from(h)).is_some());
+            prop_assert_eq!(held, states.len());
+            let mut back = Rec::restored(b, states.clone().into_iter());
+            prop_assert!(same(&back.take(), &e));
+            prop_assert!(same(&entity_of(b, states, Some), &e));
+        }
+
+        /// Any bytes are checked without a panic, and what passes decodes.
+        #[test]
+        fn check_encoding_takes_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut held = 0;
+            if check_encoding(&b, |_, h| held += usize::from(h)).is_some() {
+                let e = entity_of(&b, (0..held).map(|_| State::default()), Some);
+                prop_assert!(e.feats.len() >= held);
+            }
+        }
+    }
+
+    /// The encoding is a durable format (snapshots store it): these bytes may only change
+    /// with the snapshot schema (`SCHEMA` in crate::snapshot).
+    #[test]
+    fn golden_encoding() {
+        let now = 1_790_000_000_000;
+        let e = Entity::restored(
+            Some(12),
+            Some(now - 5),
+            [
+                Feat {
+                    name: 2,
+                    updated_ms: now + 3,
+                    st: State::Plain {
+                        v: FeatureValue::Int(-7),
+                        ts: now - 5,
+                    },
+                },
+                Feat {
+                    name: 3,
+                    updated_ms: now + 3,
+                    st: State::Plain {
+                        v: FeatureValue::Float(0.5),
+                        ts: i64::MIN,
+                    },
+                },
+                Feat {
+                    name: 4,
+                    updated_ms: now,
+                    st: State::Hll {
+                        head: 1,
+                        regs: vec![1, 2, 3],
+                    },
+                },
+            ]
+            .into_iter()
+            .collect(),
+            now - 9,
+            now,
+        );
+        let mut r = Rec::new();
+        r.store(e);
+        let (b, states) = r.snapshot_parts();
+        assert_eq!(states.count(), 1);
+        // flags (all four times), as_of, then as differences from it: wm 9, events 12,
+        // last_ts 5; 3 features: name 2 updated 3 after as_of, int -7 at ts 5 before; name 3,
+        // same updated, float 0.5 without ts; name 4 updated 3 before the previous, held.
+        assert_eq!(
+            b,
+            [
+                0x0f, 0x80, 0xb0, 0x83, 0xc5, 0x98, 0x68, 0x12, 0x18, 0x0a, 0x03, 0x02, 0x05, 0x00,
+                0x0d, 0x0a, 0x03, 0x00, 0x05, 0, 0, 0, 0, 0, 0, 0xe0, 0x3f, 0x04, 0x06, 0x03,
+            ],
+            "the record encoding changed: bump the snapshot SCHEMA"
+        );
     }
 
     /// An entity with the built-ins and a counter, its times near each other, is held in its

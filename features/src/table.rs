@@ -202,6 +202,7 @@ impl Entity {
     }
 
     /// An entity as a snapshot holds it.
+    #[cfg(test)]
     pub(crate) fn restored(
         events: Option<i64>,
         last_ts: Option<i64>,
@@ -593,20 +594,7 @@ impl EntityMap {
         let created = match self.position(e) {
             Some(_) => false,
             None => {
-                let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
-                if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
-                    t.insert(e.tag(), pos);
-                    self.max_sub = self.max_sub.max(t.bytes());
-                }
-                let (k, _) = chunk_of(self.len);
-                if k == self.slots.len() {
-                    self.slots.push(Vec::with_capacity(chunk_len(k)));
-                    self.chunk_bytes += chunk_bytes(k);
-                }
-                if let Some(c) = self.slots.last_mut() {
-                    c.push((Key::new(e.name), Rec::new()));
-                }
-                self.len += 1;
+                self.push_new(e, Rec::new());
                 *bytes += key_heap(e.name);
                 true
             }
@@ -619,11 +607,43 @@ impl EntityMap {
         }
     }
 
+    /// A new entity `e` (not in the map) in the next slot.
+    fn push_new(&mut self, e: EntityRef<'_>, rec: Rec) {
+        let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
+        if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
+            t.insert(e.tag(), pos);
+            self.max_sub = self.max_sub.max(t.bytes());
+        }
+        let (k, _) = chunk_of(self.len);
+        if k == self.slots.len() {
+            self.slots.push(Vec::with_capacity(chunk_len(k)));
+            self.chunk_bytes += chunk_bytes(k);
+        }
+        if let Some(c) = self.slots.last_mut() {
+            c.push((Key::new(e.name), rec));
+        }
+        self.len += 1;
+    }
+
     /// Put `value` in entity `e`'s slot (a snapshot's entity; the shard is recounted after).
     pub fn insert(&mut self, e: EntityRef<'_>, value: Entity) {
         let mut uncounted = 0;
         let (mut slot, _) = self.get_or_insert(e, &mut uncounted);
         *slot = value;
+    }
+
+    /// Put a restored record in entity `e`'s slot (a snapshot's entity; the shard is recounted
+    /// after).
+    pub fn insert_rec(&mut self, e: EntityRef<'_>, rec: Rec) {
+        let added = rec.sizes().1;
+        match self.position(e).and_then(|p| self.slot_mut(p)) {
+            Some((_, r)) => {
+                let gone = std::mem::replace(r, rec).sizes().1;
+                self.spill = self.spill.saturating_sub(gone);
+            }
+            None => self.push_new(e, rec),
+        }
+        self.spill += added;
     }
 
     /// Remove entity `e`: the entity, and the bytes it kept outside its slot (key included).
@@ -654,14 +674,6 @@ impl EntityMap {
         Some((rec.take(), freed))
     }
 
-    /// Every entity with its name's bytes (UTF-8).
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], View<'_>)> {
-        self.slots
-            .iter()
-            .flatten()
-            .map(|(k, r)| (k.as_bytes(), r.view()))
-    }
-
     /// Change every entity with `f` (the shard is recounted after).
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Entity)) {
         self.spill = 0;
@@ -673,8 +685,8 @@ impl EntityMap {
         }
     }
 
-    /// Every entity with its key, for measuring.
-    fn slots(&self) -> impl Iterator<Item = &(Key, Rec)> {
+    /// Every entity with its key, in slot order (measuring, snapshots).
+    pub(crate) fn slots(&self) -> impl Iterator<Item = &(Key, Rec)> {
         self.slots.iter().flatten()
     }
 }
@@ -754,20 +766,10 @@ impl Shard {
         (&mut self.entities, &mut self.names, &mut self.bytes)
     }
 
-    /// Intern `name` with one more reference (a feature loaded from a snapshot).
-    pub(crate) fn names_acquire(&mut self, name: &str) -> u32 {
-        self.names.acquire(name).0
-    }
-
     /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
     /// and the names.
     pub(crate) fn shared_bytes(&self, e: EntityRef<'_>) -> u64 {
         self.entities.sub_table_bytes(EntityMap::sub_of(e)) + self.names.bytes()
-    }
-
-    /// Add an entity loaded from a snapshot; [`Shard::recount`] once the shard is loaded.
-    pub(crate) fn insert_entity(&mut self, key: &str, e: Entity) {
-        self.entities.insert(EntityRef::new(key), e);
     }
 
     /// The shard's bytes and the bytes of its encodings held outside their slots.
@@ -846,7 +848,7 @@ mod tests {
             let got = m.get(EntityRef::new(n)).map(|e| e.as_of);
             assert_eq!(got, (i % 3 != 0).then_some(n.len() as i64), "{n}");
         }
-        assert_eq!(m.len(), m.iter().count());
+        assert_eq!(m.len(), m.slots().count());
         for n in &names {
             m.remove(EntityRef::new(n));
         }

@@ -4,20 +4,24 @@
 //! (vx-storage `snapshot.rs`); it hands this module a [`SnapFile`] to read or write.
 //!
 //! A snapshot is written shard by shard while ingest goes on: the snapshot thread takes one
-//! shard's read lock, copies that shard (entities, features, names) and notes the LSN the copy
-//! covers, releases the lock and serializes the copy with rkyv. Extra memory is therefore one
-//! shard's copy and its archive (about 1/`shards` of the tables), and the writer waits at most
-//! for one shard's copy. Shards cover different LSNs: a shard covers `max(its last applied
-//! LSN, the LSN every shard had applied when the copy was taken)`, which is exact because only
-//! the writer changes a shard, in log order, under its lock.
+//! shard's read lock, copies that shard (its names, every entity's key and record encoding as
+//! they are, the held states) and notes the LSN the copy covers, releases the lock and
+//! serializes the copy with rkyv. Extra memory is therefore one shard's copy and its archive
+//! (about 1/`shards` of the tables), and the writer waits at most for one shard's copy, which
+//! is a copy of bytes, not a rebuild. Shards cover different LSNs: a shard covers `max(its last
+//! applied LSN, the LSN every shard had applied when the copy was taken)`, which is exact
+//! because only the writer changes a shard, in log order, under its lock.
 //!
 //! Start-up (in the storage engine) loads the newest snapshot that validates (checksums, rkyv
-//! validation, schema hash, shard count, and covering only records the log still has), replays
-//! the log from the smallest covered LSN + 1 and applies to each shard only the records after
-//! its own covered LSN. A corrupt, truncated or mismatched snapshot is skipped with a warning naming it; one
-//! that covers records past the end of the log (its tail was lost: `fsync: interval`/`never`
-//! after a power cut, or `--repair`) is removed, since its state includes writes that are
-//! gone. With no usable snapshot the tables are rebuilt from the whole retained log.
+//! validation, schema hash, shard count, every record encoding checked, and covering only
+//! records the log still has), the shards on as many threads as the machine has (up to 8),
+//! replays the log from the smallest covered LSN + 1 and applies to each shard only the
+//! records after its own covered LSN. An entity whose feature names keep their ids (no
+//! declaration changed) is put back as its encoding, without decoding it into a struct and
+//! encoding it again. A corrupt, truncated or mismatched snapshot is skipped with a warning
+//! naming it; one that covers records past the end of the log (its tail was lost: `fsync:
+//! interval`/`never` after a power cut, or `--repair`) is removed, since its state includes
+//! writes that are //! gone. With no usable snapshot the tables are rebuilt from the whole retained log.
 //! Declarations whose definition changed since the snapshot (by
 //! [`crate::FeatureDecl::fingerprint`])
 //! are recomputed from the whole retained log; everything else comes from the snapshot.
@@ -25,9 +29,10 @@
 //! The two newest snapshots are kept, and retention keeps every record after the older one's
 //! smallest covered LSN (`snapshot_floor`), so either can be completed from the log.
 //!
-//! The archived types below are the on-disk format: they are not the tables' types, so the
-//! tables can change shape (issue 19) while old snapshots still load, or are skipped by their
-//! schema hash when the format itself changes.
+//! The archived types below are the on-disk format, with the record encoding of
+//! `crate::rec` inside them (its layout is written there, and `golden_encoding` holds it):
+//! a change to either changes [`SCHEMA`], and snapshots of an older schema are skipped (the
+//! tables are then rebuilt from the log).
 //!
 //! # File format (`snapshots/snap-<max covered LSN, 20 digits>.vxs`, little-endian)
 //! ```text
@@ -47,6 +52,11 @@
 //! per shard 0..shards-1: a frame
 //!   u64 length, u32 CRC-32C of the archive, u32 shard, then the rkyv archive of SnapShard,
 //!   zero-padded to a multiple of 16 (every archive starts 16-aligned)
+//!   SnapShard.packed, per entity in slot order:
+//!     varint key length, the key (UTF-8), varint encoding length, the record encoding
+//!     (crate::rec: flags, times, features; each feature tagged "held" takes the next of
+//!     SnapShard.held, in order)
+//!   (varints: LEB128, 7 bits a byte, low first)
 //! trailer, 16 bytes: "VXSNEND\0", u64 file length
 //! ```
 
@@ -64,11 +74,10 @@ pub(crate) const MAGIC: &[u8; 8] = b"VXSNAP01";
 pub(crate) const TRAILER: &[u8; 8] = b"VXSNEND\0";
 pub(crate) const HEAD_LEN: usize = 64;
 /// Describes the archived types; change it with them, so old snapshots are skipped.
-const SCHEMA: &str = "vx-snapshot 2: SnapMeta{decls:Vec<(String,u64)>} \
-    SnapShard{covered:u64,names:Vec<String>,entities:Vec<SnapEntity{key:String,\
-    events:Option<i64>,last_ts:Option<i64>,wm:i64,as_of:i64,\
-    feats:Vec<SnapFeat{name:u32,updated_ms:i64,st:SnapState{Int(i64,i64)|Float(f64,i64)|\
-    Bool(bool,i64)|Str(String,i64)|Win(Vec<SnapBucket{idx:i64,n:u32,a:f64}>)|Hll(i64,Vec<u8>)}}>}>}";
+const SCHEMA: &str = "vx-snapshot 3: SnapMeta{decls:Vec<(String,u64)>} \
+    SnapShard{covered:u64,names:Vec<String>,entities:u64,packed:Vec<u8>,\
+    held:Vec<SnapHeld{Str(String,i64)|Win(Vec<SnapBucket{idx:i64,n:u32,a:f64}>)|Hll(i64,Vec<u8>)}>} \
+    packed: (varint key length, key, varint encoding length, rec encoding 1)*";
 
 pub fn schema_hash() -> u64 {
     xxhash_rust::xxh3::xxh3_64(SCHEMA.as_bytes())
@@ -82,32 +91,19 @@ pub struct SnapMeta {
 #[derive(rkyv::Archive, rkyv::Serialize, Debug, PartialEq)]
 pub struct SnapShard {
     pub covered: u64,
+    /// The shard's names by id (a freed id is an empty name).
     pub names: Vec<String>,
-    pub entities: Vec<SnapEntity>,
+    pub entities: u64,
+    /// Every entity's key and record encoding (the module docs' layout).
+    pub packed: Vec<u8>,
+    /// The states the records hold outside their encodings, in entity and feature order.
+    pub held: Vec<SnapHeld>,
 }
 
+/// A state a record holds outside its encoding.
 #[derive(rkyv::Archive, rkyv::Serialize, Debug, PartialEq)]
-pub struct SnapEntity {
-    pub key: String,
-    pub events: Option<i64>,
-    pub last_ts: Option<i64>,
-    pub wm: i64,
-    pub as_of: i64,
-    pub feats: Vec<SnapFeat>,
-}
-
-#[derive(rkyv::Archive, rkyv::Serialize, Debug, PartialEq)]
-pub struct SnapFeat {
-    pub name: u32,
-    pub updated_ms: i64,
-    pub st: SnapState,
-}
-
-#[derive(rkyv::Archive, rkyv::Serialize, Debug, PartialEq)]
-pub enum SnapState {
-    Int(i64, i64),
-    Float(f64, i64),
-    Bool(bool, i64),
+pub enum SnapHeld {
+    /// A string value and its `ts`.
     Str(String, i64),
     Win(Vec<SnapBucket>),
     Hll(i64, Vec<u8>),
@@ -126,7 +122,7 @@ pub struct SnapBucket {
     clippy::len_without_is_empty,
     reason = "the length of a file, not of a collection"
 )]
-pub trait SnapFile {
+pub trait SnapFile: Sync {
     /// Fill `buf` from `off`, or fail (`UnexpectedEof` past the end).
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
     /// Write all of `buf` at `off`.
@@ -145,6 +141,32 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
         .strip_suffix(".vxs")?
         .parse()
         .ok()
+}
+
+/// Append `v` as a LEB128 varint.
+fn put_var(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Take a varint-length-prefixed byte string off the front of `b`; `None` if short.
+fn take_bytes<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&x, rest) = b.split_first()?;
+        *b = rest;
+        n |= u64::from(x & 0x7f) << shift;
+        if x & 0x80 == 0 {
+            let n = usize::try_from(n).ok()?;
+            let (s, rest) = (b.get(..n)?, b.get(n..)?);
+            *b = rest;
+            return Some(s);
+        }
+    }
+    None
 }
 
 /// The name a snapshot is written under before its rename.

@@ -136,7 +136,9 @@ fn round_trip_and_damage_is_refused_without_panic() {
     let from = fresh.install(loaded);
     assert_eq!(from.redo, [false; 5]);
     assert_eq!(dump(&fresh), dump(&f));
-    assert!(verify(&file, 4).is_ok());
+    if let Err(e) = verify(&file, 4) {
+        panic!("{e} at {}", e.at);
+    }
     assert!(matches!(verify(&file, 3), Err(VerifyError { at: 0, .. })));
 
     let mut rng = 0x5EED_u64;
@@ -184,47 +186,77 @@ fn changed_declarations_are_redone() {
 }
 
 /// The archive of a small shard, byte for byte: any change to the archived types (or to
-/// rkyv's format) changes it, and must come with a new SCHEMA.
+/// rkyv's format) changes it, and must come with a new SCHEMA. The record encoding inside
+/// `packed` has its own golden test (`crate::rec`'s `golden_encoding`).
 #[test]
 fn golden_archive() {
+    let mut packed = vec![2, b'p', b'1'];
+    // flags (events, as_of), as_of 1000, events 3, one feature: name 2, updated at as_of, held.
+    let enc = [0x09, 0xd0, 0x0f, 0x06, 0x01, 0x02, 0x00, 0x03];
+    packed.push(enc.len() as u8);
+    packed.extend_from_slice(&enc);
     let shard = SnapShard {
         covered: 42,
         names: vec!["events".into(), "last_ts".into(), "hp".into()],
-        entities: vec![SnapEntity {
-            key: "p1".into(),
-            events: Some(3),
-            last_ts: None,
-            wm: 1000,
-            as_of: 1000,
-            feats: vec![
-                SnapFeat {
-                    name: 0,
-                    updated_ms: 5,
-                    st: SnapState::Int(3, 1000),
-                },
-                SnapFeat {
-                    name: 2,
-                    updated_ms: 5,
-                    st: SnapState::Win(vec![SnapBucket {
-                        idx: 7,
-                        n: 2,
-                        a: 1.5,
-                    }]),
-                },
-            ],
-        }],
+        entities: 1,
+        packed,
+        held: vec![SnapHeld::Win(vec![SnapBucket {
+            idx: 7,
+            n: 2,
+            a: 1.5,
+        }])],
     };
     let bytes = rkyv::to_bytes::<rancor::Error>(&shard).unwrap();
     let a = rkyv::access::<ArchivedSnapShard, rancor::Error>(&bytes).unwrap();
     assert_eq!(a.covered.to_native(), 42);
-    assert_eq!(a.entities[0].key.as_str(), "p1");
+    assert_eq!(&a.packed[..3], b"\x02p1");
     assert_eq!(
         (bytes.len(), xxhash_rust::xxh3::xxh3_64(&bytes)),
         (GOLDEN_LEN, GOLDEN_HASH),
         "the snapshot archive layout changed: bump SCHEMA"
     );
     assert_eq!(schema_hash(), xxhash_rust::xxh3::xxh3_64(SCHEMA.as_bytes()));
+    // The shard loads: its entity has the window.
+    let f = Features::new(1, vec![], u64::MAX);
+    let mut sh = f.empty_shard();
+    load::build_shard_for_test(&mut sh, a, &f).unwrap();
+    assert_eq!(sh.entities.len(), 1);
 }
 
-const GOLDEN_LEN: usize = 216;
-const GOLDEN_HASH: u64 = 4383645820110679822;
+const GOLDEN_LEN: usize = 128;
+const GOLDEN_HASH: u64 = 12893373029786374683;
+
+/// Plain names come back at their own ids (a freed id stays free) with their uses counted:
+/// after a load, deleting the last use of a name frees it, and the byte counts stay exact.
+#[test]
+fn names_come_back_with_their_uses() {
+    let f = Features::new(1, vec![], u64::MAX);
+    let at = |lsn| LogPos { lsn, append_ms: 1 };
+    let int = |i| Some(FeatureValue::Int(i));
+    f.put(at(1), "a", &[("x", int(1)), ("y", int(2))], None)
+        .unwrap();
+    f.put(at(2), "b", &[("z", int(3)), ("x", int(4))], None)
+        .unwrap();
+    f.delete(at(3), "a", Some("y"), None).unwrap();
+    let file = MemFile::default();
+    write_to(&f, &file, 5).unwrap();
+    let fresh = Features::new(1, vec![], u64::MAX);
+    fresh.install(load(&file, &fresh).unwrap());
+    {
+        let (was, now) = (f.shards[0].read(), fresh.shards[0].read());
+        assert!(was.names.id("y").is_none());
+        assert_eq!(
+            was.names.iter().collect::<Vec<_>>(),
+            now.names.iter().collect::<Vec<_>>()
+        );
+        // (The load reserves every index table at once: the bytes are its own.)
+        assert_eq!(now.bytes, now.measure());
+    }
+    fresh.delete(at(4), "a", Some("x"), None).unwrap();
+    assert!(fresh.shards[0].read().names.id("x").is_some());
+    fresh.delete(at(5), "b", Some("x"), None).unwrap();
+    let g = fresh.shards[0].read();
+    assert!(g.names.id("x").is_none());
+    assert!(g.names.id("z").is_some());
+    assert_eq!(g.bytes, g.measure());
+}

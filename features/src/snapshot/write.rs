@@ -1,8 +1,8 @@
 //! Writing a snapshot: shard by shard under each shard's read lock, while ingest goes on.
 
 use super::{
-    HEAD_LEN, MAGIC, SnapBucket, SnapEntity, SnapFeat, SnapFile, SnapMeta, SnapShard, SnapState,
-    TRAILER, schema_hash,
+    HEAD_LEN, MAGIC, SnapBucket, SnapFile, SnapHeld, SnapMeta, SnapShard, TRAILER, put_var,
+    schema_hash,
 };
 use crate::Features;
 use crate::decl::FeatureValue;
@@ -19,52 +19,51 @@ pub struct Written {
     pub bytes: u64,
 }
 
+/// Copy a shard under its read lock: bytes as the slots hold them, and the held states.
 fn copy_shard(g: &Shard, covered: u64) -> io::Result<SnapShard> {
     let names = g.names.iter().map(str::to_string).collect();
-    let mut entities = Vec::with_capacity(g.entities.len());
-    for (k, e) in g.entities.iter() {
-        // Keys are made from `&str`: a key that is not UTF-8 is a bug, and fails the snapshot.
-        let key = std::str::from_utf8(k)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-            .to_string();
-        entities.push(SnapEntity {
-            key,
-            events: e.events(),
-            last_ts: e.last_ts(),
-            wm: e.wm,
-            as_of: e.as_of,
-            feats: e
-                .feats
-                .iter()
-                .map(|f| SnapFeat {
-                    name: f.name,
-                    updated_ms: f.updated_ms,
-                    st: match &*f.st {
-                        State::Plain { v, ts } => match v {
-                            FeatureValue::Int(i) => SnapState::Int(*i, *ts),
-                            FeatureValue::Float(x) => SnapState::Float(*x, *ts),
-                            FeatureValue::Bool(b) => SnapState::Bool(*b, *ts),
-                            FeatureValue::Str(s) => SnapState::Str(s.to_string(), *ts),
-                        },
-                        State::Win(b) => SnapState::Win(
-                            b.iter()
-                                .map(|b| SnapBucket {
-                                    idx: b.idx,
-                                    n: b.n,
-                                    a: b.a,
-                                })
-                                .collect(),
-                        ),
-                        State::Hll { head, regs } => SnapState::Hll(*head, regs.to_vec()),
-                    },
-                })
-                .collect(),
-        });
+    // Most entities are a short key and a record of a few dozen bytes.
+    let mut packed = Vec::with_capacity(g.entities.len() * 40);
+    let mut held = Vec::new();
+    for (k, r) in g.entities.slots() {
+        let key = k.as_bytes();
+        put_var(&mut packed, key.len() as u64);
+        packed.extend_from_slice(key);
+        let (enc, states) = r.snapshot_parts();
+        put_var(&mut packed, enc.len() as u64);
+        packed.extend_from_slice(enc);
+        for st in states {
+            held.push(match st {
+                State::Plain {
+                    v: FeatureValue::Str(s),
+                    ts,
+                } => SnapHeld::Str(s.to_string(), *ts),
+                // A record holds only strings, windows and sketches outside its encoding.
+                State::Plain { .. } => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a record holds a plain number outside its encoding",
+                    ));
+                }
+                State::Win(b) => SnapHeld::Win(
+                    b.iter()
+                        .map(|b| SnapBucket {
+                            idx: b.idx,
+                            n: b.n,
+                            a: b.a,
+                        })
+                        .collect(),
+                ),
+                State::Hll { head, regs } => SnapHeld::Hll(*head, regs.to_vec()),
+            });
+        }
     }
     Ok(SnapShard {
         covered,
         names,
-        entities,
+        entities: g.entities.len() as u64,
+        packed,
+        held,
     })
 }
 
