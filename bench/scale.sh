@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The feature store at scale on one node (issue 20 item 3), in one command:
 #
-#   bench/scale.sh            # N=100000000 entities; about 20 minutes and ~12 GiB of RAM here
+#   bench/scale.sh            # N=100000000 entities; about 15 minutes and ~8 GiB of RAM here
 #
 # One server (`--fsync interval`, storage.max_feature_bytes=20GiB, a snapshot every
 # SNAP_INTERVAL), entities named as vx-loadtest's features keys (`key:` and 12 digits), every
@@ -120,7 +120,7 @@ done
 s1=$(date +%s.%N)
 say "periodic snapshot: $(imetric vx_snapshot_bytes) bytes, written in about $(awk -v a="${s0:-$s1}" -v b="$s1" 'BEGIN {printf "%.0f", b - a}') s; RssAnon before $((base / 1024)) MiB, peak +$(( (peak - base) / 1024 )) MiB while writing"
 # The periodic snapshot's file goes, so that the disk holds one snapshot of N entities at a time
-# (about 120 bytes each), not two: the shutdown snapshot is the one the restart loads.
+# (about 34 bytes each), not two: the shutdown snapshot is the one the restart loads.
 rm -f "$DATA"/d/snapshots/*
 stop
 l=$(load1)

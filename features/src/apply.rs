@@ -20,6 +20,7 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
+use crate::prefetch::Lines;
 use crate::table::{Buckets, EntityRef, Feat, Shard, State};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
@@ -95,11 +96,12 @@ impl<'a> RecordEvents<'a> {
             .apply_event(entity, ev, self.decls, self.at, self.replay)
     }
 
-    /// Start loading what applying `ev` will touch, some events before [`Self::apply`]
-    /// does (the caller's loop: storage's `feed.rs`), one [`Ahead`] stage at a time, each
-    /// a few events closer than the one before: the cache misses of the events in between
-    /// overlap instead of following each other. Changes nothing.
-    pub fn prefetch(&mut self, ev: &EventView<'a>, stage: Ahead) {
+    /// Note in `out` what applying `ev` will touch, for the caller to load some events
+    /// before [`Self::apply`] does (storage's `feed.rs`), one [`Ahead`] stage at a time, each
+    /// closer than the one before: the cache misses of the events in between overlap instead
+    /// of following each other. The caller asks for the lines ([`Lines::issue`]) once it has
+    /// noted a batch: not under the shard lock taken here. Changes nothing.
+    pub fn prefetch(&mut self, ev: &EventView<'a>, stage: Ahead, out: &mut Lines) {
         let Some(entity) = ev.entity else {
             return;
         };
@@ -116,16 +118,16 @@ impl<'a> RecordEvents<'a> {
         let er = EntityRef::new(entity);
         let g = self.features.shard(er).read();
         match stage {
-            Ahead::Index => g.entities.prefetch_index(er),
-            Ahead::Slot => g.entities.prefetch_slot(er),
+            Ahead::Index => g.entities.prefetch_index(er, out),
+            Ahead::Slot => g.entities.prefetch_slot(er, out),
             Ahead::Side => {
                 if let Some(r) = g.entities.rec(er) {
-                    r.prefetch_side(self.ahead_decls);
+                    r.prefetch_side(self.ahead_decls, out);
                 }
             }
             Ahead::States => {
                 if let Some(r) = g.entities.rec(er) {
-                    r.prefetch_states();
+                    r.prefetch_states(out);
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! hashbrown's do (7/8 full at most; [`crate::table::grown_capacity`]), rehashing from the
 //! tags without touching the slots; a removal shifts the entries after it back (no tombstones).
 
-use crate::prefetch;
+use crate::prefetch::Lines;
 use crate::table::alloc_size;
 
 #[derive(Default)]
@@ -74,9 +74,9 @@ impl PosTable {
     }
 
     /// Start loading the entry a look-up of `tag` starts at.
-    pub(crate) fn prefetch(&self, tag: u32) {
+    pub(crate) fn prefetch(&self, tag: u32, out: &mut Lines) {
         if !self.e.is_empty() {
-            prefetch::line(self.e.as_ptr().wrapping_add(self.home(tag)));
+            out.add(self.e.as_ptr().wrapping_add(self.home(tag)), 8);
         }
     }
 

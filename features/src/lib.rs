@@ -54,5 +54,6 @@ pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,
     MAX_PUT_NAMES, MAX_STRING_VALUE, MAX_WINDOW, MIN_WINDOW, check_decls, valid_name,
 };
-pub use read::{EntityRead, ReadAt};
+pub use prefetch::Lines;
+pub use read::{EntityRead, PREFETCH_READS, ReadAt};
 pub use store::{FeatureStats, Features};

@@ -4,8 +4,13 @@
 
 use crate::Features;
 use crate::decl::{EVENTS, LAST_TS, Reading};
+use crate::prefetch::Lines;
 use crate::rec::{FeatView, View};
 use crate::table::{EntityRef, State};
+use smallvec::SmallVec;
+
+/// The most entities one [`Features::prefetch_reads`] loads ahead.
+pub const PREFETCH_READS: usize = 32;
 
 /// When a read happens.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +43,51 @@ impl Features {
                 .id(n)
                 .is_some_and(|id| e.feats.iter().any(|f| f.name == id)),
         }
+    }
+
+    /// Start loading what reading `entities` will touch (a pipeline of reads: up to
+    /// [`PREFETCH_READS`] of them), one stage over all of them before the next: the index
+    /// entries, the slots, the side allocations, the states' own bytes (a string, buckets, a
+    /// sketch). Once the tables outgrow the caches each stage is a miss that depends on the
+    /// one before; across the batch they overlap instead of following each other. Changes
+    /// nothing a read sees.
+    pub fn prefetch_reads(&self, entities: &[&str]) {
+        let ers: SmallVec<[EntityRef<'_>; PREFETCH_READS]> = entities
+            .iter()
+            .take(PREFETCH_READS)
+            .map(|e| EntityRef::new(e))
+            .collect();
+        // Each stage notes its lines under the locks, then asks for all of them at once
+        // (see `Lines`).
+        let mut lines = Lines::new();
+        for er in &ers {
+            self.shard(*er)
+                .read()
+                .entities
+                .prefetch_index(*er, &mut lines);
+        }
+        lines.issue();
+        for er in &ers {
+            self.shard(*er)
+                .read()
+                .entities
+                .prefetch_slot(*er, &mut lines);
+        }
+        lines.issue();
+        for er in &ers {
+            if let Some(r) = self.shard(*er).read().entities.rec(*er) {
+                // A read does not know how many states the entity holds: two lines cover
+                // the header and the first few.
+                r.prefetch_side(2, &mut lines);
+            }
+        }
+        lines.issue();
+        for er in &ers {
+            if let Some(r) = self.shard(*er).read().entities.rec(*er) {
+                r.prefetch_states(&mut lines);
+            }
+        }
+        lines.issue();
     }
 
     /// Hand the entity's features to `visit`, in table order (the built-ins first), or those
@@ -108,5 +158,39 @@ impl Features {
         let decl = self.decls.list.get(d)?;
         let width = self.decls.widths.get(d).copied().flatten();
         crate::window::evaluate(decl, width, &f.st, e.wm)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::decl::FeatureValue;
+    use crate::{Features, LogPos, ReadAt, Reading};
+
+    /// Loading ahead is a hint: present, absent and repeated entities, more than it looks at,
+    /// and reads after it see what they saw before.
+    #[test]
+    fn prefetch_reads_changes_nothing() {
+        let f = Features::new(4, vec![], u64::MAX);
+        let at = LogPos {
+            lsn: 1,
+            append_ms: 1,
+        };
+        let s = Some(FeatureValue::Str("v".repeat(300).into()));
+        f.put(at, "a", &[("x", s), ("y", Some(FeatureValue::Int(2)))], None)
+            .unwrap();
+        let read = |e: &str| {
+            let mut out = Vec::new();
+            let r = f.read(e, None, ReadAt { now_ms: 0 }, &mut |n, v| {
+                out.push(format!("{n}={}", matches!(v, Reading::Value(_))));
+            });
+            (r, out)
+        };
+        let before = (read("a"), read("b"));
+        let many: Vec<&str> = ["a", "b", "a", ""].repeat(40);
+        f.prefetch_reads(&many);
+        f.prefetch_reads(&[]);
+        assert_eq!((read("a"), read("b")), before);
+        assert_eq!(before.0.1.len(), 2);
     }
 }

@@ -29,7 +29,7 @@
 //! ```
 
 use crate::decl::FeatureValue;
-use crate::prefetch;
+use crate::prefetch::Lines;
 use crate::table::{Entity, Feat, Feats, Head, State, alloc_size, state_heap};
 use smallvec::SmallVec;
 use std::borrow::Cow;
@@ -576,30 +576,34 @@ impl Rec {
     /// so reading them here would wait for the very line being asked for: the span is a guess
     /// from the declarations of the event's type instead. An entity without a side allocation
     /// points at thin-vec's shared empty header, a harmless line to load.
-    pub(crate) fn prefetch_side(&self, states: usize) {
+    pub(crate) fn prefetch_side(&self, states: usize, out: &mut Lines) {
         let p = self
             .more
             .as_ptr()
             .cast::<u8>()
             .wrapping_sub(THIN_HEADER as usize);
-        prefetch::span(p, THIN_HEADER as usize + (states + 1) * HELD_COST as usize);
+        out.add(p, THIN_HEADER as usize + (states + 1) * HELD_COST as usize);
     }
 
     /// Start loading what the held states keep of their own: a window's first and newest
-    /// buckets (an event folds into the newest, or drops the oldest), a sketch's first lines
-    /// (the second stage: the side allocation is loaded by now).
-    pub(crate) fn prefetch_states(&self) {
+    /// buckets (an event folds into the newest, or drops the oldest), a sketch's first lines,
+    /// a string's first lines (the second stage: the side allocation is loaded by now).
+    pub(crate) fn prefetch_states(&self, out: &mut Lines) {
         for h in self.more.iter() {
             match h {
                 Held::St(State::Win(b)) if b.spilled() => {
-                    prefetch::line(b.as_ptr());
+                    out.add(b.as_ptr(), 1);
                     if let Some(last) = b.last() {
-                        prefetch::line(last);
+                        out.add(last, 1);
                     }
                 }
                 Held::St(State::Hll { regs, .. }) => {
-                    prefetch::span(regs.as_ptr(), regs.len().min(1024));
+                    out.add(regs.as_ptr(), regs.len().min(1024));
                 }
+                Held::St(State::Plain {
+                    v: FeatureValue::Str(s),
+                    ..
+                }) => out.add(s.as_ptr(), s.len().min(256)),
                 _ => {}
             }
         }

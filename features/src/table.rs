@@ -10,6 +10,7 @@ use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::index::PosTable;
 use crate::names::Names;
+use crate::prefetch::Lines;
 use crate::rec::{Rec, View};
 
 // What the tables' parts count against `storage.max_feature_bytes` lives with the parts: the
@@ -533,24 +534,24 @@ impl EntityMap {
         slot_at(&self.slots, self.position(e)?).map(|(_, r)| r.view())
     }
 
-    /// Start loading the index entry a look-up of `e` starts at.
-    pub fn prefetch_index(&self, e: EntityRef<'_>) {
+    /// Note the index entry a look-up of `e` starts at, to load.
+    pub fn prefetch_index(&self, e: EntityRef<'_>, out: &mut Lines) {
         if let Some(t) = self.index.get(Self::sub_of(e)) {
-            t.prefetch(e.tag());
+            t.prefetch(e.tag(), out);
         }
     }
 
-    /// Start loading the slot of `e`, its index entry read (loaded by now): the first
-    /// entry with its tag, without reading slots to compare keys (a rare wrong guess only
-    /// costs a useless load).
-    pub fn prefetch_slot(&self, e: EntityRef<'_>) {
+    /// Note the slot of `e`, its index entry read (loaded by now): the first entry with its
+    /// tag, without reading slots to compare keys (a rare wrong guess only costs a useless
+    /// load).
+    pub fn prefetch_slot(&self, e: EntityRef<'_>, out: &mut Lines) {
         if let Some(p) = self
             .index
             .get(Self::sub_of(e))
             .and_then(|t| t.find(e.tag(), |_| true))
             && let Some(s) = slot_at(&self.slots, p)
         {
-            crate::prefetch::line(s);
+            out.add(s, SLOT_COST as usize);
         }
     }
 

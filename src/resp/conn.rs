@@ -23,6 +23,7 @@
 
 use super::command::{Flow, Prepared, Session, WriteFuture, is_write};
 use super::{Ctx, Io, WINDOW};
+use crate::state::Phase;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio_util::sync::CancellationToken;
 use vx_proto::resp::{Parsed, Reply, parse_command};
+use vx_storage::features::PREFETCH_READS;
 
 /// Output size at which replies are written without waiting for the input to run dry.
 const CHUNK: usize = 64 << 10;
@@ -91,6 +93,42 @@ impl Conn {
     }
 }
 
+/// Start loading the entities of the read commands buffered when there are several (a
+/// pipeline), so that their cache misses overlap (vx-features' `prefetch_reads`): each read is
+/// several dependent misses once the tables outgrow the caches. A hint only: what it parses
+/// is parsed again to run, and it changes nothing a command sees.
+fn prefetch_reads(ctx: &Ctx, buf: &[u8]) {
+    let mut keys: Vec<&str> = Vec::new();
+    let mut rest = buf;
+    while keys.len() < PREFETCH_READS {
+        let Ok(Parsed::Command { args, len }) = parse_command(rest, &ctx.limits) else {
+            break;
+        };
+        if let (Some(name), Some(key)) = (args.first(), args.get(1))
+            && rest.get(name.clone()).is_some_and(reads_an_entity)
+            && let Some(key) = rest
+                .get(key.clone())
+                .and_then(|k| std::str::from_utf8(k).ok())
+        {
+            keys.push(key);
+        }
+        rest = rest.get(len..).unwrap_or_default();
+    }
+    if keys.len() < 2 {
+        return;
+    }
+    if let (Phase::Ready, Some(router)) = (ctx.state.phase(), ctx.state.router()) {
+        router.store().features().prefetch_reads(&keys);
+    }
+}
+
+/// Whether a command reads the entity named by its first argument.
+fn reads_an_entity(name: &[u8]) -> bool {
+    ["hget", "hmget", "hgetall", "hexists", "exists"]
+        .iter()
+        .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
+}
+
 pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToken) {
     let (mut rd, wr) = tokio::io::split(io);
     let mut conn = Conn {
@@ -103,6 +141,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
     let mut session = Session::new(&ctx);
     let mut buf = BytesMut::with_capacity(16 << 10);
     loop {
+        prefetch_reads(&ctx, &buf);
         // Answer every whole command buffered.
         let need = loop {
             let parsed = match parse_command(&buf, &ctx.limits) {

@@ -7,7 +7,9 @@
 //! shard's feature tables. Tombstones and resets of a shard's streams change no feature.
 
 use crate::api::OriginTopic;
-use crate::features::{Ahead, ApplyError, DirectApplied, Features, LogPos, Replay};
+use crate::features::{
+    Ahead, ApplyError, DirectApplied, Features, Lines, LogPos, RecordEvents, Replay,
+};
 use crate::record::{self, Decode, Header, RecordType};
 use std::collections::VecDeque;
 use vx_proto::EventView;
@@ -28,16 +30,43 @@ impl From<Decode> for FeedError {
     }
 }
 
-/// How many events before its apply an event enters each stage of the look-ahead
-/// (`RecordEvents::prefetch`): far enough for each stage's load to arrive before the next
-/// stage reads it, near enough that what is loaded is still in the cache.
+/// Events are applied in steps of `STEP`; an event enters each stage of the look-ahead
+/// (`RecordEvents::prefetch`) this many steps before the step that applies it: far enough for
+/// each stage's loads to arrive before the next stage reads them, near enough that what is
+/// loaded is still in the cache. A step notes the lines of a stage for `STEP` events under
+/// the shard locks, then asks for all of them at once: a locked instruction waits for the
+/// prefetches issued before it, so only prefetches issued together overlap.
+const STEP: usize = 8;
 const STAGES: [(usize, Ahead); 4] = [
-    (16, Ahead::Index),
-    (10, Ahead::Slot),
-    (5, Ahead::Side),
-    (2, Ahead::States),
+    (4, Ahead::Index),
+    (3, Ahead::Slot),
+    (2, Ahead::Side),
+    (1, Ahead::States),
 ];
-const AHEAD: usize = STAGES[0].0;
+/// Events held back: the step applied now and the ones in the look-ahead.
+const HELD: usize = (STAGES[0].0 + 1) * STEP;
+
+/// One step: the look-ahead's stages for the steps after the first `STEP` events of `queue`,
+/// then those events applied.
+fn step<'a>(
+    events: &mut RecordEvents<'a>,
+    queue: &mut VecDeque<EventView<'a>>,
+    lines: &mut Lines,
+) -> Result<(), FeedError> {
+    for (ahead, stage) in STAGES {
+        for ev in queue.iter().skip(ahead * STEP).take(STEP) {
+            events.prefetch(ev, stage, lines);
+        }
+    }
+    lines.issue();
+    for _ in 0..STEP {
+        match queue.pop_front() {
+            Some(ev) => events.apply(&ev)?,
+            None => break,
+        }
+    }
+    Ok(())
+}
 
 /// Apply one checksum-verified record. `replay` is set during recovery only;
 /// `from_events` is `storage.features_from_events`.
@@ -56,11 +85,12 @@ pub(crate) fn apply_record(
         RecordType::Events if !from_events => Ok(DirectApplied::default()),
         RecordType::Events | RecordType::EntityEvents => {
             let mut events = features.events(at, replay)?;
-            // Events are applied AHEAD behind the decoding, which asks the tables to start
-            // loading each one's entity early (vx-features' `RecordEvents::prefetch`): an
-            // entity with windowed aggregates is several dependent cache misses, and these
-            // overlap across the events in between instead of following each other.
-            let mut queue: VecDeque<EventView<'_>> = VecDeque::with_capacity(AHEAD + 1);
+            // Events are applied in steps behind the decoding, which asks the tables to start
+            // loading each one's entity some steps early (see `step`): an entity with windowed
+            // aggregates is several dependent cache misses, and these overlap across the
+            // events in between instead of following each other.
+            let mut queue: VecDeque<EventView<'_>> = VecDeque::with_capacity(HELD);
+            let mut lines = Lines::new();
             for run in record::runs(rec, h.n) {
                 let run = run?;
                 for ev in vx_proto::packed::events(run.events, run.stream) {
@@ -76,25 +106,13 @@ pub(crate) fn apply_record(
                         }
                     };
                     queue.push_back(ev);
-                    // The event `d` before its apply is `d` from the front once the queue
-                    // is full: at index len - 1 - (AHEAD - d).
-                    for (d, stage) in STAGES {
-                        if let Some(ev) = (queue.len() + d)
-                            .checked_sub(AHEAD + 1)
-                            .and_then(|i| queue.get(i))
-                        {
-                            events.prefetch(ev, stage);
-                        }
-                    }
-                    if queue.len() > AHEAD
-                        && let Some(ev) = queue.pop_front()
-                    {
-                        events.apply(&ev)?;
+                    if queue.len() == HELD {
+                        step(&mut events, &mut queue, &mut lines)?;
                     }
                 }
             }
-            while let Some(ev) = queue.pop_front() {
-                events.apply(&ev)?;
+            while !queue.is_empty() {
+                step(&mut events, &mut queue, &mut lines)?;
             }
             Ok(DirectApplied::default())
         }

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::Features;
 use crate::decl::{BUCKETS, FeatureValue};
+use crate::prefetch::Lines;
 use crate::rec::{Rec, check_encoding, entity_of};
 use crate::table::{Bucket, EntityRef, Shard, State};
 use crate::{Replay, hll};
@@ -404,12 +405,14 @@ fn build_shard(
     // instead of following each other (the tables were reserved above, so entries stay put).
     const LOOK_AHEAD: usize = 12;
     let mut ahead: VecDeque<(EntityRef<'_>, &[u8])> = VecDeque::with_capacity(LOOK_AHEAD + 1);
+    let mut lines = Lines::new();
     for left in (0..count).rev() {
         let key = take_bytes(&mut packed).ok_or_else(|| bad("an entity is cut short"))?;
         let key = std::str::from_utf8(key).map_err(|_| bad("an entity key is not UTF-8"))?;
         let enc = take_bytes(&mut packed).ok_or_else(|| bad("an entity is cut short"))?;
         let er = EntityRef::new(key);
-        sh.entities.prefetch_index(er);
+        sh.entities.prefetch_index(er, &mut lines);
+        lines.issue();
         ahead.push_back((er, enc));
         if ahead.len() <= LOOK_AHEAD && left > 0 {
             continue;
