@@ -167,6 +167,9 @@ async fn auth_uses_the_bearer_tokens_and_their_scopes() {
         .start();
     let report = redis_py(resp_addr(&s), "auth").await;
     assert_eq!(report["done"], true);
+    // Before AUTH, an unknown command is answered as Redis does: authenticate first.
+    let want = b"-NOAUTH unauthorized: Authentication required (AUTH with a bearer token)\r\n";
+    assert_eq!(raw(resp_addr(&s), b"GET x\r\n", want.len()), want);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

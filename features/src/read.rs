@@ -177,8 +177,13 @@ mod tests {
             append_ms: 1,
         };
         let s = Some(FeatureValue::Str("v".repeat(300).into()));
-        f.put(at, "a", &[("x", s), ("y", Some(FeatureValue::Int(2)))], None)
-            .unwrap();
+        f.put(
+            at,
+            "a",
+            &[("x", s), ("y", Some(FeatureValue::Int(2)))],
+            None,
+        )
+        .unwrap();
         let read = |e: &str| {
             let mut out = Vec::new();
             let r = f.read(e, None, ReadAt { now_ms: 0 }, &mut |n, v| {

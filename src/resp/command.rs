@@ -186,17 +186,11 @@ impl Session {
         let allowed = match spec.needs {
             Needs::Nothing => Ok(()),
             Needs::Known if tokens.is_empty() || self.token.is_some() => Ok(()),
-            Needs::Known => Err(Failure::new(
-                ErrorCode::Unauthorized,
-                "Authentication required (AUTH with a bearer token)",
-            )),
+            Needs::Known => Err(Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED)),
             Needs::Scope(scope) => crate::auth::authorize(tokens, self.token.as_deref(), scope)
                 .map_err(|f| {
                     if f.code == ErrorCode::Unauthorized {
-                        Failure::new(
-                            ErrorCode::Unauthorized,
-                            "Authentication required (AUTH with a bearer token)",
-                        )
+                        Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED)
                     } else {
                         f
                     }
@@ -233,7 +227,12 @@ impl Session {
             return Flow::Continue;
         };
         let Some(spec) = lookup(name) else {
-            unknown(self.reply(out), args);
+            // As Redis: a client that must authenticate learns that first, whatever it sent.
+            if !ctx.state.tokens().is_empty() && self.token.is_none() {
+                self.failure(out, Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED));
+            } else {
+                unknown(self.reply(out), args);
+            }
             return Flow::Continue;
         };
         let Some(router) = self.admit(ctx, spec, args, out) else {
@@ -714,6 +713,9 @@ fn entity(b: &Bytes) -> Result<String, Failure> {
 }
 
 /// Redis's answer to a command it does not know.
+/// What an unauthenticated client is told when the server has tokens.
+const AUTH_REQUIRED: &str = "Authentication required (AUTH with a bearer token)";
+
 fn unknown(mut r: Reply<'_>, args: &[Bytes]) {
     let name = args
         .first()
