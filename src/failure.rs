@@ -138,16 +138,35 @@ impl Failure {
     }
 }
 
-impl From<vx_router::SubmitError> for Failure {
-    fn from(e: vx_router::SubmitError) -> Failure {
+impl Failure {
+    /// A refused write as every front end (HTTP, frames, RESP, cluster mode) reports it, and
+    /// the queue fill to report beside it. A write error the client did not cause and cannot
+    /// expect (anything but a conflict and the feature budget) is logged here, once.
+    pub fn refused(e: vx_router::SubmitError) -> (Failure, f64) {
         match e {
             vx_router::SubmitError::Backpressure {
                 retry_after_ms,
+                queue_fill,
                 message,
-                ..
-            } => Failure::backpressure(retry_after_ms, message),
-            vx_router::SubmitError::Write { error, .. } => Failure::from(error),
+            } => (Failure::backpressure(retry_after_ms, message), queue_fill),
+            vx_router::SubmitError::Write { error, queue_fill } => {
+                if !matches!(
+                    error,
+                    WriteError::Conflict { .. }
+                        | WriteError::FeatureBudget { .. }
+                        | WriteError::ShuttingDown
+                ) {
+                    tracing::warn!(error = %error, "write failed");
+                }
+                (Failure::from(error), queue_fill)
+            }
         }
+    }
+}
+
+impl From<vx_router::SubmitError> for Failure {
+    fn from(e: vx_router::SubmitError) -> Failure {
+        Failure::refused(e).0
     }
 }
 
@@ -259,6 +278,15 @@ mod tests {
             (WriteError::ShuttingDown, "not_ready", 503),
         ];
         for (e, code, status) in cases {
+            // A refused write maps the same, whichever front end reports it.
+            let refused = || vx_router::SubmitError::Write {
+                error: e.clone(),
+                queue_fill: 0.5,
+            };
+            let (f, fill) = Failure::refused(refused());
+            assert_eq!((f.code.as_str(), fill), (code, 0.5));
+            let (http, fill) = crate::http::AppError::refused(refused());
+            assert_eq!((http.status().as_u16(), fill), (status, 0.5));
             let f = Failure::from(e.clone());
             assert_eq!((f.code.as_str(), f.code.http_status()), (code, status));
             let http = crate::http::AppError::from(e);

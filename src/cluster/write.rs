@@ -11,7 +11,7 @@ use vx_cluster::position::Position;
 use vx_cluster::txn::{OutRecord, Topic};
 use vx_cluster::wire;
 use vx_proto::Batch;
-use vx_router::{Router, SubmitError};
+use vx_router::Router;
 use vx_storage::WriteError;
 use vx_sys::now_ms;
 
@@ -43,7 +43,7 @@ pub async fn events(
     let shards = router.shards_of(&batch);
     let reservation = router
         .try_admit(&shards, batch.mem_bytes() as u64)
-        .map_err(refusal)?;
+        .map_err(AppError::refused)?;
     let queue_fill = router.fill_of(&shards);
     let append_ms = now_ms();
     let records: Vec<OutRecord> = shards
@@ -161,7 +161,7 @@ pub async fn feature(
     let shards = [(shard, 1)];
     let reservation = router
         .try_admit(&shards, value.len() as u64)
-        .map_err(refusal)?;
+        .map_err(AppError::refused)?;
     let queue_fill = router.fill_of(&shards);
     let record = OutRecord {
         topic: Topic::Entities,
@@ -177,17 +177,6 @@ pub async fn feature(
         return Err((owner_failed(bad), queue_fill));
     }
     Ok((position, queue_fill))
-}
-
-fn refusal(e: SubmitError) -> Refused {
-    match e {
-        SubmitError::Backpressure {
-            retry_after_ms,
-            queue_fill,
-            message,
-        } => (AppError::backpressure(retry_after_ms, message), queue_fill),
-        SubmitError::Write { error, queue_fill } => (AppError::from(error), queue_fill),
-    }
 }
 
 fn owner_failed(o: &Outcome) -> AppError {

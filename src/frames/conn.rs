@@ -60,7 +60,7 @@ use vx_proto::frames::{
     Progress, fill_to_basis_points,
 };
 use vx_router::{Accepted, Router, Submit, SubmitError};
-use vx_storage::{Durability, WriteError};
+use vx_storage::Durability;
 use vx_sys::now_ms;
 
 /// Read size; also the output size at which acks are written without waiting for a pause.
@@ -607,7 +607,7 @@ impl Conn {
                 }));
             }
             Err(e) => {
-                let (failure, fill) = submit_error(done.id, e);
+                let (failure, fill) = Failure::refused(e);
                 metrics.rejected(failure.code, "frames", Some(done.events));
                 let mut frame = failure.into_frame(done.id);
                 frame.queue_fill = Some(fill_to_basis_points(fill));
@@ -675,23 +675,5 @@ fn wire_durability(d: Durability) -> frames::Durability {
         Durability::None => frames::Durability::None,
         Durability::Write => frames::Durability::Write,
         Durability::Fsync => frames::Durability::Fsync,
-    }
-}
-
-/// The failure of a write, and the queue fill to report with it.
-fn submit_error(id: u64, e: SubmitError) -> (Failure, f64) {
-    match e {
-        // `try_admit` is the only source of backpressure, and it is waited out above.
-        SubmitError::Backpressure {
-            retry_after_ms,
-            queue_fill,
-            message,
-        } => (Failure::backpressure(retry_after_ms, message), queue_fill),
-        SubmitError::Write { error, queue_fill } => {
-            if !matches!(error, WriteError::Conflict { .. }) {
-                tracing::warn!(request_id = id, error = %error, "write failed");
-            }
-            (Failure::from(error), queue_fill)
-        }
     }
 }

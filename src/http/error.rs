@@ -105,6 +105,25 @@ impl AppError {
             .with_header(CONNECTION, "close")
     }
 
+    /// A refused write ([`Failure::refused`]: one mapping and one logging rule for every
+    /// front end), with the queue fill to report; shutting down also closes the connection,
+    /// as [`AppError::draining`].
+    pub fn refused(e: vx_router::SubmitError) -> (Self, f64) {
+        let shutting_down = matches!(
+            &e,
+            vx_router::SubmitError::Write {
+                error: WriteError::ShuttingDown,
+                ..
+            }
+        );
+        let (f, fill) = Failure::refused(e);
+        if shutting_down {
+            (AppError::draining(), fill)
+        } else {
+            (AppError::from(f), fill)
+        }
+    }
+
     pub fn backpressure(retry_after_ms: u64, message: impl Into<String>) -> Self {
         Failure::backpressure(retry_after_ms, message).into()
     }

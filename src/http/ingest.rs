@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
-use vx_router::{Submit, SubmitError};
+use vx_router::Submit;
 use vx_storage::Durability;
 use vx_sys::now_ms;
 
@@ -207,17 +207,7 @@ pub(super) async fn submit(
             handles.duplicates.inc_by(accepted.outcome.duplicates);
             return Ok(Took::local(accepted));
         }
-        Err(SubmitError::Backpressure {
-            retry_after_ms,
-            queue_fill,
-            message,
-        }) => (AppError::backpressure(retry_after_ms, message), queue_fill),
-        Err(SubmitError::Write { error, queue_fill }) => {
-            if !matches!(error, vx_storage::WriteError::Conflict { .. }) {
-                tracing::warn!(error = %error, "write failed");
-            }
-            (AppError::from(error), queue_fill)
-        }
+        Err(e) => AppError::refused(e),
     };
     metrics.rejected(error.code, label, Some(events));
     Err(with_fill(error.into_response(), fill))

@@ -448,17 +448,7 @@ fn outcome(
             state.metrics().feature_writes.inc();
             written(entity, o.set, o.deleted, o.durability)
         }
-        Err(SubmitError::Backpressure {
-            retry_after_ms,
-            message,
-            ..
-        }) => AppError::backpressure(retry_after_ms, message).into_response(),
-        Err(SubmitError::Write { error, .. }) => {
-            if !matches!(error, vx_storage::WriteError::FeatureBudget { .. }) {
-                tracing::warn!(error = %error, "feature write failed");
-            }
-            AppError::from(error).into_response()
-        }
+        Err(e) => AppError::refused(e).0.into_response(),
     }
 }
 
