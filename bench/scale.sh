@@ -14,8 +14,9 @@
 # 3. ingest over the N entities (uniform, 10 s, REPS times): the rate at N, and its ratio to 1.;
 # 4. GET /v1/features/{entity} at 20,000/s offered, open loop, Zipfian over the N entities
 #    (features-get.toml), REPS times: p50/p99/p99.9;
-# 5. idle until the next periodic snapshot is written, RssAnon sampled every 0.2 s: the
-#    snapshot's extra memory (peak over the RssAnon before it) and its size;
+# 5. until the next periodic snapshot is written, RssAnon sampled every 0.2 s: the snapshot's
+#    extra memory (peak over the RssAnon before it) and its size, and GET latency in 5-second
+#    reps while it is written;
 # 6. restart from the shutdown snapshot: time to ready (vx_bootstrap_duration_seconds) and
 #    RssAnon; then with the snapshots removed, rebuilt from the log: time to ready.
 # Every figure goes to stdout with the load average before it; docs/bench/scale-runs.txt keeps
@@ -108,8 +109,20 @@ for rep in $(seq 1 "$REPS"); do
     --set preload_keys=0 -q --json "$DATA/g.json" >/dev/null
   say "GET at 20000/s offered, Zipfian over $N: rep=$rep achieved=$(jq .operations.get.ops_per_s "$DATA/g.json") p50/p99/p999_ms=$(jq -r '.operations.get.latency_ms | "\(.p50)/\(.p99)/\(.p999)"' "$DATA/g.json") errors=$(jq '.operations.get.errors // 0' "$DATA/g.json") load1_before=$l"
 done
-# 5. The next periodic snapshot, idle.
+# 5. The next periodic snapshot, with GETs going on: 5-second reps back to back (20,000/s
+# offered, Zipfian), each line saying whether the snapshot finished during it (it takes longer
+# than a rep, so the rep before that one saw its start).
 before_snap=$(imetric vx_snapshots_written_total)
+(
+  while [[ $(imetric vx_snapshots_written_total) == "$before_snap" ]]; do
+    l=$(load1)
+    "$LT" run "$W/features-get.toml" --set "endpoints=http://127.0.0.1:$PORT" --set "key_space=$N" \
+      --set preload_keys=0 --set warmup_s=0 --set measure_s=5 -q --json "$DATA/gs.json" >/dev/null
+    done_=$([[ $(imetric vx_snapshots_written_total) == "$before_snap" ]] && echo no || echo yes)
+    say "GET while waiting for the snapshot (5 s): snapshot finished during it=$done_ p50/p99/p999_ms=$(jq -r '.operations.get.latency_ms | "\(.p50)/\(.p99)/\(.p999)"' "$DATA/gs.json") errors=$(jq '.operations.get.errors // 0' "$DATA/gs.json") load1_before=$l"
+  done
+) &
+GETS=$!
 base=$(rss_kb); peak=$base; s0=""
 while [[ $(imetric vx_snapshots_written_total) == "$before_snap" ]]; do
   r=$(rss_kb)
@@ -118,6 +131,7 @@ while [[ $(imetric vx_snapshots_written_total) == "$before_snap" ]]; do
   sleep 0.2
 done
 s1=$(date +%s.%N)
+wait "$GETS" || true
 say "periodic snapshot: $(imetric vx_snapshot_bytes) bytes, written in about $(awk -v a="${s0:-$s1}" -v b="$s1" 'BEGIN {printf "%.0f", b - a}') s; RssAnon before $((base / 1024)) MiB, peak +$(( (peak - base) / 1024 )) MiB while writing"
 # The periodic snapshot's file goes, so that the disk holds one snapshot of N entities at a time
 # (about 34 bytes each), not two: the shutdown snapshot is the one the restart loads.
