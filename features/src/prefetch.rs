@@ -32,11 +32,12 @@ pub(crate) fn span<T>(p: *const T, bytes: usize) {
     }
 }
 
-/// Spans to load, found under a shard's lock and asked for once it is released. A locked
-/// instruction (taking or releasing a lock) waits here for the loads before it, prefetches
-/// included (measured on this AMD machine: the cycles of a prefetch issued under a lock land
-/// on the lock's release), so a prefetch issued under a lock costs its whole miss at once;
-/// issued after, many overlap until the next locked instruction.
+/// Spans to load, found under a shard's lock and asked for once it is released, many at once.
+/// Profiled on this machine (AMD EPYC), the cycles of prefetches issued one at a time under a
+/// lock landed on the prefetch itself and on the lock's release, as if each waited for its
+/// miss; issued together after the locks they cost less (docs/BENCHMARKS.md, "Ingest with
+/// features"). Why exactly (a locked instruction ordering the loads before it, or the
+/// prefetch's own page walk) was not established.
 #[derive(Default)]
 pub struct Lines(smallvec::SmallVec<[(*const u8, usize); 8]>);
 

@@ -34,8 +34,8 @@ impl From<Decode> for FeedError {
 /// (`RecordEvents::prefetch`) this many steps before the step that applies it: far enough for
 /// each stage's loads to arrive before the next stage reads them, near enough that what is
 /// loaded is still in the cache. A step notes the lines of a stage for `STEP` events under
-/// the shard locks, then asks for all of them at once: a locked instruction waits for the
-/// prefetches issued before it, so only prefetches issued together overlap.
+/// the shard locks, then asks for all of them at once, after the locks (vx-features'
+/// `Lines`: one at a time under a lock, each prefetch seemed to wait for its miss).
 const STEP: usize = 8;
 const STAGES: [(usize, Ahead); 4] = [
     (4, Ahead::Index),
