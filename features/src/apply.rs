@@ -116,21 +116,10 @@ impl<'a> RecordEvents<'a> {
             }
         }
         let er = EntityRef::new(entity);
-        let g = self.features.shard(er).read();
-        match stage {
-            Ahead::Index => g.entities.prefetch_index(er, out),
-            Ahead::Slot => g.entities.prefetch_slot(er, out),
-            Ahead::Side => {
-                if let Some(r) = g.entities.rec(er) {
-                    r.prefetch_side(self.ahead_decls, out);
-                }
-            }
-            Ahead::States => {
-                if let Some(r) = g.entities.rec(er) {
-                    r.prefetch_states(out);
-                }
-            }
-        }
+        self.features
+            .shard(er)
+            .read()
+            .prefetch(er, stage, self.ahead_decls, out);
     }
 }
 

@@ -3,6 +3,7 @@
 //! watermark). Rendering them (JSON over HTTP) is the caller's.
 
 use crate::Features;
+use crate::apply::Ahead;
 use crate::decl::{EVENTS, LAST_TS, Reading};
 use crate::prefetch::Lines;
 use crate::rec::{FeatView, View};
@@ -58,36 +59,15 @@ impl Features {
             .map(|e| EntityRef::new(e))
             .collect();
         // Each stage notes its lines under the locks, then asks for all of them at once
-        // (see `Lines`).
+        // (see `Lines`). A read does not know how many states an entity holds: room for two
+        // covers the side allocation's header and the first few.
         let mut lines = Lines::new();
-        for er in &ers {
-            self.shard(*er)
-                .read()
-                .entities
-                .prefetch_index(*er, &mut lines);
-        }
-        lines.issue();
-        for er in &ers {
-            self.shard(*er)
-                .read()
-                .entities
-                .prefetch_slot(*er, &mut lines);
-        }
-        lines.issue();
-        for er in &ers {
-            if let Some(r) = self.shard(*er).read().entities.rec(*er) {
-                // A read does not know how many states the entity holds: two lines cover
-                // the header and the first few.
-                r.prefetch_side(2, &mut lines);
+        for stage in [Ahead::Index, Ahead::Slot, Ahead::Side, Ahead::States] {
+            for er in &ers {
+                self.shard(*er).read().prefetch(*er, stage, 2, &mut lines);
             }
+            lines.issue();
         }
-        lines.issue();
-        for er in &ers {
-            if let Some(r) = self.shard(*er).read().entities.rec(*er) {
-                r.prefetch_states(&mut lines);
-            }
-        }
-        lines.issue();
     }
 
     /// Hand the entity's features to `visit`, in table order (the built-ins first), or those

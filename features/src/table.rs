@@ -6,6 +6,7 @@
 //! snapshot interfaces, so its layout can change without touching them (issue 20 is making it
 //! more compact step by step; docs/BENCHMARKS.md "Feature memory per entity").
 
+use crate::apply::Ahead;
 use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::index::PosTable;
@@ -765,6 +766,26 @@ impl Shard {
     /// count; [`crate::Features::change`] adds the table's and the names' change).
     pub(crate) fn parts(&mut self) -> (&mut EntityMap, &mut Names, &mut u64) {
         (&mut self.entities, &mut self.names, &mut self.bytes)
+    }
+
+    /// Note in `out` the lines of entity `e` that look-ahead `stage` loads (`states`: how
+    /// many held states to expect in its side allocation): for the writer's look-ahead and a
+    /// pipeline of reads alike.
+    pub(crate) fn prefetch(&self, e: EntityRef<'_>, stage: Ahead, states: usize, out: &mut Lines) {
+        match stage {
+            Ahead::Index => self.entities.prefetch_index(e, out),
+            Ahead::Slot => self.entities.prefetch_slot(e, out),
+            Ahead::Side => {
+                if let Some(r) = self.entities.rec(e) {
+                    r.prefetch_side(states, out);
+                }
+            }
+            Ahead::States => {
+                if let Some(r) = self.entities.rec(e) {
+                    r.prefetch_states(out);
+                }
+            }
+        }
     }
 
     /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
