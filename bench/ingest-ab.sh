@@ -22,7 +22,7 @@ REPS=${REPS:-3}
 PORT=${PORT:-17300}
 LT=$ROOT/target/release/vx-loadtest
 WORK=$(mktemp -d)
-trap 'kill "${PID:-0}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'stop; rm -rf "$WORK"' EXIT
 decl3_yaml "$WORK/decl3.yaml"
 declare -A R
 for rep in $(seq 1 "$REPS"); do
@@ -34,18 +34,18 @@ for rep in $(seq 1 "$REPS"); do
       rm -rf "$WORK/d"
       "${BINS[$b]}" serve --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" "${args[@]}" >>"$WORK/log" 2>&1 &
       PID=$!
-      for _ in $(seq 100); do curl -sf "localhost:$PORT/readyz" >/dev/null && break; sleep 0.1; done
-      l=$(cut -d' ' -f1 /proc/loadavg)
+      wait_ready
+      l=$(load1)
       "$LT" run loadtest/workloads/ingest.toml --set "endpoints=http://127.0.0.1:$PORT" \
         --set "warmup_s=${WARMUP_S:-2}" --set "measure_s=${MEASURE_S:-10}" "${set_[@]}" -q --json "$WORK/j" >/dev/null
       v=$(jq .operations.ingest.events_per_s "$WORK/j")
-      kill "$PID"; wait "$PID" || true
+      stop
       echo "build=$((b == 0 ? 0 : 1)) mode=$mode rep=$rep events_per_s=$v load1_before=$l"
       R[$b.$mode]+="$v "
     done
   done
 done
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+med() { tr ' ' '\n' | grep . | median; }
 for b in 0 1; do
   off=$(echo "${R[$b.off]}" | med)
   for mode in off builtins decl3; do

@@ -40,7 +40,7 @@ command -v jq >/dev/null || { as_root apt-get update -qq; as_root apt-get instal
 DATA=${DATA:-$(mktemp -d -p "${TMPDIR:-/tmp}")}
 mkdir -p "$DATA"
 OUT=$ROOT/docs/bench/scale-runs.txt
-trap 'kill "${PID:-0}" "${FILL:-0}" 2>/dev/null || true; [[ ${KEEP:-0} == 1 ]] || rm -rf "$DATA"' EXIT
+trap 'stop; stop_pid "${FILL:-}"; [[ ${KEEP:-0} == 1 ]] || rm -rf "$DATA"' EXIT
 cat >"$DATA.yaml" <<YAML
 storage:
   max_feature_bytes: 20GiB
@@ -52,8 +52,7 @@ COMMON=(--set "endpoints=http://127.0.0.1:$PORT" --set entity_names=keys --set c
 say() { echo "$*" | tee -a "$OUT"; }
 metric() { curl -s "localhost:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
 imetric() { curl -s "localhost:$PORT/metrics" | awk -v m="$1" '$1==m {printf "%.0f\n", $2}'; }
-rss_kb() { awk '/^RssAnon:/ {print $2}' "/proc/$PID/status"; }
-load1() { cut -d' ' -f1 /proc/loadavg; }
+rss_kb() { rss_anon_kb "$PID"; }
 start() {
   "$VX" serve --data-dir "$DATA/d" --listen "127.0.0.1:$PORT" --fsync interval --config "$DATA.yaml" \
     >>"$DATA/log" 2>&1 &
@@ -63,7 +62,6 @@ start() {
     sleep 0.2
   done
 }
-stop() { kill "$PID"; wait "$PID" || true; }
 # fill TARGET: sequential entities 0..TARGET until the tables hold all but 0.01% of them (a
 # request refused with 429 is not retried: its entities come round again only after a pass).
 fill() {
@@ -84,7 +82,7 @@ rate() {
     say "ingest over $1 entities: rep=$rep events_per_s=$j p99_ms=$(jq .operations.ingest.latency_ms.p99 "$DATA/r.json") load1_before=$l" >&2
     r+=("$j")
   done
-  printf '%s\n' "${r[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+  printf '%s\n' "${r[@]}" | median
 }
 
 say "# bench/scale.sh N=$N REPS=$REPS $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB"

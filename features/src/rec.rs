@@ -241,20 +241,21 @@ fn decode(b: &[u8], mut feat: impl FnMut(u32, i64, Dec)) -> Head {
     h
 }
 
-/// A cursor over an encoding read from a snapshot: unlike [`Rd`], a short read or an overlong
-/// varint is an error, since the bytes are input.
-struct Strict<'a> {
-    b: &'a [u8],
+/// A cursor over bytes read from a snapshot (its record encodings and the lengths around
+/// them): unlike [`Rd`], a short read or an overlong varint is an error, since the bytes are
+/// input.
+pub(crate) struct Strict<'a> {
+    pub(crate) b: &'a [u8],
 }
 
-impl Strict<'_> {
+impl<'a> Strict<'a> {
     fn byte(&mut self) -> Option<u8> {
         let (&x, rest) = self.b.split_first()?;
         self.b = rest;
         Some(x)
     }
 
-    fn var(&mut self) -> Option<u64> {
+    pub(crate) fn var(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let x = self.byte()?;
@@ -266,9 +267,11 @@ impl Strict<'_> {
         None
     }
 
-    fn skip(&mut self, n: usize) -> Option<()> {
-        self.b = self.b.get(n..)?;
-        Some(())
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (s, rest) = (self.b.get(..n)?, self.b.get(n..)?);
+        self.b = rest;
+        Some(s)
     }
 }
 
@@ -298,8 +301,12 @@ pub(crate) fn check_encoding(b: &[u8], mut feat: impl FnMut(u32, bool)) -> Optio
             T_INT => {
                 r.var()?;
             }
-            T_FLOAT => r.skip(8)?,
-            T_BOOL => r.skip(1)?,
+            T_FLOAT => {
+                r.take(8)?;
+            }
+            T_BOOL => {
+                r.take(1)?;
+            }
             _ => {
                 feat(name, true);
                 continue;

@@ -593,24 +593,22 @@ impl EntityMap {
         e: EntityRef<'_>,
         bytes: &'a mut u64,
     ) -> (EntityMut<'a>, bool) {
-        let created = match self.position(e) {
-            Some(_) => false,
+        let (pos, created) = match self.position(e) {
+            Some(pos) => (pos, false),
             None => {
-                self.push_new(e, Rec::new());
                 *bytes += key_heap(e.name);
-                true
+                (self.push_new(e, Rec::new()), true)
             }
         };
-        // Present now: found, or just pushed into the last chunk.
-        let (k, i) = chunk_of(self.position(e).unwrap_or(u32::MAX) as usize);
+        let (k, i) = chunk_of(pos as usize);
         match self.slots.get_mut(k).and_then(|c| c.get_mut(i)) {
             Some((_, r)) => (EntityMut::new(r, bytes, &mut self.spill), created),
             None => unreachable!("an entity just found or inserted has a slot"),
         }
     }
 
-    /// A new entity `e` (not in the map) in the next slot.
-    fn push_new(&mut self, e: EntityRef<'_>, rec: Rec) {
+    /// A new entity `e` (not in the map) in the next slot; that slot's position.
+    fn push_new(&mut self, e: EntityRef<'_>, rec: Rec) -> u32 {
         let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
         if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
             t.insert(e.tag(), pos);
@@ -625,6 +623,7 @@ impl EntityMap {
             c.push((Key::new(e.name), rec));
         }
         self.len += 1;
+        pos
     }
 
     /// Put `value` in entity `e`'s slot (a snapshot's entity; the shard is recounted after).
@@ -643,7 +642,9 @@ impl EntityMap {
                 let gone = std::mem::replace(r, rec).sizes().1;
                 self.spill = self.spill.saturating_sub(gone);
             }
-            None => self.push_new(e, rec),
+            None => {
+                self.push_new(e, rec);
+            }
         }
         self.spill += added;
     }

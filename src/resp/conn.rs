@@ -100,7 +100,8 @@ impl Conn {
 fn prefetch_reads(ctx: &Ctx, buf: &[u8]) {
     let mut keys: Vec<&str> = Vec::new();
     let mut rest = buf;
-    while keys.len() < PREFETCH_READS {
+    // At most that many commands are parsed twice (a pipeline of writes gains nothing).
+    for _ in 0..PREFETCH_READS {
         let Ok(Parsed::Command { args, len }) = parse_command(rest, &ctx.limits) else {
             break;
         };

@@ -54,7 +54,8 @@ fn step<'a>(
     lines: &mut Lines,
 ) -> Result<(), FeedError> {
     for (ahead, stage) in STAGES {
-        for ev in queue.iter().skip(ahead * STEP).take(STEP) {
+        let from = (ahead * STEP).min(queue.len());
+        for ev in queue.range(from..(from + STEP).min(queue.len())) {
             events.prefetch(ev, stage, lines);
         }
     }

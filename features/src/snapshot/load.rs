@@ -406,7 +406,7 @@ fn build_shard(
     const LOOK_AHEAD: usize = 12;
     let mut ahead: VecDeque<(EntityRef<'_>, &[u8])> = VecDeque::with_capacity(LOOK_AHEAD + 1);
     let mut lines = Lines::new();
-    for left in (0..count).rev() {
+    for _ in 0..count {
         let key = take_bytes(&mut packed).ok_or_else(|| bad("an entity is cut short"))?;
         let key = std::str::from_utf8(key).map_err(|_| bad("an entity key is not UTF-8"))?;
         let enc = take_bytes(&mut packed).ok_or_else(|| bad("an entity is cut short"))?;
@@ -414,15 +414,14 @@ fn build_shard(
         sh.entities.prefetch_index(er, &mut lines);
         lines.issue();
         ahead.push_back((er, enc));
-        if ahead.len() <= LOOK_AHEAD && left > 0 {
-            continue;
-        }
-        while let Some((er, enc)) = ahead.pop_front() {
+        if ahead.len() > LOOK_AHEAD
+            && let Some((er, enc)) = ahead.pop_front()
+        {
             put_entity(sh, er, enc, &mut held, &rename)?;
-            if left > 0 {
-                break;
-            }
         }
+    }
+    while let Some((er, enc)) = ahead.pop_front() {
+        put_entity(sh, er, enc, &mut held, &rename)?;
     }
     if !packed.is_empty() || held.next().is_some() {
         return Err(bad("bytes after the last entity"));

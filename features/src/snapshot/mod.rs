@@ -154,19 +154,11 @@ fn put_var(out: &mut Vec<u8>, mut v: u64) {
 
 /// Take a varint-length-prefixed byte string off the front of `b`; `None` if short.
 fn take_bytes<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let mut n = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&x, rest) = b.split_first()?;
-        *b = rest;
-        n |= u64::from(x & 0x7f) << shift;
-        if x & 0x80 == 0 {
-            let n = usize::try_from(n).ok()?;
-            let (s, rest) = (b.get(..n)?, b.get(n..)?);
-            *b = rest;
-            return Some(s);
-        }
-    }
-    None
+    let mut r = crate::rec::Strict { b };
+    let n = usize::try_from(r.var()?).ok()?;
+    let s = r.take(n)?;
+    *b = r.b;
+    Some(s)
 }
 
 /// The name a snapshot is written under before its rename.
