@@ -5,6 +5,14 @@
 //! The tables count their real memory (table.rs); a reservation is an upper bound of what
 //! applying the record can add to it: new entities with their shard's table growth, new
 //! features, and for every declared aggregate an event updates, that state's largest size.
+//! The writer adds up its group's reservations and releases them once the group is applied
+//! ([`Features::release`]): a group may be planned while the one before it is still being
+//! applied, and each releases only its own.
+//!
+//! Two kinds of bound: [`Features::reserve_bound`] looks at no entity (it holds however far
+//! behind the tables are), the exact ones ([`Features::reserve_events`] past the bound,
+//! [`Features::reserve_put`]) look at the entities the record touches, so the tables must
+//! have applied every record written before it: the writer waits for that first.
 
 use crate::Features;
 use crate::decl::{BUCKETS, Decls, FeatureValue};
@@ -64,12 +72,39 @@ fn key_cost(key: &str) -> u64 {
 }
 
 impl Features {
-    /// Reserve room for what applying `batch` can add; false (nothing reserved) past the
-    /// budget.
-    pub fn reserve_events(&self, batch: &Batch) -> bool {
+    /// Reserve room for what applying `batch` can add, with a bound that reads no entity:
+    /// the bytes reserved, or `None` (nothing reserved) if that bound does not fit in the
+    /// budget; then only [`Features::reserve_events`] can tell.
+    pub fn reserve_bound(&self, batch: &Batch) -> Option<u64> {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
+        let bound = self.events_bound(batch);
+        if used.saturating_add(bound) <= self.max_bytes {
+            self.pending.fetch_add(bound, Ordering::Relaxed);
+            return Some(bound);
+        }
+        None
+    }
+
+    /// Reserve room for what applying `batch` can add: the bytes reserved, or `None`
+    /// (nothing reserved) past the budget. Past [`Features::reserve_bound`] it looks at the
+    /// entities the batch touches: every record written before must have been applied.
+    pub fn reserve_events(&self, batch: &Batch) -> Option<u64> {
+        if let Some(n) = self.reserve_bound(batch) {
+            return Some(n);
+        }
+        let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
+        let cost = self.growth(batch);
+        if cost > 0 && used.saturating_add(cost) > self.max_bytes {
+            return None;
+        }
+        self.pending.fetch_add(cost, Ordering::Relaxed);
+        Some(cost)
+    }
+
+    /// The cheap bound of what applying `batch` can add, whatever the tables hold.
+    fn events_bound(&self, batch: &Batch) -> u64 {
         let decls = self.decls.max_per_type as u64;
-        // Cheap bound first. Each event may create its entity (a slot, its key), its counter
+        // Each event may create its entity (a slot, its key), its counter
         // (a feature and a name) and its declared aggregates, or grow each aggregate's state
         // by at most that state's largest size; and double one index table (at most twice
         // the largest one so far: a shard's index is 32 tables, so no doubling is a large
@@ -86,23 +121,15 @@ impl Features {
         let tables = u64::from(self.nshards) * SUBTABLES as u64;
         let doublings = (batch.len() as u64).min(tables) * (2 * self.max_sub_bytes() + 64);
         // Each shard given new entities may also open a chunk of its arena (at most a full
-        // one, and the chunk list may grow).
+        // one, and the chunk list may grow). The largest table and the spilled bytes are read
+        // before the records written ahead of this one are applied, as for the several
+        // batches of one group: each batch is bounded as if it alone grew the tables.
         let shards = (batch.len() as u64).min(u64::from(self.nshards));
-        let bound = per_event
+        per_event
             .saturating_mul(batch.len() as u64)
             .saturating_add(doublings)
             .saturating_add(16 * self.spilled_bytes())
-            .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024));
-        if used.saturating_add(bound) <= self.max_bytes {
-            self.pending.fetch_add(bound, Ordering::Relaxed);
-            return true;
-        }
-        let cost = self.growth(batch);
-        if cost > 0 && used.saturating_add(cost) > self.max_bytes {
-            return false;
-        }
-        self.pending.fetch_add(cost, Ordering::Relaxed);
-        true
+            .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024))
     }
 
     /// What applying the batch's events can add: new entities (with their shards' table
@@ -190,8 +217,9 @@ impl Features {
         cost
     }
 
-    /// Reserve room for a PUT; false past the budget.
-    pub fn reserve_put(&self, entity: &str, set: &[(String, Option<FeatureValue>)]) -> bool {
+    /// Reserve room for a PUT: the bytes reserved, or `None` past the budget. It looks at
+    /// the entity: every record written before must have been applied.
+    pub fn reserve_put(&self, entity: &str, set: &[(String, Option<FeatureValue>)]) -> Option<u64> {
         let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
         let er = EntityRef::new(entity);
         let g = self.shard(er).read();
@@ -226,15 +254,20 @@ impl Features {
         let shell = ent.as_ref().map_or(Shell::default(), |e| e.shell);
         cost += shell.bound(feats, states).saturating_sub(shell.bytes);
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {
-            return false;
+            return None;
         }
         self.pending.fetch_add(cost, Ordering::Relaxed);
-        true
+        Some(cost)
     }
 
-    /// The group is applied (or abandoned): its reservations are spent.
-    pub fn end_group(&self) {
-        self.pending.store(0, Ordering::Relaxed);
+    /// A group's reservations (their sum) are spent: it is applied, or abandoned.
+    pub fn release(&self, bytes: u64) {
+        // Never below zero, whatever a caller releases.
+        let _ = self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(p.saturating_sub(bytes))
+            });
     }
 }
 
@@ -262,14 +295,14 @@ mod tests {
                     .iter()
                     .map(|(n, len)| (format!("f{n}"), Some(FeatureValue::Str("x".repeat(*len).into()))))
                     .collect();
-                if f.reserve_put(&entity, &owned) {
+                if let Some(n) = f.reserve_put(&entity, &owned) {
                     let set: Vec<(&str, Option<FeatureValue>)> =
                         owned.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
                     let at = LogPos { lsn: lsn as u64 + 1, append_ms: 1 };
                     f.put(at, &entity, &set, None).unwrap();
                     prop_assert!(f.used_bytes() <= max, "{} > {max}", f.used_bytes());
+                    f.release(n);
                 }
-                f.end_group();
             }
         }
 
@@ -307,15 +340,15 @@ mod tests {
                         })
                         .unwrap();
                 }
-                if f.reserve_events(&batch) {
+                if let Some(n) = f.reserve_events(&batch) {
                     let at = LogPos { lsn: lsn as u64 + 1, append_ms: 10_000_000 };
                     let mut apply = f.events(at, None).unwrap();
                     for ev in batch.iter() {
                         apply.apply(&ev).unwrap();
                     }
                     prop_assert!(f.used_bytes() <= max, "{} > {max}", f.used_bytes());
+                    f.release(n);
                 }
-                f.end_group();
             }
         }
     }

@@ -185,6 +185,9 @@ pub(crate) struct LogWriter {
     /// Per shard: the LSN of the last reset of its streams (0: never). Records before it
     /// hold nothing of the shard that counts any more (retention, the dedup refill).
     pub(super) streams_reset: Vec<u64>,
+    /// The feature applier thread, which takes each group once it is durable
+    /// (`writer/apply.rs`); until [`LogWriter::start_applier`] groups are applied in place.
+    pub(super) applier: crate::log::writer::Applier,
 }
 
 impl LogWriter {
@@ -406,12 +409,25 @@ impl LogWriter {
 
     /// Readers see the applied origins of every group applied so far; waiters are woken.
     pub fn publish_origins(&mut self) {
-        if !self.origins_changed {
-            return;
+        if let Some(origins) = self.changed_origins() {
+            *self.shared.origins.write() = origins;
+            self.shared.origins_version.send_modify(|v| *v += 1);
         }
-        self.origins_changed = false;
-        *self.shared.origins.write() = self.origins.clone();
-        self.shared.origins_version.send_modify(|v| *v += 1);
+    }
+
+    /// The applied origins, if they changed since they were last taken.
+    pub(super) fn changed_origins(&mut self) -> Option<BTreeMap<(OriginTopic, u32), u64>> {
+        std::mem::take(&mut self.origins_changed).then(|| self.origins.clone())
+    }
+
+    /// Start the feature applier thread: from now on each group reaches the feature tables
+    /// there, while the writer commits the next.
+    pub(crate) fn start_applier(&mut self) -> io::Result<()> {
+        self.applier = crate::log::writer::Applier::start(
+            Arc::clone(&self.shared),
+            self.cfg.features_from_events,
+        )?;
+        Ok(())
     }
 
     /// Publish the dedup horizons for metrics.

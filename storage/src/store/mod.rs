@@ -80,6 +80,10 @@ impl Store {
                     source,
                 })?
         };
+        engine.start_applier().map_err(|source| OpenError::Io {
+            context: "starting the feature applier thread".into(),
+            source,
+        })?;
         let shared = Arc::clone(&engine.shared);
         let shards = engine.shards();
         let dedup_key = engine.dedup_key();

@@ -191,6 +191,7 @@ fn pass(
         .open(&first_path, OpenMode::Write)
         .map_err(io_err(format!("opening {}", first_path.display())))?;
     let mut engine = LogWriter {
+        applier: crate::log::writer::Applier::in_place(),
         shared,
         vfs,
         log_dir,

@@ -74,9 +74,7 @@ impl LogWriter {
         scratch: &mut Scratch,
     ) -> Result<(usize, usize), WriteError> {
         self.check_origin(Some(origin), scratch)?;
-        if !self.shared.features.reserve_events(batch)
-            && self.over_limit("storage.max_feature_bytes")
-        {
+        if !self.reserve_features(batch, scratch) && self.over_limit("storage.max_feature_bytes") {
             return Err(WriteError::FeatureBudget {
                 max: self.cfg.max_feature_bytes,
             });

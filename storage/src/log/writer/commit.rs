@@ -1,7 +1,9 @@
 //! Committing one group: plan every request, append the group's records with one write,
-//! sync if the mode or a request asks for it, apply what became durable, answer.
+//! sync if the mode or a request asks for it, make what became durable visible, and hand
+//! the group to the feature applier, which applies it to the tables and answers.
 
 use super::Msg;
+use super::apply::Group;
 use super::plan::Scratch;
 use super::planned::{Answer, Planned};
 use crate::api::*;
@@ -20,8 +22,9 @@ struct Undo {
 impl LogWriter {
     /// Commit one group: [`plan`](Self::plan_group) every request, [`append`](Self::append)
     /// the group's records with one write, [`sync`](Self::sync_group) if the mode or a
-    /// request asks for it, [`apply`](Self::apply_group) what became durable, and
-    /// [`answer`](Self::answer_group). A failed append or sync undoes the group and refuses
+    /// request asks for it, [`apply`](Self::apply_group) what became durable to the reader
+    /// index, and hand the group to the feature applier (`apply.rs`), which applies it to
+    /// the feature tables and answers. A failed append or sync undoes the group and refuses
     /// every request in it.
     pub(super) fn commit_group(
         &mut self,
@@ -35,6 +38,7 @@ impl LogWriter {
         scratch.undo.clear();
         scratch.pending.clear();
         scratch.origins.clear();
+        scratch.reserved = 0;
         let undo = Undo {
             first_lsn: self.next_lsn,
             counters: (self.live, self.carry_orphans),
@@ -91,7 +95,17 @@ impl LogWriter {
             .record("fsync", need_sync)
             .record("fsync_us", span_int(fsync_us));
         self.apply_group(&mut planned, &scratch.buf, at, now);
-        answer_group(&mut planned, need_sync, fsync_us);
+        let group = Group {
+            planned,
+            buf: std::mem::take(&mut scratch.buf),
+            synced: need_sync,
+            fsync_us,
+            reserved: scratch.reserved,
+            through: self.next_lsn.saturating_sub(1),
+            origins: self.changed_origins(),
+        };
+        let from_events = self.cfg.features_from_events;
+        scratch.buf = self.applier.hand_over(group, &self.shared, from_events);
     }
 
     /// Plan step: each request checked and turned into its record in the group buffer, or
@@ -353,7 +367,8 @@ impl LogWriter {
     }
 
     /// Apply step: what is durable becomes visible, through the engine's input seam
-    /// ([`LogWriter::apply`]) — the same entry recovery applies the log through.
+    /// ([`LogWriter::apply`]) — the same entry recovery applies the log through. The feature
+    /// tables follow on the applier thread.
     fn apply_group(&mut self, planned: &mut [Planned], buf: &[u8], at: u64, now: i64) {
         if !buf.is_empty() {
             self.appended(self.active_len, now);
@@ -403,56 +418,13 @@ impl LogWriter {
                     append_ms,
                 );
             }
-            if let Some((start, end)) = p.rec
-                && let Some(rec) = buf.get(start..end)
-                && let Err(err) = self.apply_features(rec, &mut p.answer)
-            {
-                p.answer(Err(err));
-            }
-            p.batch = None;
         }
-        let features = &self.shared.features;
-        features.end_group();
-        features.applied_through(self.next_lsn.saturating_sub(1));
         self.publish_horizons();
-        // After the feature tables: a caller that waits for an offset reads them next.
-        self.publish_origins();
-    }
-
-    /// Apply a written record to the feature tables (the same path recovery replays it
-    /// through), and fill in a direct write's outcome. A record the tables do not take
-    /// poisons the store: the tables no longer follow the log, and only a restart, which
-    /// rebuilds them from the log, may write again (docs/FEATURES.md).
-    fn apply_features(&self, rec: &[u8], answer: &mut Answer) -> Result<(), WriteError> {
-        let header = crate::log::record::parse_header(rec).map_err(crate::feed::FeedError::from);
-        let lsn = header.as_ref().map_or(0, |h| h.lsn);
-        let from_events = self.cfg.features_from_events;
-        let result = header.and_then(|h| {
-            crate::feed::apply_record(&self.shared.features, rec, &h, None, from_events)
-        });
-        match result {
-            Ok(a) => {
-                if let Answer::Feature(_, o) = answer {
-                    o.set = a.set;
-                    o.deleted = a.deleted;
-                    o.found = a.found;
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let cause = PoisonCause::Features {
-                    lsn,
-                    source: std::sync::Arc::new(e),
-                };
-                self.shared.poison.set(cause.clone());
-                Err(WriteError::Poisoned(cause))
-            }
-        }
     }
 
     /// Forget a group whose write or fsync failed: `seq` assignments, counters and LSNs.
     fn abort_group(&mut self, undo: Undo, scratch: &mut Scratch) {
-        self.shared.features.end_group();
+        self.shared.features.release(scratch.reserved);
         self.next_lsn = undo.first_lsn;
         (self.live, self.carry_orphans) = undo.counters;
         for (stream, prior) in scratch.undo.drain(..).rev() {
@@ -464,32 +436,6 @@ impl LogWriter {
                     self.streams.remove(&stream);
                 }
             }
-        }
-    }
-}
-
-/// Answer step: every request still owed its answer gets it, at the durability the group
-/// reached. The admission reservation is released once the request is applied and before
-/// it is answered, so a producer never finds its own finished request still queued.
-fn answer_group(planned: &mut [Planned], need_sync: bool, fsync_us: u64) {
-    let n_planned = planned.len();
-    for p in planned {
-        p.guard = None;
-        p.span
-            .record("group", span_int(n_planned))
-            .record("fsync_us", span_int(fsync_us));
-        if p.owed() {
-            let reached = if need_sync {
-                Durability::Fsync
-            } else if p.want == Durability::Fsync {
-                // Only a duplicate-only request in a group that needed no sync gets here:
-                // nothing was unsynced, so its originals are covered by an earlier fsync.
-                Durability::Fsync
-            } else {
-                Durability::Write
-            };
-            p.set_durability(reached);
-            p.answer(Ok(()));
         }
     }
 }

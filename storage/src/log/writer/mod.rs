@@ -8,9 +8,11 @@
 //! (event by event only where a duplicate is dropped); **append** all records of the group
 //! with one `pwrite`; **sync** with one fdatasync if the mode or any request asks for it;
 //! **apply** the group through the engine's input seam ([`crate::log::source`]: the reader
-//! index, dedup entries; visibility follows durability) and the feature tables; **answer**
-//! the requests and release their reservations. After the group the writer seals the segment
-//! if it is full and applies retention (also once a second when idle).
+//! index, dedup entries; visibility follows durability); then hand it to the feature
+//! applier thread ([`apply`]), which applies it to the feature tables and **answers** the
+//! requests, releasing their reservations, while the writer goes on with the next group.
+//! After the group the writer seals the segment if it is full and applies retention (also
+//! once a second when idle).
 //!
 //! A reset (cluster mode: one shard's local copy discarded) is a group of its own, always
 //! fsynced: nothing planned before it in a group may see its effect, nothing after it may
@@ -23,6 +25,7 @@
 //! store ([`WriteError::Poisoned`]): what the file holds is unknown, and every later write is
 //! refused until restart.
 
+mod apply;
 mod cluster;
 mod commit;
 mod plan;
@@ -30,6 +33,7 @@ mod planned;
 
 use crate::api::*;
 use crate::log::state::LogWriter;
+pub(crate) use apply::Applier;
 use plan::Scratch;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -184,6 +188,9 @@ impl LogWriter {
                 break;
             }
         }
+        // Every group handed over is applied and answered before the writer stops, and so
+        // before the store's last snapshot.
+        self.applier.stop();
         if unsynced {
             // A failure poisons the store and logs why; no request waits on this sync.
             let _ = self.sync(&mut unsynced, &mut last_sync);

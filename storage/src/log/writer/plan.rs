@@ -24,6 +24,8 @@ pub(super) struct Scratch {
     /// Origin offsets planned in this group, not yet applied: per (topic, partition), the
     /// largest (see `cluster.rs`).
     pub(super) origins: HashMap<(OriginTopic, u32), u64>,
+    /// The feature budget this group's requests reserved, released once it is applied.
+    pub(super) reserved: u64,
 }
 
 /// One stream's run of a planned record; offsets are relative to the group buffer until the
@@ -62,13 +64,19 @@ impl LogWriter {
         scratch: &mut Scratch,
     ) -> Result<((usize, usize), bool), WriteError> {
         self.check_origin(fw.origin, scratch)?;
+        // Its budget and "found" read the entity as the log has it.
+        self.applier.settle();
         let features = &self.shared.features;
         let found = match &fw.op {
             FeatureOp::Put(set) => {
-                if !features.reserve_put(&fw.entity, set) && self.cfg.refuse_at_limits {
-                    return Err(WriteError::FeatureBudget {
-                        max: self.cfg.max_feature_bytes,
-                    });
+                match features.reserve_put(&fw.entity, set) {
+                    Some(n) => scratch.reserved += n,
+                    None if self.cfg.refuse_at_limits => {
+                        return Err(WriteError::FeatureBudget {
+                            max: self.cfg.max_feature_bytes,
+                        });
+                    }
+                    None => {}
                 }
                 features.exists(&fw.entity, None)
             }
@@ -99,6 +107,31 @@ impl LogWriter {
 
     /// Dedup, conditional check, `storage.max_streams` and `seq` assignment for one request,
     /// and its record appended to the group buffer (none if every event is a duplicate).
+    /// Reserve the feature budget for `batch`'s events (added to the group's); false past the
+    /// budget. Past the bound that reads no entity, the exact check reads the entities, so it
+    /// waits for the feature tables to apply every group handed over first.
+    pub(super) fn reserve_features(
+        &mut self,
+        batch: &vx_proto::Batch,
+        scratch: &mut Scratch,
+    ) -> bool {
+        let features = &self.shared.features;
+        let reserved = match features.reserve_bound(batch) {
+            Some(n) => Some(n),
+            None => {
+                self.applier.settle();
+                self.shared.features.reserve_events(batch)
+            }
+        };
+        match reserved {
+            Some(n) => {
+                scratch.reserved += n;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A limit is reached: whether to refuse (single-node), or to apply anyway and say so
     /// (cluster mode, where Kafka acknowledged the record already; rate-limited warning).
     pub(super) fn over_limit(&mut self, key: &'static str) -> bool {
@@ -226,7 +259,7 @@ impl LogWriter {
             });
         }
         if self.cfg.features_from_events
-            && !self.shared.features.reserve_events(batch)
+            && !self.reserve_features(batch, scratch)
             && self.over_limit("storage.max_feature_bytes")
         {
             return Err(WriteError::FeatureBudget {
