@@ -20,7 +20,6 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
-use crate::prefetch::Lines;
 use crate::table::{Buckets, EntityRef, Feat, Shard, State};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
@@ -68,14 +67,15 @@ pub enum ApplyError {
     Injected { lsn: u64 },
 }
 
-/// The events of one record, applied one at a time in record order.
+/// The events of one record: applied one at a time in record order ([`RecordEvents::apply`]),
+/// or all at once, shard by shard ([`RecordEvents::apply_all`]).
 pub struct RecordEvents<'a> {
-    features: &'a Features,
-    at: LogPos,
-    replay: Option<&'a Replay<'a>>,
+    pub(crate) features: &'a Features,
+    pub(crate) at: LogPos,
+    pub(crate) replay: Option<&'a Replay<'a>>,
     prev_ty: &'a str,
     decls: &'a [u32],
-    /// [`RecordEvents::prefetch`]'s own look-up of the type's declarations.
+    /// The look-ahead's own look-up of the type's declarations.
     ahead_ty: &'a str,
     /// Declarations over `ahead_ty` (0: its entities are their slots).
     ahead_decls: usize,
@@ -87,43 +87,33 @@ impl<'a> RecordEvents<'a> {
         let Some(entity) = ev.entity else {
             return Ok(());
         };
-        // Runs are mostly of one type: look the declarations up on a change.
-        if ev.ty != self.prev_ty {
-            self.prev_ty = ev.ty;
-            self.decls = self.features.decls.of_type(ev.ty);
-        }
+        let decls = self.decls_of(ev.ty);
         self.features
-            .apply_event(entity, ev, self.decls, self.at, self.replay)
+            .apply_event(entity, ev, decls, self.at, self.replay)
     }
 
-    /// Note in `out` what applying `ev` will touch, for the caller to load some events
-    /// before [`Self::apply`] does (storage's `feed.rs`), one [`Ahead`] stage at a time, each
-    /// closer than the one before: the cache misses of the events in between overlap instead
-    /// of following each other. The caller asks for the lines ([`Lines::issue`]) once it has
-    /// noted a batch: not under the shard lock taken here. Changes nothing.
-    pub fn prefetch(&mut self, ev: &EventView<'a>, stage: Ahead, out: &mut Lines) {
-        let Some(entity) = ev.entity else {
-            return;
-        };
-        if matches!(stage, Ahead::Side | Ahead::States) {
-            if ev.ty != self.ahead_ty {
-                self.ahead_ty = ev.ty;
-                self.ahead_decls = self.features.decls.of_type(ev.ty).len();
-            }
-            // An entity with only plain features is its slot.
-            if self.ahead_decls == 0 {
-                return;
-            }
+    /// The declarations over events of type `ty` (runs are mostly of one type: looked up on
+    /// a change).
+    pub(crate) fn decls_of(&mut self, ty: &'a str) -> &'a [u32] {
+        if ty != self.prev_ty {
+            self.prev_ty = ty;
+            self.decls = self.features.decls.of_type(ty);
         }
-        let er = EntityRef::new(entity);
-        self.features
-            .shard(er)
-            .read()
-            .prefetch(er, stage, self.ahead_decls, out);
+        self.decls
+    }
+
+    /// How many declarations there are over events of type `ty`, for the look-ahead (its own
+    /// look-up: it runs ahead of the apply, over other types).
+    pub(crate) fn ahead_decls(&mut self, ty: &'a str) -> usize {
+        if ty != self.ahead_ty {
+            self.ahead_ty = ty;
+            self.ahead_decls = self.features.decls.of_type(ty).len();
+        }
+        self.ahead_decls
     }
 }
 
-/// The stages of [`RecordEvents::prefetch`], in the order an event goes through them: each
+/// The stages of the look-ahead (`ordered.rs`, and a pipeline of reads), in the order an event goes through them: each
 /// loads what the next one reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ahead {
@@ -276,19 +266,34 @@ impl Features {
         replay: Option<&Replay<'_>>,
     ) -> Result<(), ApplyError> {
         let er = EntityRef::new(entity);
-        // `Some`: only these declarations are redone for this record (recovery).
+        let Some(redo) = self.redo_of(er, decls, at, replay) else {
+            return Ok(());
+        };
+        self.change(er, |sh| self.apply_event_to(sh, er, ev, decls, at, redo))
+    }
+
+    /// What of an event of entity `er` at `at`, with declarations `decls`, to apply: `None`
+    /// nothing (recovery, its shard's snapshot covers the record and none of `decls` is
+    /// redone), `Some(Some(redo))` only the redone declarations, `Some(None)` all of it.
+    pub(crate) fn redo_of<'r>(
+        &self,
+        er: EntityRef<'_>,
+        decls: &[u32],
+        at: LogPos,
+        replay: Option<&Replay<'r>>,
+    ) -> Option<Option<&'r [bool]>> {
         let redo = replay
             .filter(|_| self.redo_only(er, at.lsn, replay))
             .map(|r| r.redo);
         if let Some(redo) = redo
             && !decls.iter().any(|&d| redo.get(d as usize) == Some(&true))
         {
-            return Ok(());
+            return None;
         }
-        self.change(er, |sh| self.apply_event_to(sh, er, ev, decls, at, redo))
+        Some(redo)
     }
 
-    fn apply_event_to(
+    pub(crate) fn apply_event_to(
         &self,
         sh: &mut Shard,
         er: EntityRef<'_>,

@@ -39,6 +39,7 @@ mod decl;
 mod hll;
 mod index;
 mod names;
+mod ordered;
 mod prefetch;
 mod read;
 mod rec;
@@ -48,12 +49,11 @@ mod table;
 mod value;
 mod window;
 
-pub use apply::{Ahead, ApplyError, DirectApplied, LogPos, RecordEvents, Replay};
+pub use apply::{ApplyError, DirectApplied, LogPos, RecordEvents, Replay};
 pub use decl::Reading;
 pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,
     MAX_PUT_NAMES, MAX_STRING_VALUE, MAX_WINDOW, MIN_WINDOW, check_decls, valid_name,
 };
-pub use prefetch::Lines;
 pub use read::{EntityRead, PREFETCH_READS, ReadAt};
 pub use store::{FeatureStats, Features};

@@ -1,8 +1,8 @@
-//! Asking the CPU to start loading a cache line without waiting for it: the writer applies the
+//! Asking the CPU to start loading a cache line without waiting for it: the applier applies the
 //! events of a record one after another, and an entity with windowed aggregates is several
 //! dependent loads from its slot (the side allocation, then its buckets and sketch), each a
-//! miss once the tables outgrow the caches. Started a few events ahead
-//! ([`crate::RecordEvents::prefetch`]), those misses overlap instead of following each other.
+//! miss once the tables outgrow the caches. Started a few events ahead (`ordered.rs`, and a
+//! pipeline of reads in `read.rs`), those misses overlap instead of following each other.
 
 /// Start loading the cache line at `p` (any address: a prefetch never faults and changes
 /// nothing a program can observe).
@@ -32,12 +32,12 @@ pub(crate) fn span<T>(p: *const T, bytes: usize) {
     }
 }
 
-/// Spans to load, found under a shard's lock and asked for once it is released, many at once.
-/// Profiled on this machine (AMD EPYC), the cycles of prefetches issued one at a time under a
-/// lock landed on the prefetch itself and on the lock's release, as if each waited for its
-/// miss; issued together after the locks they cost less (docs/BENCHMARKS.md, "Ingest with
-/// features"). Why exactly (a locked instruction ordering the loads before it, or the
-/// prefetch's own page walk) was not established.
+/// Spans to load, noted as they are found and asked for later, many at once. Profiled on this
+/// machine (AMD EPYC), the cycles of prefetches issued one at a time under a lock landed on
+/// the prefetch itself and on the lock's release, as if each waited for its miss; issued
+/// together after the locks they cost less (docs/BENCHMARKS.md, "Ingest with features"). Why
+/// exactly (a locked instruction ordering the loads before it, or the prefetch's own page
+/// walk) was not established.
 #[derive(Default)]
 pub struct Lines(smallvec::SmallVec<[(*const u8, usize); 8]>);
 

@@ -22,7 +22,7 @@ pub struct Features {
     /// Bytes of the records' side allocations (table.rs `EntityMap::spill`).
     spilled: AtomicI64,
     /// Bytes of the largest index table of any shard so far (table.rs `EntityMap::max_sub`).
-    max_sub: AtomicU64,
+    pub(crate) max_sub: AtomicU64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
     /// Every record with an LSN ≤ this is applied to every shard.

@@ -7,11 +7,8 @@
 //! shard's feature tables. Tombstones and resets of a shard's streams change no feature.
 
 use crate::api::OriginTopic;
-use crate::features::{
-    Ahead, ApplyError, DirectApplied, Features, Lines, LogPos, RecordEvents, Replay,
-};
+use crate::features::{ApplyError, DirectApplied, Features, LogPos, Replay};
 use crate::record::{self, Decode, Header, RecordType};
-use std::collections::VecDeque;
 use vx_proto::EventView;
 
 /// A record the feature tables did not take.
@@ -28,45 +25,6 @@ impl From<Decode> for FeedError {
     fn from(e: Decode) -> Self {
         FeedError::Decode(e)
     }
-}
-
-/// Events are applied in steps of `STEP`; an event enters each stage of the look-ahead
-/// (`RecordEvents::prefetch`) this many steps before the step that applies it: far enough for
-/// each stage's loads to arrive before the next stage reads them, near enough that what is
-/// loaded is still in the cache. A step notes the lines of a stage for `STEP` events under
-/// the shard locks, then asks for all of them at once, after the locks (vx-features'
-/// `Lines`: one at a time under a lock, each prefetch seemed to wait for its miss).
-const STEP: usize = 8;
-const STAGES: [(usize, Ahead); 4] = [
-    (4, Ahead::Index),
-    (3, Ahead::Slot),
-    (2, Ahead::Side),
-    (1, Ahead::States),
-];
-/// Events held back: the step applied now and the ones in the look-ahead.
-const HELD: usize = (STAGES[0].0 + 1) * STEP;
-
-/// One step: the look-ahead's stages for the steps after the first `STEP` events of `queue`,
-/// then those events applied.
-fn step<'a>(
-    events: &mut RecordEvents<'a>,
-    queue: &mut VecDeque<EventView<'a>>,
-    lines: &mut Lines,
-) -> Result<(), FeedError> {
-    for (ahead, stage) in STAGES {
-        let from = (ahead * STEP).min(queue.len());
-        for ev in queue.range(from..(from + STEP).min(queue.len())) {
-            events.prefetch(ev, stage, lines);
-        }
-    }
-    lines.issue();
-    for _ in 0..STEP {
-        match queue.pop_front() {
-            Some(ev) => events.apply(&ev)?,
-            None => break,
-        }
-    }
-    Ok(())
 }
 
 /// Apply one checksum-verified record. `replay` is set during recovery only;
@@ -86,35 +44,24 @@ pub(crate) fn apply_record(
         RecordType::Events if !from_events => Ok(DirectApplied::default()),
         RecordType::Events | RecordType::EntityEvents => {
             let mut events = features.events(at, replay)?;
-            // Events are applied in steps behind the decoding, which asks the tables to start
-            // loading each one's entity some steps early (see `step`): an entity with windowed
-            // aggregates is several dependent cache misses, and these overlap across the
-            // events in between instead of following each other.
-            let mut queue: VecDeque<EventView<'_>> = VecDeque::with_capacity(HELD);
-            let mut lines = Lines::new();
+            // The record's events go over all at once: the tables apply them shard by shard
+            // (vx-features' `RecordEvents::apply_all`).
+            // Sized for events of a few dozen bytes, the smallest usual.
+            let mut evs: Vec<EventView<'_>> = Vec::with_capacity((rec.len() / 48).min(1 << 16));
             for run in record::runs(rec, h.n) {
                 let run = run?;
                 for ev in vx_proto::packed::events(run.events, run.stream) {
-                    let ev = match ev {
-                        Ok(ev) => ev,
+                    match ev {
+                        Ok(ev) => evs.push(ev),
                         Err(e) => {
-                            // The events before a bad one are applied, as they would be
-                            // without the look-ahead.
-                            while let Some(ev) = queue.pop_front() {
-                                events.apply(&ev)?;
-                            }
+                            // The events before a bad one are applied all the same.
+                            events.apply_all(&evs)?;
                             return Err(Decode::from(e).into());
                         }
-                    };
-                    queue.push_back(ev);
-                    if queue.len() == HELD {
-                        step(&mut events, &mut queue, &mut lines)?;
                     }
                 }
             }
-            while !queue.is_empty() {
-                step(&mut events, &mut queue, &mut lines)?;
-            }
+            events.apply_all(&evs)?;
             Ok(DirectApplied::default())
         }
         RecordType::FeaturePut => {
