@@ -10,7 +10,9 @@
 # dir. One load generator (this checkout's vx-loadtest). Every run's line with the load
 # average before it goes to stdout; the medians and the ratios to "off" of the same build end it.
 #
-# Parameters (environment): REPS=3 WARMUP_S=2 MEASURE_S=10 PORT=17300
+# Parameters (environment): REPS=3 WARMUP_S=2 MEASURE_S=10 PORT=17300 CONNECTIONS=4 (the
+# load generator's connections: ingest.toml's 4 keep one or two requests in a group, so the
+# case is bound by each request's latency; 16 keep the server's threads busy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -37,10 +39,11 @@ for rep in $(seq 1 "$REPS"); do
       wait_ready
       l=$(load1)
       "$LT" run loadtest/workloads/ingest.toml --set "endpoints=http://127.0.0.1:$PORT" \
-        --set "warmup_s=${WARMUP_S:-2}" --set "measure_s=${MEASURE_S:-10}" "${set_[@]}" -q --json "$WORK/j" >/dev/null
+        --set "warmup_s=${WARMUP_S:-2}" --set "measure_s=${MEASURE_S:-10}" \
+        --set "connections=${CONNECTIONS:-4}" "${set_[@]}" -q --json "$WORK/j" >/dev/null
       v=$(jq .operations.ingest.events_per_s "$WORK/j")
       stop
-      echo "build=$((b == 0 ? 0 : 1)) mode=$mode rep=$rep events_per_s=$v load1_before=$l"
+      echo "build=$((b == 0 ? 0 : 1)) mode=$mode rep=$rep connections=${CONNECTIONS:-4} events_per_s=$v load1_before=$l"
       R[$b.$mode]+="$v "
     done
   done

@@ -72,7 +72,13 @@ pub(crate) fn aggregate(
                     _ => bk.a + a,
                 };
             };
-            if head == i64::MIN || b > head {
+            if b == head {
+                // Most events fall in the newest bucket: no search through the others, whose
+                // lines would each be a miss.
+                if let Some(bk) = buckets.last_mut() {
+                    fold(bk);
+                }
+            } else if head == i64::MIN || b > head {
                 let mut bk = Bucket {
                     idx: b,
                     n: 0,

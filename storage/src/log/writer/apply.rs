@@ -11,6 +11,11 @@
 //!   (read-your-writes), and after the fsync that made it durable: a group is handed over
 //!   only once it is durable and visible in the reader index.
 //! - Groups are applied in log order, one at a time, as recovery replays them.
+//! - A small group (under [`IN_PLACE_BYTES`] of records: a few feature writes, small event
+//!   batches) is applied on the writer, after the group out: its apply takes less than
+//!   waking this thread would, and the writer's answer comes sooner (the Redis protocol's
+//!   `HSET` at depth 1 measured 5% fewer operations a second when every group was handed
+//!   over).
 //! - One group at most is out: handing over the next waits until it is answered. So the
 //!   writer holds one group buffer and this thread the other, and at most one group's
 //!   batches wait here beside the writer's.
@@ -28,6 +33,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use vx_sys::span_int;
+
+/// Groups whose records take fewer bytes than this are applied on the writer: about a
+/// hundred events, a few dozen microseconds of apply, about what a thread's wake-up costs.
+const IN_PLACE_BYTES: usize = 16 << 10;
 
 /// A durable group, for the feature tables and then its answers.
 pub(super) struct Group {
@@ -95,6 +104,9 @@ impl Applier {
     /// buffer for the next group (the one before's).
     pub(super) fn hand_over(&mut self, g: Group, shared: &Published, from_events: bool) -> Vec<u8> {
         self.settle();
+        if g.buf.len() < IN_PLACE_BYTES {
+            return apply_group(shared, from_events, g);
+        }
         let Some(tx) = &self.tx else {
             // Stopped, or the thread is gone: applying here keeps the order, and the
             // answers are still sent.

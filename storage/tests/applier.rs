@@ -1,0 +1,146 @@
+//! The feature applier (storage/src/log/writer/apply.rs): groups of large event batches are
+//! applied on their own thread while the writer commits the next group, small ones (feature
+//! writes) on the writer. Whichever applies a group, its answers come after its apply
+//! (read-your-writes), groups apply in log order, and a restart rebuilds the same tables.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::*;
+use vx_proto::{Batch, EventView, Kind, Num};
+use vx_storage::features::{Agg, DistinctOf, FeatureDecl, FeatureValue, ReadAt, Reading};
+use vx_storage::sim::SimFs;
+use vx_storage::*;
+
+const WRITERS: usize = 4;
+const ROUNDS: u64 = 12;
+const ENTITIES: usize = 40;
+/// Events of a large batch: its record (about 60 bytes an event) is past what the writer
+/// applies itself.
+const LARGE: usize = 600;
+
+fn cfg(fs: &SimFs) -> StorageConfig {
+    let mut c = sim_cfg(fs);
+    c.features = vec![FeatureDecl {
+        name: "hits_1h".into(),
+        from: "hit".into(),
+        agg: Agg::Count,
+        window: Some(Duration::from_secs(3600)),
+        ttl: None,
+        of: DistinctOf::Value,
+    }];
+    c
+}
+
+fn entity(writer: usize, i: usize) -> String {
+    format!("w{writer}-e{i}")
+}
+
+/// Every feature of `e`, as text (`None`: unknown entity).
+fn features_of(store: &Store, e: &str) -> Option<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    store
+        .features()
+        .read(e, None, ReadAt { now_ms: 0 }, &mut |n, v| {
+            let v = match v {
+                Reading::Value(v) => format!("{v:?}"),
+                Reading::Int(i) => i.to_string(),
+                Reading::Num(x) => x.to_string(),
+            };
+            out.insert(n.to_string(), v);
+        })?;
+    Some(out)
+}
+
+fn dump(store: &Store) -> BTreeMap<String, Option<BTreeMap<String, String>>> {
+    (0..WRITERS)
+        .flat_map(|w| (0..ENTITIES).map(move |i| entity(w, i)))
+        .map(|e| {
+            let f = features_of(store, &e);
+            (e, f)
+        })
+        .collect()
+}
+
+/// One writer's rounds: a large batch over its entities, then a PUT, each checked by a read
+/// right after its answer.
+fn writer(store: &Store, w: usize) {
+    let names: Vec<String> = (0..ENTITIES).map(|i| entity(w, i)).collect();
+    let stream = format!("s{w}");
+    let data = "d".repeat(32);
+    let mut events = vec![0u64; ENTITIES];
+    for round in 0..ROUNDS {
+        let mut b = Batch::new();
+        for k in 0..LARGE {
+            let i = (k * 7 + round as usize) % ENTITIES;
+            events[i] += 1;
+            b.push(&EventView {
+                stream: &stream,
+                entity: Some(&names[i]),
+                ty: "hit",
+                ts: 1_000_000 + round as i64,
+                kind: Kind::Counter,
+                value: Some(Num::Int(1)),
+                id: None,
+                data: Some(&data),
+            })
+            .unwrap();
+        }
+        let out = block(store.write(WriteRequest {
+            batch: b,
+            durability: None,
+            expected_last_seq: None,
+            guard: None,
+            origin: None,
+            append_ms: None,
+        }))
+        .unwrap();
+        assert_eq!(out.accepted, LARGE as u64);
+        for (i, e) in names.iter().enumerate() {
+            let f = features_of(store, e).expect("an acknowledged entity is there");
+            assert_eq!(
+                f["events"],
+                events[i].to_string(),
+                "{e} after round {round}"
+            );
+        }
+        let e = &names[round as usize % ENTITIES];
+        block(store.write_features(FeatureWrite {
+            entity: e.clone(),
+            op: FeatureOp::Put(vec![(
+                "round".into(),
+                Some(FeatureValue::Int(round as i64)),
+            )]),
+            durability: None,
+            guard: None,
+            origin: None,
+            append_ms: None,
+        }))
+        .unwrap();
+        let f = features_of(store, e).unwrap();
+        assert_eq!(f["round"], format!("{:?}", FeatureValue::Int(round as i64)));
+    }
+}
+
+#[test]
+fn answers_follow_the_apply_and_a_restart_rebuilds_the_same_tables() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let store = &store;
+            s.spawn(move || writer(store, w));
+        }
+    });
+    let before = dump(&store);
+    for (e, f) in &before {
+        let f = f.as_ref().expect("every entity was written");
+        assert!(f.contains_key("hits_1h"), "{e}: {f:?}");
+    }
+    kill(&fs, store);
+    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    assert_eq!(dump(&store), before);
+}
