@@ -168,8 +168,9 @@ impl<'a> RecordEvents<'a> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::decl::{Agg, Reading, decl};
-    use crate::{Features, LogPos, ReadAt};
+    use crate::decl::{Agg, decl};
+    use crate::read::text_of;
+    use crate::{Features, LogPos};
     use proptest::prelude::*;
     use vx_proto::{EventView, Kind, Num};
 
@@ -188,18 +189,7 @@ mod tests {
 
     fn dump(f: &Features, entities: usize) -> Vec<String> {
         (0..entities)
-            .map(|e| {
-                let mut out = String::new();
-                let read = f.read(&format!("e{e}"), None, ReadAt { now_ms: 0 }, &mut |n, v| {
-                    let v = match v {
-                        Reading::Value(v) => format!("{v:?}"),
-                        Reading::Int(i) => i.to_string(),
-                        Reading::Num(x) => x.to_string(),
-                    };
-                    out.push_str(&format!("{n}={v};"));
-                });
-                format!("{out} {read:?}")
-            })
+            .map(|e| text_of(f, &format!("e{e}")))
             .collect()
     }
 

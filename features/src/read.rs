@@ -141,6 +141,22 @@ impl Features {
     }
 }
 
+/// The crate's tests' view of an entity: every feature as `name=value;` in table order, and
+/// what the read returned.
+#[cfg(test)]
+pub(crate) fn text_of(f: &Features, entity: &str) -> String {
+    let mut out = String::new();
+    let read = f.read(entity, None, ReadAt { now_ms: 0 }, &mut |name, v| {
+        let v = match v {
+            Reading::Value(v) => format!("{v:?}"),
+            Reading::Int(i) => i.to_string(),
+            Reading::Num(x) => x.to_string(),
+        };
+        out.push_str(&format!("{name}={v};"));
+    });
+    format!("{out} {read:?}")
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

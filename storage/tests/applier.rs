@@ -10,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use support::*;
-use vx_proto::{Batch, EventView, Kind, Num};
+use vx_proto::{EventView, Kind, Num};
 use vx_storage::features::{Agg, DistinctOf, FeatureDecl, FeatureValue, ReadAt, Reading};
 use vx_storage::sim::SimFs;
 use vx_storage::*;
@@ -73,31 +73,23 @@ fn writer(store: &Store, w: usize) {
     let data = "d".repeat(32);
     let mut events = vec![0u64; ENTITIES];
     for round in 0..ROUNDS {
-        let mut b = Batch::new();
-        for k in 0..LARGE {
-            let i = (k * 7 + round as usize) % ENTITIES;
-            events[i] += 1;
-            b.push(&EventView {
-                stream: &stream,
-                entity: Some(&names[i]),
-                ty: "hit",
-                ts: 1_000_000 + round as i64,
-                kind: Kind::Counter,
-                value: Some(Num::Int(1)),
-                id: None,
-                data: Some(&data),
+        let evs: Vec<EventView<'_>> = (0..LARGE)
+            .map(|k| {
+                let i = (k * 7 + round as usize) % ENTITIES;
+                events[i] += 1;
+                EventView {
+                    stream: &stream,
+                    entity: Some(&names[i]),
+                    ty: "hit",
+                    ts: 1_000_000 + round as i64,
+                    kind: Kind::Counter,
+                    value: Some(Num::Int(1)),
+                    id: None,
+                    data: Some(&data),
+                }
             })
-            .unwrap();
-        }
-        let out = block(store.write(WriteRequest {
-            batch: b,
-            durability: None,
-            expected_last_seq: None,
-            guard: None,
-            origin: None,
-            append_ms: None,
-        }))
-        .unwrap();
+            .collect();
+        let out = block(store.write(req(&evs))).unwrap();
         assert_eq!(out.accepted, LARGE as u64);
         for (i, e) in names.iter().enumerate() {
             let f = features_of(store, e).expect("an acknowledged entity is there");

@@ -6,8 +6,8 @@
 
 use super::*;
 use crate::Features;
+use crate::LogPos;
 use crate::decl::{Agg, DistinctOf, FeatureDecl, FeatureValue};
-use crate::{LogPos, ReadAt, Reading};
 use parking_lot::Mutex;
 use rkyv::rancor;
 use std::io;
@@ -103,19 +103,7 @@ fn sample_tables() -> Features {
 
 fn dump(f: &Features) -> Vec<String> {
     (0..40)
-        .map(|i| {
-            let entity = format!("entity-{i}-{}", "x".repeat(i % 30));
-            let mut out = String::new();
-            let read = f.read(&entity, None, ReadAt { now_ms: 0 }, &mut |name, v| {
-                let v = match v {
-                    Reading::Value(v) => format!("{v:?}"),
-                    Reading::Int(i) => i.to_string(),
-                    Reading::Num(x) => x.to_string(),
-                };
-                out.push_str(&format!("{name}={v};"));
-            });
-            format!("{out} {read:?}")
-        })
+        .map(|i| crate::read::text_of(f, &format!("entity-{i}-{}", "x".repeat(i % 30))))
         .collect()
 }
 
