@@ -136,3 +136,48 @@ fn answers_follow_the_apply_and_a_restart_rebuilds_the_same_tables() {
     let (store, _) = Store::open(cfg(&fs)).unwrap();
     assert_eq!(dump(&store), before);
 }
+
+/// A large batch whose apply fails on the applier thread is answered as on the writer: the
+/// store is poisoned and says why, later writes are refused, and a restart applies the record
+/// the log holds.
+#[test]
+fn a_failed_apply_on_the_applier_thread_poisons_the_store() {
+    let fs = SimFs::new();
+    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    let data = "d".repeat(32);
+    let names: Vec<String> = (0..ENTITIES).map(|i| entity(0, i)).collect();
+    let large = |ts: i64| {
+        let evs: Vec<EventView<'_>> = (0..LARGE)
+            .map(|k| EventView {
+                stream: "s",
+                entity: Some(&names[k % ENTITIES]),
+                ty: "hit",
+                ts,
+                kind: Kind::Counter,
+                value: Some(Num::Int(1)),
+                id: None,
+                data: Some(&data),
+            })
+            .collect();
+        req(&evs)
+    };
+    block(store.write(large(1))).unwrap();
+    store.features().fail_next_apply();
+    assert!(matches!(
+        block(store.write(large(2))),
+        Err(WriteError::Poisoned(reason)) if reason.to_string().contains("feature tables")
+    ));
+    assert!(store.is_poisoned());
+    assert!(matches!(
+        block(store.write(large(3))),
+        Err(WriteError::Poisoned(_))
+    ));
+    let per_entity = (LARGE / ENTITIES) as u64;
+    let events = |store: &Store| features_of(store, &names[0]).map(|f| f["events"].clone());
+    assert_eq!(events(&store), Some(per_entity.to_string()));
+    store.shutdown();
+    drop(store);
+    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    assert!(!store.is_poisoned());
+    assert_eq!(events(&store), Some((2 * per_entity).to_string()));
+}
