@@ -683,7 +683,7 @@ impl EntityMap {
         for (_, r) in self.slots.iter_mut().flatten() {
             let mut e = r.take();
             f(&mut e);
-            r.store(e);
+            r.store(&mut e);
             self.spill += r.sizes().1;
         }
     }
@@ -735,7 +735,7 @@ impl std::ops::DerefMut for EntityMut<'_> {
 
 impl Drop for EntityMut<'_> {
     fn drop(&mut self) {
-        self.rec.store(std::mem::take(&mut self.e));
+        self.rec.store(&mut self.e);
         let (heap, spill) = self.rec.sizes();
         *self.bytes = (*self.bytes + heap).saturating_sub(self.was);
         *self.spill = (*self.spill + spill).saturating_sub(self.was_spill);
