@@ -25,7 +25,6 @@ use crate::prefetch::Lines;
 use crate::table::{EntityRef, Shard};
 use parking_lot::RwLockWriteGuard;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use vx_proto::EventView;
 
 /// Events are applied in steps of `STEP`; an event enters each stage of the look-ahead this
@@ -67,25 +66,16 @@ impl<'a> Held<'a> {
     fn release_before(&mut self, s: u32) {
         while self.locks.front().is_some_and(|(held, ..)| *held < s) {
             if let Some((_, g, before)) = self.locks.pop_front() {
-                self.release(g, before);
+                self.features.unlock_counted(g, before);
             }
         }
-    }
-
-    fn release(&self, g: RwLockWriteGuard<'a, Shard>, before: (u64, u64)) {
-        let after = g.counts();
-        self.features
-            .max_sub
-            .fetch_max(g.entities.max_sub(), Ordering::Relaxed);
-        drop(g);
-        self.features.add_counts(after, before);
     }
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         while let Some((_, g, before)) = self.locks.pop_front() {
-            self.release(g, before);
+            self.features.unlock_counted(g, before);
         }
     }
 }
@@ -154,11 +144,7 @@ impl<'a> RecordEvents<'a> {
                 let Some(sh) = held.shard(s) else {
                     continue;
                 };
-                // As `Features::change` counts a change of one entity.
-                let was = sh.shared_bytes(er);
-                let res = f.apply_event_to(sh, er, ev, decls, self.at, redo);
-                sh.bytes = (sh.bytes + sh.shared_bytes(er)).saturating_sub(was);
-                res?;
+                sh.counted(er, |sh| f.apply_event_to(sh, er, ev, decls, self.at, redo))?;
             }
         }
         Ok(())

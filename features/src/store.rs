@@ -8,7 +8,7 @@
 use crate::decl::{Decls, FeatureDecl};
 use crate::names::Names;
 use crate::table::{EntityRef, Shard};
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// The feature tables. Shared by the writer (the only one that changes them), the readers
@@ -22,7 +22,7 @@ pub struct Features {
     /// Bytes of the records' side allocations (table.rs `EntityMap::spill`).
     spilled: AtomicI64,
     /// Bytes of the largest index table of any shard so far (table.rs `EntityMap::max_sub`).
-    pub(crate) max_sub: AtomicU64,
+    max_sub: AtomicU64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
     /// Every record with an LSN ≤ this is applied to every shard.
@@ -151,16 +151,19 @@ impl Features {
     ) -> Result<R, crate::ApplyError> {
         let mut g = self.shard(e).write();
         let before = g.counts();
-        let was = g.shared_bytes(e);
-        let out = f(&mut g);
-        // The entity's own change is counted by `f` (table.rs says how).
-        g.bytes = (g.bytes + g.shared_bytes(e)).saturating_sub(was);
+        let out = g.counted(e, f);
+        self.unlock_counted(g, before);
+        out
+    }
+
+    /// Release a shard changed under its write lock, taken when its counts were `before`:
+    /// the tables' counts follow the shard's.
+    pub(crate) fn unlock_counted(&self, g: RwLockWriteGuard<'_, Shard>, before: (u64, u64)) {
         let after = g.counts();
         self.max_sub
             .fetch_max(g.entities.max_sub(), Ordering::Relaxed);
         drop(g);
         self.add_counts(after, before);
-        out
     }
 
     /// A shard's counts ([`Shard::counts`]) went from `before` to `after`: the tables'

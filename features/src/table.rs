@@ -791,6 +791,16 @@ impl Shard {
 
     /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
     /// and the names.
+    /// Run `f`, a change of entity `e` (and nothing else of the shard), and add what it
+    /// changed of the parts the entity shares (its table, the names) to the shard's bytes;
+    /// the entity's own change is counted by `f` (see [`EntityMut`]).
+    pub(crate) fn counted<R>(&mut self, e: EntityRef<'_>, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let was = self.shared_bytes(e);
+        let out = f(self);
+        self.bytes = (self.bytes + self.shared_bytes(e)).saturating_sub(was);
+        out
+    }
+
     pub(crate) fn shared_bytes(&self, e: EntityRef<'_>) -> u64 {
         self.entities.sub_table_bytes(EntityMap::sub_of(e)) + self.names.bytes()
     }

@@ -47,6 +47,12 @@ pub(crate) struct Published {
 }
 
 impl Published {
+    /// Readers see `origins` as the applied origins; waiters are woken.
+    pub fn publish_origins(&self, origins: BTreeMap<(OriginTopic, u32), u64>) {
+        *self.origins.write() = origins;
+        self.origins_version.send_modify(|v| *v += 1);
+    }
+
     pub fn new(
         shards: u32,
         vfs: Arc<dyn Vfs>,
@@ -410,8 +416,7 @@ impl LogWriter {
     /// Readers see the applied origins of every group applied so far; waiters are woken.
     pub fn publish_origins(&mut self) {
         if let Some(origins) = self.changed_origins() {
-            *self.shared.origins.write() = origins;
-            self.shared.origins_version.send_modify(|v| *v += 1);
+            self.shared.publish_origins(origins);
         }
     }
 
@@ -423,11 +428,7 @@ impl LogWriter {
     /// Start the feature applier thread: from now on each group reaches the feature tables
     /// there, while the writer commits the next.
     pub(crate) fn start_applier(&mut self) -> io::Result<()> {
-        self.applier = crate::log::writer::Applier::start(
-            Arc::clone(&self.shared),
-            self.cfg.features_from_events,
-        )?;
-        Ok(())
+        self.applier.start()
     }
 
     /// Publish the dedup horizons for metrics.

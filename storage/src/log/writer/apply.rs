@@ -55,6 +55,9 @@ pub(super) struct Group {
 
 /// The writer's handle on the applier thread.
 pub(crate) struct Applier {
+    shared: Arc<Published>,
+    /// `storage.features_from_events`.
+    from_events: bool,
     tx: Option<flume::Sender<Group>>,
     /// Group buffers come back here, emptied, once their group is answered.
     back: flume::Receiver<Vec<u8>>,
@@ -66,10 +69,25 @@ pub(crate) struct Applier {
 }
 
 impl Applier {
-    /// Start the thread. `from_events` is `storage.features_from_events`.
-    pub(crate) fn start(shared: Arc<Published>, from_events: bool) -> std::io::Result<Applier> {
+    /// No thread yet: each group is applied where it is handed over, until
+    /// [`Applier::start`]. `from_events` is `storage.features_from_events`.
+    pub(crate) fn in_place(shared: Arc<Published>, from_events: bool) -> Applier {
+        Applier {
+            shared,
+            from_events,
+            tx: None,
+            back: flume::bounded(1).1,
+            spare: None,
+            out: false,
+            thread: None,
+        }
+    }
+
+    /// Start the thread: from now on groups of [`IN_PLACE_BYTES`] or more are applied there.
+    pub(crate) fn start(&mut self) -> std::io::Result<()> {
         let (tx, rx) = flume::bounded::<Group>(1);
         let (back_tx, back) = flume::bounded(1);
+        let (shared, from_events) = (Arc::clone(&self.shared), self.from_events);
         let thread = std::thread::Builder::new()
             .name("vx-feature-apply".into())
             .spawn(move || {
@@ -79,48 +97,33 @@ impl Applier {
                     let _ = back_tx.send(buf);
                 }
             })?;
-        Ok(Applier {
-            tx: Some(tx),
-            back,
-            spare: None,
-            out: false,
-            thread: Some(thread),
-        })
-    }
-
-    /// No thread: each group is applied where it is handed over (the writer before
-    /// [`crate::log::state::LogWriter::start_applier`]).
-    pub(crate) fn in_place() -> Applier {
-        Applier {
-            tx: None,
-            back: flume::bounded(1).1,
-            spare: None,
-            out: false,
-            thread: None,
-        }
+        self.tx = Some(tx);
+        self.back = back;
+        self.thread = Some(thread);
+        Ok(())
     }
 
     /// Hand a durable group over, once the one before it is answered; returns an empty
     /// buffer for the next group (the one before's).
-    pub(super) fn hand_over(&mut self, g: Group, shared: &Published, from_events: bool) -> Vec<u8> {
+    pub(super) fn hand_over(&mut self, g: Group) -> Vec<u8> {
         self.settle();
-        if g.buf.len() < IN_PLACE_BYTES {
-            return apply_group(shared, from_events, g);
-        }
-        let Some(tx) = &self.tx else {
-            // Stopped, or the thread is gone: applying here keeps the order, and the
-            // answers are still sent.
-            return apply_group(shared, from_events, g);
+        let g = match &self.tx {
+            Some(tx) if g.buf.len() >= IN_PLACE_BYTES => match tx.send(g) {
+                Ok(()) => {
+                    self.out = true;
+                    return self.spare.take().unwrap_or_default();
+                }
+                Err(flume::SendError(g)) => {
+                    tracing::error!("the feature applier thread is gone; applying on the writer");
+                    self.tx.take();
+                    g
+                }
+            },
+            // Small, not started, stopped, or the thread is gone: applying here keeps the
+            // order, and the answers are still sent.
+            _ => g,
         };
-        match tx.send(g) {
-            Ok(()) => self.out = true,
-            Err(flume::SendError(g)) => {
-                tracing::error!("the feature applier thread is gone; applying on the writer");
-                self.tx = None;
-                return apply_group(shared, from_events, g);
-            }
-        }
-        self.spare.take().unwrap_or_default()
+        apply_group(&self.shared, self.from_events, g)
     }
 
     /// Wait until the group handed over is applied and answered.
@@ -164,8 +167,7 @@ fn apply_group(shared: &Published, from_events: bool, mut g: Group) -> Vec<u8> {
     features.release(g.reserved);
     features.applied_through(g.through);
     if let Some(origins) = g.origins {
-        *shared.origins.write() = origins;
-        shared.origins_version.send_modify(|v| *v += 1);
+        shared.publish_origins(origins);
     }
     answer_group(&mut g.planned, g.synced, g.fsync_us);
     g.buf.clear();

@@ -104,8 +104,7 @@ impl LogWriter {
             through: self.next_lsn.saturating_sub(1),
             origins: self.changed_origins(),
         };
-        let from_events = self.cfg.features_from_events;
-        scratch.buf = self.applier.hand_over(group, &self.shared, from_events);
+        scratch.buf = self.applier.hand_over(group);
     }
 
     /// Plan step: each request checked and turned into its record in the group buffer, or
