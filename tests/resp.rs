@@ -276,3 +276,55 @@ async fn an_acknowledged_hset_survives_kill_9() {
     );
     assert_eq!(got, b":7\r\n*3\r\n:7\r\n:7\r\n$-1\r\n");
 }
+
+/// `HDEL` of several names is one record, as `PUT {"a": null, …}` is: one record counted in
+/// `vx_stored_records_total` for three names, all of them gone. With a declared aggregate
+/// among the names (which only a delete resets), one delete record per name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hdel_of_several_names_is_one_record_unless_an_aggregate_is_among_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("veltrix.yaml");
+    std::fs::write(
+        &file,
+        "features:\n  - {name: hits_5m, from: hit, agg: count, window: 5m}\n",
+    )
+    .unwrap();
+    let s = resp_server(tmp.path())
+        .args(["--config"])
+        .arg(file.to_string_lossy().into_owned())
+        .start();
+    let addr = resp_addr(&s);
+    let cli = |args: &[&str]| redis_cli(addr, args);
+    let records = || async {
+        metric_sum(
+            &s.api.get("/metrics").await.text(),
+            "vx_stored_records_total",
+        )
+    };
+
+    assert_eq!(
+        cli(&["HSET", "p", "a", "1", "b", "2", "c", "3", "d", "4"]),
+        "4\n"
+    );
+    let before = records().await;
+    assert_eq!(cli(&["HDEL", "p", "a", "b", "nope", "c", "a"]), "3\n");
+    assert_eq!(records().await - before, 1.0, "one record for three names");
+    assert_eq!(cli(&["HGETALL", "p"]), "d\n4\n");
+    let r = s.api.features("p", None).await;
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(r.json()["features"], serde_json::json!({"d": 4}));
+
+    // An aggregate fed by events, then deleted with a plain feature: two records, both gone.
+    let now = vx_sys::now_ms();
+    let ev = format!(
+        r#"{{"stream":"s","type":"hit","kind":"counter","value":1,"entity":"q","ts":{now}}}"#
+    );
+    assert_accepted(&s.api.post_lines(&[ev.clone(), ev]).await, 2);
+    assert_eq!(cli(&["HSET", "q", "x", "1"]), "1\n");
+    assert_eq!(cli(&["HGET", "q", "hits_5m"]), "2\n");
+    let before = records().await;
+    assert_eq!(cli(&["HDEL", "q", "hits_5m", "x"]), "2\n");
+    assert_eq!(records().await - before, 2.0, "one delete record per name");
+    assert_eq!(cli(&["HEXISTS", "q", "hits_5m"]), "0\n");
+    assert_eq!(cli(&["HEXISTS", "q", "x"]), "0\n");
+}

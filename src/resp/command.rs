@@ -625,10 +625,21 @@ impl Session {
                         && !deleted.contains(&n)
                     {
                         deleted.push(n);
-                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
                     }
                 }
                 answer = deleted.len() as i64;
+                if deleted.iter().any(|n| features.is_declared(n)) {
+                    // A declared aggregate is reset by a delete of its own (a PUT never touches
+                    // one): one record per name, each atomic, the command as a whole not.
+                    for n in deleted {
+                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
+                    }
+                } else if !deleted.is_empty() {
+                    // One record, as `PUT {"a": null, "b": null}`: all the names or none, and
+                    // one group commit instead of one per name.
+                    let set = deleted.iter().map(|n| (n.to_string(), None)).collect();
+                    ops.push((e.clone(), FeatureOp::Put(set)));
+                }
             }
             _ => {
                 // `DEL`: a key named twice counts once, as in Redis.
