@@ -279,7 +279,8 @@ async fn an_acknowledged_hset_survives_kill_9() {
 
 /// `HDEL` of several names is one record, as `PUT {"a": null, …}` is: one record counted in
 /// `vx_stored_records_total` for three names, all of them gone. With a declared aggregate
-/// among the names (which only a delete resets), one delete record per name.
+/// among the names (which only a delete resets), one delete record per name; and `DEL` of
+/// several entities, one record each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hdel_of_several_names_is_one_record_unless_an_aggregate_is_among_them() {
     let tmp = tempfile::tempdir().unwrap();
@@ -327,4 +328,13 @@ async fn hdel_of_several_names_is_one_record_unless_an_aggregate_is_among_them()
     assert_eq!(records().await - before, 2.0, "one delete record per name");
     assert_eq!(cli(&["HEXISTS", "q", "hits_5m"]), "0\n");
     assert_eq!(cli(&["HEXISTS", "q", "x"]), "0\n");
+
+    // DEL of several entities: one record each, all sent before any is awaited.
+    for e in ["d1", "d2", "d3"] {
+        assert_eq!(cli(&["HSET", e, "v", "1"]), "1\n");
+    }
+    let before = records().await;
+    assert_eq!(cli(&["DEL", "d1", "nobody", "d2", "d3", "d1"]), "3\n");
+    assert_eq!(records().await - before, 3.0);
+    assert_eq!(cli(&["EXISTS", "d1", "d2", "d3"]), "0\n");
 }

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use vx_proto::ErrorCode;
 use vx_proto::resp::Reply;
 use vx_router::Router;
@@ -661,31 +662,54 @@ impl Session {
         let ctx = Arc::clone(ctx);
         Prepared::Submit(Box::pin(async move {
             let mut out = Vec::new();
+            // Every record is handed to the writer before any is awaited, in order (the first
+            // poll sends it), so that a `DEL` of several entities shares one group commit; a
+            // refusal at the door (backpressure) sends none of the records after it.
+            let mut sent = Vec::with_capacity(ops.len());
+            let mut refused = None;
             for (entity, op) in ops {
-                let res = router
-                    .submit_features(FeatureWrite {
-                        entity,
-                        op,
-                        durability: None,
-                        guard: None,
-                        origin: None,
-                        append_ms: None,
-                    })
-                    .await;
-                if let Err(e) = res {
-                    let f = Failure::from(e);
-                    if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
-                        tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
+                let mut fut = Box::pin(router.submit_features(FeatureWrite {
+                    entity,
+                    op,
+                    durability: None,
+                    guard: None,
+                    origin: None,
+                    append_ms: None,
+                }));
+                match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+                    Poll::Pending => sent.push(fut),
+                    Poll::Ready(Ok(_)) => {
+                        ctx.state.metrics().feature_writes.inc();
                     }
-                    let (prefix, message) = f.into_resp();
-                    Reply {
-                        out: &mut out,
-                        resp3,
+                    Poll::Ready(Err(e)) => {
+                        refused = Some(e);
+                        break;
                     }
-                    .error(prefix, &message);
-                    return out;
                 }
-                ctx.state.metrics().feature_writes.inc();
+            }
+            let mut failed = None;
+            for fut in sent {
+                match fut.await {
+                    Ok(_) => {
+                        ctx.state.metrics().feature_writes.inc();
+                    }
+                    Err(e) if failed.is_none() => failed = Some(e),
+                    Err(_) => {}
+                }
+            }
+            // The first failure in the command's order.
+            if let Some(e) = failed.or(refused) {
+                let f = Failure::from(e);
+                if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
+                    tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
+                }
+                let (prefix, message) = f.into_resp();
+                Reply {
+                    out: &mut out,
+                    resp3,
+                }
+                .error(prefix, &message);
+                return out;
             }
             Reply {
                 out: &mut out,
