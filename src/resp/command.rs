@@ -629,17 +629,10 @@ impl Session {
                     }
                 }
                 answer = deleted.len() as i64;
-                if deleted.iter().any(|n| features.is_declared(n)) {
-                    // A declared aggregate is reset by a delete of its own (a PUT never touches
-                    // one): one record per name, each atomic, the command as a whole not.
-                    for n in deleted {
-                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
-                    }
-                } else if !deleted.is_empty() {
-                    // One record, as `PUT {"a": null, "b": null}`: all the names or none, and
-                    // one group commit instead of one per name.
-                    let set = deleted.iter().map(|n| (n.to_string(), None)).collect();
-                    ops.push((e.clone(), FeatureOp::Put(set)));
+                // SPEC §6 makes `HDEL` a feature DELETE: one record per name, sent together
+                // (one group commit, below), each atomic, the command as a whole not.
+                for n in deleted {
+                    ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
                 }
             }
             _ => {
