@@ -392,6 +392,17 @@ fn clear_stale(path: &Path) -> Result<(), UdsError> {
     }
 }
 
+/// Poll `fut` once: its result if it is ready, `Pending` if not (it can be awaited later).
+/// The connections use it where a future's first poll does what must happen now, in order:
+/// a write's first poll hands its record to the log writer, an admission's first poll says
+/// whether the connection must stall.
+pub(crate) async fn poll_once<F: std::future::Future + ?Sized>(
+    fut: Pin<&mut F>,
+) -> Poll<F::Output> {
+    let mut fut = fut;
+    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -789,8 +789,6 @@ impl Shard {
         }
     }
 
-    /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
-    /// and the names.
     /// Run `f`, a change of entity `e` (and nothing else of the shard), and add what it
     /// changed of the parts the entity shares (its table, the names) to the shard's bytes;
     /// the entity's own change is counted by `f` (see [`EntityMut`]).
@@ -801,6 +799,8 @@ impl Shard {
         out
     }
 
+    /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
+    /// and the names.
     pub(crate) fn shared_bytes(&self, e: EntityRef<'_>) -> u64 {
         self.entities.sub_table_bytes(EntityMap::sub_of(e)) + self.names.bytes()
     }

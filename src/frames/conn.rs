@@ -542,7 +542,7 @@ impl Conn {
             let reservation = {
                 let admit = router.admit_or_wait(&shards, bytes);
                 tokio::pin!(admit);
-                match std::future::poll_fn(|cx| Poll::Ready(admit.as_mut().poll(cx))).await {
+                match crate::listen::poll_once(admit.as_mut()).await {
                     Poll::Ready(r) => r,
                     Poll::Pending => {
                         self.ctx.state.metrics().frames().stalls.inc();
@@ -573,7 +573,7 @@ impl Conn {
         // From admission on, the router's queued-byte budget accounts for the batch.
         drop(permit);
         // The first poll hands the request to the writer (see "Order per stream").
-        match std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+        match crate::listen::poll_once(write.as_mut()).await {
             Poll::Ready(done) => self.complete(done),
             Poll::Pending => {
                 let store = self.router.store();

@@ -626,14 +626,11 @@ impl Session {
                         && !deleted.contains(&n)
                     {
                         deleted.push(n);
+                        // SPEC §6: a feature DELETE per name, all sent together (below).
+                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
                     }
                 }
                 answer = deleted.len() as i64;
-                // SPEC §6 makes `HDEL` a feature DELETE: one record per name, sent together
-                // (one group commit, below), each atomic, the command as a whole not.
-                for n in deleted {
-                    ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
-                }
             }
             _ => {
                 // `DEL`: a key named twice counts once, as in Redis.
@@ -669,7 +666,7 @@ impl Session {
                     origin: None,
                     append_ms: None,
                 }));
-                match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+                match crate::listen::poll_once(fut.as_mut()).await {
                     Poll::Pending => sent.push(fut),
                     Poll::Ready(Ok(_)) => {
                         ctx.state.metrics().feature_writes.inc();

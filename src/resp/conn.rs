@@ -187,8 +187,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                     Prepared::Submit(mut fut) => {
                         // The first poll hands the record to the writer, so writes enter the
                         // log in the order they were sent.
-                        let first =
-                            std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+                        let first = crate::listen::poll_once(fut.as_mut()).await;
                         match first {
                             Poll::Ready(b) => conn.push_reply(b),
                             Poll::Pending => {
