@@ -86,15 +86,15 @@ impl<'a> RecordEvents<'a> {
     /// store): which of the record's other events were applied is then of no account.
     pub fn apply_all(&mut self, evs: &[EventView<'a>]) -> Result<(), ApplyError> {
         let f = self.features;
-        let mut order: Vec<(u32, u32, EntityRef<'a>)> = evs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, ev)| {
-                let er = EntityRef::new(ev.entity?);
-                Some((er.shard(f.nshards), u32::try_from(i).ok()?, er))
-            })
-            .collect();
-        order.sort_unstable_by_key(|&(s, i, _)| (s, i));
+        let order = by_shard(
+            evs.iter()
+                .enumerate()
+                .filter_map(|(i, ev)| {
+                    let er = EntityRef::new(ev.entity?);
+                    Some((er.shard(f.nshards), u32::try_from(i).ok()?, er))
+                })
+                .collect(),
+        );
         let mut held = Held {
             features: f,
             locks: VecDeque::new(),
@@ -149,6 +149,34 @@ impl<'a> RecordEvents<'a> {
         }
         Ok(())
     }
+}
+
+/// The events `evs` (shard, index in the record, entity), in shard order and, within a
+/// shard, in the order they come (record order): a counting sort, one pass to count and one
+/// to place, where a comparison sort of a 1000-event record took about 6% of the apply.
+fn by_shard(evs: Vec<(u32, u32, EntityRef<'_>)>) -> Vec<(u32, u32, EntityRef<'_>)> {
+    let shards = evs.iter().map(|e| e.0 as usize + 1).max().unwrap_or(0);
+    // Per shard, its events; then where the next of them goes.
+    let mut next = vec![0usize; shards];
+    for &(s, ..) in &evs {
+        if let Some(n) = next.get_mut(s as usize) {
+            *n += 1;
+        }
+    }
+    let mut sum = 0;
+    for n in &mut next {
+        (*n, sum) = (sum, sum + *n);
+    }
+    let mut out = evs.clone();
+    for &e in &evs {
+        if let Some(at) = next.get_mut(e.0 as usize)
+            && let Some(slot) = out.get_mut(*at)
+        {
+            *slot = e;
+            *at += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
