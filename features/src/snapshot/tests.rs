@@ -248,3 +248,73 @@ fn names_come_back_with_their_uses() {
     assert!(g.names.id("z").is_some());
     assert_eq!(g.bytes, g.measure());
 }
+
+/// A whole snapshot file, byte for byte: the head, the declarations, each shard's chunk
+/// (length, checksum, shard, archive, padding) and the trailer, as docs/ARCHITECTURE.md
+/// describes them. One shard's archive is larger than a write piece, so a chunk written in
+/// several writes must come out as the same bytes.
+#[test]
+fn golden_file() {
+    let f = sample_tables();
+    // 200,000 more entities: each of the four shards' archives is over a megabyte.
+    let names: Vec<String> = (0..200_000).map(|i| format!("bulk-{i}")).collect();
+    let evs: Vec<vx_proto::EventView<'_>> = names
+        .iter()
+        .map(|n| vx_proto::EventView {
+            stream: "s0",
+            entity: Some(n),
+            ty: "other",
+            ts: 5_000,
+            kind: vx_proto::Kind::Counter,
+            value: Some(vx_proto::Num::Int(7)),
+            id: None,
+            data: None,
+        })
+        .collect();
+    let at = LogPos {
+        lsn: 1_000,
+        append_ms: 10_000,
+    };
+    for chunk in evs.chunks(1000) {
+        f.events(at, None).unwrap().apply_all(chunk).unwrap();
+    }
+    let file = MemFile::default();
+    let written = write_to(&f, &file, 1_700_000_000_000).unwrap();
+    let bytes = file.0.lock().clone();
+    assert_eq!(written.bytes, bytes.len() as u64);
+    assert_eq!(
+        (bytes.len(), xxhash_rust::xxh3::xxh3_64(&bytes)),
+        (GOLDEN_FILE_LEN, GOLDEN_FILE_HASH),
+        "the snapshot file's bytes changed: bump SCHEMA if the format did"
+    );
+    // Walk the chunks: each on a 16-byte boundary, its length, checksum and shard, then the
+    // archive; the trailer after the last.
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+    let meta_len = u32_at(48) as usize;
+    let mut off = HEAD_LEN + meta_len.next_multiple_of(16);
+    let mut largest = 0;
+    for shard in 0..f.shards() {
+        assert_eq!(off % 16, 0);
+        let len = u64_at(off) as usize;
+        let archive = &bytes[off + 16..off + 16 + len];
+        assert_eq!(u32_at(off + 8), crc32c::crc32c(archive));
+        assert_eq!(u32_at(off + 12), shard);
+        assert!(
+            bytes[off + 16 + len..(off + 16 + len).next_multiple_of(16)]
+                .iter()
+                .all(|&b| b == 0)
+        );
+        largest = largest.max(len);
+        off = (off + 16 + len).next_multiple_of(16);
+    }
+    assert!(
+        largest > super::write::WRITE_PIECE,
+        "a chunk in several writes"
+    );
+    assert_eq!(&bytes[off..off + 8], TRAILER);
+    assert_eq!(u64_at(off + 8), bytes.len() as u64);
+}
+
+const GOLDEN_FILE_LEN: usize = 5_104_992;
+const GOLDEN_FILE_HASH: u64 = 8357577191630135873;
