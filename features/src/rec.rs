@@ -510,7 +510,17 @@ impl Rec {
     /// The entity, to change; [`Rec::store`] puts it back (its states are moved out, and
     /// holes left in their place until then).
     pub(crate) fn take(&mut self) -> Entity {
-        let mut feats = Feats::new();
+        let mut e = Entity::default();
+        self.take_into(&mut e);
+        e
+    }
+
+    /// [`Rec::take`] into `e`, whatever it held before: the apply takes every entity into one
+    /// scratch entity, which is a few hundred bytes that moving by value copied several times
+    /// an event.
+    pub(crate) fn take_into(&mut self, e: &mut Entity) {
+        let feats = &mut e.feats;
+        feats.clear();
         let spilled = self.len == SPILLED;
         let (states, data): (&mut [Held], &[u8]) = if spilled {
             match self.more.split_last_mut() {
@@ -537,7 +547,7 @@ impl Rec {
                 st,
             });
         });
-        Entity { head, feats }
+        e.head = head;
     }
 
     /// The entity as a read sees it.

@@ -417,6 +417,8 @@ pub(crate) struct EntityMap {
     /// Bytes of the largest index table so far: what one table's doubling can add at most
     /// (the budget's cheap bound).
     max_sub: u64,
+    /// The entity a change takes its entity into ([`EntityMut`]), empty between changes.
+    scratch: Entity,
 }
 
 impl Default for EntityMap {
@@ -428,6 +430,7 @@ impl Default for EntityMap {
             chunk_bytes: 0,
             spill: 0,
             max_sub: 0,
+            scratch: Entity::default(),
         }
     }
 }
@@ -570,7 +573,7 @@ impl EntityMap {
     ) -> Option<EntityMut<'a>> {
         let (k, i) = chunk_of(self.position(e)? as usize);
         let (_, r) = self.slots.get_mut(k)?.get_mut(i)?;
-        Some(EntityMut::new(r, bytes, &mut self.spill))
+        Some(EntityMut::new(r, bytes, &mut self.spill, &mut self.scratch))
     }
 
     /// Bytes of the records' side allocations.
@@ -602,7 +605,10 @@ impl EntityMap {
         };
         let (k, i) = chunk_of(pos as usize);
         match self.slots.get_mut(k).and_then(|c| c.get_mut(i)) {
-            Some((_, r)) => (EntityMut::new(r, bytes, &mut self.spill), created),
+            Some((_, r)) => (
+                EntityMut::new(r, bytes, &mut self.spill, &mut self.scratch),
+                created,
+            ),
             None => unreachable!("an entity just found or inserted has a slot"),
         }
     }
@@ -702,13 +708,14 @@ pub(crate) struct EntityMut<'a> {
     spill: &'a mut u64,
     was: u64,
     was_spill: u64,
-    e: Entity,
+    /// The map's scratch entity, holding this one.
+    e: &'a mut Entity,
 }
 
 impl<'a> EntityMut<'a> {
-    fn new(rec: &'a mut Rec, bytes: &'a mut u64, spill: &'a mut u64) -> Self {
+    fn new(rec: &'a mut Rec, bytes: &'a mut u64, spill: &'a mut u64, e: &'a mut Entity) -> Self {
         let (was, was_spill) = rec.sizes();
-        let e = rec.take();
+        rec.take_into(e);
         EntityMut {
             rec,
             bytes,
@@ -723,19 +730,20 @@ impl<'a> EntityMut<'a> {
 impl std::ops::Deref for EntityMut<'_> {
     type Target = Entity;
     fn deref(&self) -> &Entity {
-        &self.e
+        self.e
     }
 }
 
 impl std::ops::DerefMut for EntityMut<'_> {
     fn deref_mut(&mut self) -> &mut Entity {
-        &mut self.e
+        self.e
     }
 }
 
 impl Drop for EntityMut<'_> {
     fn drop(&mut self) {
-        self.rec.store(&mut self.e);
+        self.rec.store(self.e);
+        // What the store left (its plain values) is cleared by the next take.
         let (heap, spill) = self.rec.sizes();
         *self.bytes = (*self.bytes + heap).saturating_sub(self.was);
         *self.spill = (*self.spill + spill).saturating_sub(self.was_spill);
