@@ -743,7 +743,12 @@ impl std::ops::DerefMut for EntityMut<'_> {
 impl Drop for EntityMut<'_> {
     fn drop(&mut self) {
         self.rec.store(self.e);
-        // What the store left (its plain values) is cleared by the next take.
+        // What the store left (its plain values) is cleared by the next take; a feature list
+        // that outgrew its inline room is freed, so the scratch holds no memory the budget
+        // does not count.
+        if self.e.feats.spilled() {
+            self.e.feats = Feats::new();
+        }
         let (heap, spill) = self.rec.sizes();
         *self.bytes = (*self.bytes + heap).saturating_sub(self.was);
         *self.spill = (*self.spill + spill).saturating_sub(self.was_spill);
