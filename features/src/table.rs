@@ -417,7 +417,8 @@ pub(crate) struct EntityMap {
     /// Bytes of the largest index table so far: what one table's doubling can add at most
     /// (the budget's cheap bound).
     max_sub: u64,
-    /// The entity a change takes its entity into ([`EntityMut`]), empty between changes.
+    /// The entity a change takes its entity into ([`EntityMut`]); between changes it holds
+    /// what the last one's store left (plain values, no heap), which the next take clears.
     scratch: Entity,
 }
 

@@ -75,8 +75,8 @@ fn pad16(buf: &mut Vec<u8>) {
 
 /// The most of a shard's archive handed to one write. The archive is written from rkyv's
 /// buffer as it is, rather than copied behind its chunk head first (at 100M entities, 27 MB a
-/// shard); and this box's kernel, built without preemption, copies a write into the page cache
-/// without giving the CPU to another thread, so no write copies a whole shard at once.
+/// shard); and a kernel built without preemption (this box's) may copy one write into the
+/// page cache without giving the CPU to another thread, so no write is a whole shard.
 /// Measured with GET p99 while the snapshot is written (docs/BENCHMARKS.md, "100 million
 /// entities"): a little lower, not gone.
 pub(crate) const WRITE_PIECE: usize = 1 << 20;
