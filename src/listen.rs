@@ -397,9 +397,8 @@ fn clear_stale(path: &Path) -> Result<(), UdsError> {
 /// a write's first poll hands its record to the log writer, an admission's first poll says
 /// whether the connection must stall.
 pub(crate) async fn poll_once<F: std::future::Future + ?Sized>(
-    fut: Pin<&mut F>,
+    mut fut: Pin<&mut F>,
 ) -> Poll<F::Output> {
-    let mut fut = fut;
     std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
 }
 

@@ -16,11 +16,17 @@ use tokio_tungstenite::tungstenite::Message;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn server(dir: &std::path::Path, extra: &[&str]) -> Server {
-    ServerConfig::new(dir.join("data"))
-        .args(["--shards", "8"])
-        .args(extra.iter().copied())
-        .start()
+fn server_config(dir: &std::path::Path) -> ServerConfig {
+    ServerConfig::new(dir.join("data")).args(["--shards", "8"])
+}
+
+fn server(dir: &std::path::Path) -> Server {
+    server_config(dir).start()
+}
+
+/// [`server`] with `yaml` as its config file.
+fn server_with(dir: &std::path::Path, yaml: &str) -> Server {
+    server_config(dir).with_config(dir, yaml).start()
 }
 
 /// `n` events of `stream` with ts `ts0 + i * step`, type `hit` (even) or `miss` (odd), entity
@@ -62,7 +68,7 @@ async fn metrics(api: &Api) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catch_up_then_live_without_gap_or_duplicate_under_concurrent_ingest() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     write(&api, "m", 0, 2000, 100, 20).await;
     let client = live_client();
@@ -112,13 +118,10 @@ async fn catch_up_then_live_without_gap_or_duplicate_under_concurrent_ingest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_followers_keep_going_while_retention_removes_segments() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("veltrix.yaml");
-    std::fs::write(
-        &file,
+    let s = server_with(
+        tmp.path(),
         "storage:\n  segment_bytes: 64KiB\nretention:\n  max_bytes: 256KiB\n",
-    )
-    .unwrap();
-    let s = server(tmp.path(), &["--config", file.to_str().unwrap()]);
+    );
     let api = s.api.clone();
     let client = live_client();
     let last = write(&api, "r", 0, 500, 50, 200).await;
@@ -175,7 +178,7 @@ async fn live_followers_keep_going_while_retention_removes_segments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_event_id_resumes_after_the_last_event_received() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     write(&api, "g", 0, 30, 10, 0).await;
     let client = live_client();
@@ -207,7 +210,7 @@ async fn last_event_id_resumes_after_the_last_event_received() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_follower_falls_back_to_storage_and_still_gets_every_event() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     let client = live_client();
     write(&api, "hot", 0, 1, 1, 0).await;
@@ -245,7 +248,7 @@ async fn a_thousand_followers_of_one_stream_all_receive_every_event() {
     // The test process holds a socket per follower.
     let _ = vx_sys::raise_nofile_limit();
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     let start = write(&api, "match", 0, 1, 1, 0).await + 1;
     let client = live_client();
@@ -290,7 +293,7 @@ async fn a_thousand_followers_of_one_stream_all_receive_every_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_apply_to_catch_up_and_live_events() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     write(&api, "f", 0, 30, 10, 0).await;
     let client = live_client();
@@ -312,7 +315,7 @@ async fn filters_apply_to_catch_up_and_live_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_stream_ends_its_followers() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     write(&api, "d", 0, 5, 5, 0).await;
     let client = live_client();
@@ -359,7 +362,7 @@ async fn deleting_a_stream_ends_its_followers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_route_catches_up_goes_live_and_closes_on_delete() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     write(&api, "w", 0, 10, 10, 0).await;
     let url = format!("ws://{}/v1/streams/w/ws?from=4", s.addr);
@@ -409,7 +412,7 @@ async fn websocket_route_catches_up_goes_live_and_closes_on_delete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paced_replay_spaces_events_by_their_ts() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = server(tmp.path(), &[]);
+    let s = server(tmp.path());
     let api = s.api.clone();
     // 11 events 200 ms apart in event time (and one out of order, sent at once after its
     // predecessor): at speed 4, 2 s of event time take 500 ms.
@@ -488,9 +491,7 @@ async fn paced_replay_spaces_events_by_their_ts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_followers_shutdown_and_bad_live_queries() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("veltrix.yaml");
-    std::fs::write(&file, "server:\n  max_followers: 2\n").unwrap();
-    let s = server(tmp.path(), &["--config", file.to_str().unwrap()]);
+    let s = server_with(tmp.path(), "server:\n  max_followers: 2\n");
     let api = s.api.clone();
     write(&api, "x", 0, 3, 3, 0).await;
     let client = live_client();

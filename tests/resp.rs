@@ -283,15 +283,11 @@ async fn an_acknowledged_hset_survives_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hdel_and_del_of_several_write_a_delete_record_each() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("veltrix.yaml");
-    std::fs::write(
-        &file,
-        "features:\n  - {name: hits_5m, from: hit, agg: count, window: 5m}\n",
-    )
-    .unwrap();
     let s = resp_server(tmp.path())
-        .args(["--config"])
-        .arg(file.to_string_lossy().into_owned())
+        .with_config(
+            tmp.path(),
+            "features:\n  - {name: hits_5m, from: hit, agg: count, window: 5m}\n",
+        )
         .start();
     let addr = resp_addr(&s);
     let cli = |args: &[&str]| redis_cli(addr, args);

@@ -161,19 +161,23 @@ impl ServerConfig {
         self
     }
 
+    /// With `yaml` as its config file, written into `dir` as `veltrix.yaml`.
+    pub fn with_config(self, dir: &Path, yaml: &str) -> Self {
+        let file = dir.join("veltrix.yaml");
+        std::fs::write(&file, yaml).expect("write the config file");
+        self.arg("--config")
+            .arg(file.to_string_lossy().into_owned())
+    }
+
     /// With three bearer tokens, one per scope: `ingest-secret`, `read-secret` and
     /// `admin-secret`, in a config file written into `dir`.
     pub fn with_scoped_tokens(self, dir: &Path) -> Self {
-        let file = dir.join("veltrix.yaml");
-        std::fs::write(
-            &file,
+        self.with_config(
+            dir,
             "auth:\n  tokens:\n    - token: ingest-secret\n      scopes: [ingest]\n    \
              - token: read-secret\n      scopes: [read]\n    - token: admin-secret\n      \
              scopes: [admin]\n",
         )
-        .expect("write the config file");
-        self.arg("--config")
-            .arg(file.to_string_lossy().into_owned())
     }
 
     /// Listen on this address instead of a free port.
