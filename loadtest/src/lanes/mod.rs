@@ -69,7 +69,13 @@ pub enum LaneGen {
 
 impl LaneCtx {
     fn record(&self, op: Op, outcome: &Outcome, started: Instant) {
-        let latency = Instant::now().saturating_duration_since(started);
+        self.record_at(op, outcome, started, Instant::now());
+    }
+
+    /// [`LaneCtx::record`] of an operation that ended at `now`, read once for all the answers
+    /// one read of a pipeline brought.
+    fn record_at(&self, op: Op, outcome: &Outcome, started: Instant, now: Instant) {
+        let latency = now.saturating_duration_since(started);
         self.rec.lock().record(op, outcome, latency, started);
     }
 

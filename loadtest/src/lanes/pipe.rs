@@ -124,12 +124,14 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
         // breaks before it is sent, it is counted as an error (and its index used up), so the
         // schedule after a reconnect stays in step with the pacer.
         let op = w.op();
+        let mut waited = false;
         let pause = pipe.pause_until.lock().take();
         if let Some(until) = pause {
             if let Err(e) = w.flush().await {
                 return lost(ctx, op, i, &e.to_string(), start);
             }
             sleep_until(until.min(ctx.end).into()).await;
+            waited = true;
         }
         let permit = match pipe.slots.try_acquire() {
             Ok(p) => p,
@@ -137,6 +139,7 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
                 if let Err(e) = w.flush().await {
                     return lost(ctx, op, i, &e.to_string(), start);
                 }
+                waited = true;
                 match pipe.slots.acquire().await {
                     Ok(p) => p,
                     Err(_) => return lost(ctx, op, i, "the connection broke", start),
@@ -144,8 +147,10 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
             }
         };
         // Closed loop counts from the moment a slot is free and the operation is queued,
-        // and sends nothing once the run is over.
-        let start = if ctx.schedule.is_some() {
+        // and sends nothing once the run is over. Without a wait, that moment is the clock
+        // `next_start` read just now: a second read per operation was a tenth of the load
+        // generator's time at a million operations a second.
+        let start = if ctx.schedule.is_some() || !waited {
             start
         } else {
             let now = Instant::now();
@@ -157,9 +162,8 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
         permit.forget();
         ctx.sent(start);
         *i += 1;
-        match w.queue() {
-            Ok((key, mut p)) => {
-                p.started = start;
+        match w.queue(start) {
+            Ok((key, p)) => {
                 pipe.pending.lock().insert(key, p);
             }
             Err(e) => {
@@ -171,31 +175,36 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
 }
 
 async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
+    // When the last read from the socket returned: the end of every answer it brought.
+    let mut now = Instant::now();
     loop {
-        // Wait without limit while nothing is in flight; an answer owed for longer than
-        // timeout_s breaks the connection.
-        let owed = !pipe.pending.lock().is_empty();
-        let wait = if owed {
-            ctx.timeout
-        } else {
-            Duration::from_millis(50)
+        let ready = match r.ready() {
+            Ok(a) => a,
+            Err(e) => return broken(&ctx, &pipe, &e.to_string()),
         };
-        let (key, answer) = match timeout(wait, r.next()).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) => {
-                pipe.broken.store(true, Ordering::Release);
-                pipe.slots.close();
-                fail_pending(&ctx, &pipe, &e.to_string());
-                return;
+        let (key, answer) = match ready {
+            Some(a) => a,
+            None => {
+                // Wait without limit while nothing is in flight; an answer owed for longer
+                // than timeout_s breaks the connection.
+                let owed = !pipe.pending.lock().is_empty();
+                let wait = if owed {
+                    ctx.timeout
+                } else {
+                    Duration::from_millis(50)
+                };
+                let got = timeout(wait, r.next()).await;
+                now = Instant::now();
+                match got {
+                    Ok(Ok(a)) => a,
+                    Ok(Err(e)) => return broken(&ctx, &pipe, &e.to_string()),
+                    Err(_) if owed => {
+                        let e = format!("no answer within {} s", ctx.timeout.as_secs_f64());
+                        return broken(&ctx, &pipe, &e);
+                    }
+                    Err(_) => continue,
+                }
             }
-            Err(_) if owed => {
-                pipe.broken.store(true, Ordering::Release);
-                pipe.slots.close();
-                let e = format!("no answer within {} s", ctx.timeout.as_secs_f64());
-                fail_pending(&ctx, &pipe, &e);
-                return;
-            }
-            Err(_) => continue,
         };
         let Some(p) = pipe.pending.lock().remove(&key) else {
             continue;
@@ -208,14 +217,21 @@ async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
             },
             Answer::Refused(retry_after) => {
                 if ctx.schedule.is_none() {
-                    *pipe.pause_until.lock() = Some(Instant::now() + retry_pause(retry_after));
+                    *pipe.pause_until.lock() = Some(now + retry_pause(retry_after));
                 }
                 Outcome::Refused { retry_after }
             }
             Answer::Error(e) => Outcome::Error(e),
         };
-        ctx.record(p.op, &outcome, p.started);
+        ctx.record_at(p.op, &outcome, p.started, now);
     }
+}
+
+/// The connection cannot go on: the writer stops, and what is in flight fails with `why`.
+fn broken(ctx: &LaneCtx, pipe: &Pipe, why: &str) {
+    pipe.broken.store(true, Ordering::Release);
+    pipe.slots.close();
+    fail_pending(ctx, pipe, why);
 }
 
 fn fail_pending(ctx: &LaneCtx, pipe: &Pipe, why: &str) {

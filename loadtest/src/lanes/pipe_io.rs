@@ -3,6 +3,7 @@
 
 use super::pipe_types::{Answer, Pending, PipeError, PipeReader, PipeWriter};
 use super::*;
+use bytes::Buf;
 
 /// A connected pipelined connection, split.
 pub enum PipeConn {
@@ -81,7 +82,7 @@ impl PipeWriter for FramesWriter {
         Op::Ingest
     }
 
-    fn queue(&mut self) -> Result<(u64, Pending), PipeError> {
+    fn queue(&mut self, started: Instant) -> Result<(u64, Pending), PipeError> {
         let g = self
             .source
             .as_mut()
@@ -97,7 +98,7 @@ impl PipeWriter for FramesWriter {
             id,
             Pending {
                 op: Op::Ingest,
-                started: Instant::now(),
+                started,
                 events: batch.len() as u64,
                 bytes: 0,
             },
@@ -157,7 +158,7 @@ impl PipeWriter for RespWriter {
         Op::Get
     }
 
-    fn queue(&mut self) -> Result<(u64, Pending), PipeError> {
+    fn queue(&mut self, started: Instant) -> Result<(u64, Pending), PipeError> {
         let g = self
             .source
             .as_mut()
@@ -170,7 +171,7 @@ impl PipeWriter for RespWriter {
             n,
             Pending {
                 op: op.op(),
-                started: Instant::now(),
+                started,
                 events: op.events(),
                 bytes: g.bytes_of(&op),
             },
@@ -199,18 +200,8 @@ pub struct RespReader {
 impl PipeReader for RespReader {
     async fn next(&mut self) -> Result<(u64, Answer), PipeError> {
         loop {
-            if let Some((reply, n)) = resp::parse(&self.buf)? {
-                let _ = self.buf.split_to(n);
-                let key = self.next;
-                self.next += 1;
-                let answer = match reply {
-                    resp::Reply::Error(e) => Answer::Error(format!(
-                        "RESP {}",
-                        e.split_whitespace().next().unwrap_or("error")
-                    )),
-                    _ => Answer::Ok { events: None },
-                };
-                return Ok((key, answer));
+            if let Some(a) = self.ready()? {
+                return Ok(a);
             }
             if self.buf.capacity() - self.buf.len() < 4096 {
                 self.buf.reserve(64 << 10);
@@ -219,5 +210,22 @@ impl PipeReader for RespReader {
                 return Err(PipeError::Closed);
             }
         }
+    }
+
+    fn ready(&mut self) -> Result<Option<(u64, Answer)>, PipeError> {
+        let Some((reply, n)) = resp::parse(&self.buf)? else {
+            return Ok(None);
+        };
+        self.buf.advance(n);
+        let key = self.next;
+        self.next += 1;
+        let answer = match reply {
+            resp::Reply::Error(e) => Answer::Error(format!(
+                "RESP {}",
+                e.split_whitespace().next().unwrap_or("error")
+            )),
+            _ => Answer::Ok { events: None },
+        };
+        Ok(Some((key, answer)))
     }
 }

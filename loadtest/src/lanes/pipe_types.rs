@@ -38,8 +38,9 @@ pub(super) struct Pending {
 pub(super) trait PipeWriter: Send {
     /// The operation it sends (for errors before anything is queued).
     fn op(&self) -> Op;
-    /// Encode the next operation into the send buffer; returns its key and what to record.
-    fn queue(&mut self) -> Result<(u64, Pending), PipeError>;
+    /// Encode the next operation, which counts from `started`, into the send buffer; returns
+    /// its key and what to record.
+    fn queue(&mut self, started: Instant) -> Result<(u64, Pending), PipeError>;
     fn flush(&mut self) -> impl Future<Output = Result<(), PipeError>> + Send;
     fn close(&mut self) -> impl Future<Output = ()> + Send;
 }
@@ -47,6 +48,11 @@ pub(super) trait PipeWriter: Send {
 /// The receiving side: the next answer, with the key of the operation it answers.
 pub(super) trait PipeReader: Send + 'static {
     fn next(&mut self) -> impl Future<Output = Result<(u64, Answer), PipeError>> + Send;
+    /// The next answer if what was already read holds it whole, without waiting (or a time
+    /// limit, or a clock read: a pipeline's answers arrive many to a read).
+    fn ready(&mut self) -> Result<Option<(u64, Answer)>, PipeError> {
+        Ok(None)
+    }
 }
 
 pub(super) enum Answer {

@@ -405,25 +405,26 @@ impl KvGen {
 
     /// Append `op` as a RESP command: GET, SET, DEL, or MGET of the batch; with `kv_type =
     /// "hash"`, HGET and HSET of the field `v` (the feature the features scenario writes).
+    /// Keys are written straight into `out`, with no buffer of their own.
     pub fn encode_resp(&self, op: &KvOp, out: &mut Vec<u8>) {
-        match op {
-            KvOp::Get(k) if self.hash => {
-                resp::encode(&[b"HGET", &self.key(*k), FEATURE.as_bytes()], out)
-            }
-            KvOp::Set(k) if self.hash => resp::encode(
-                &[b"HSET", &self.key(*k), FEATURE.as_bytes(), &self.value],
-                out,
-            ),
-            KvOp::Get(k) => resp::encode(&[b"GET", &self.key(*k)], out),
-            KvOp::Set(k) => resp::encode(&[b"SET", &self.key(*k), &self.value], out),
-            KvOp::Del(k) => resp::encode(&[b"DEL", &self.key(*k)], out),
-            KvOp::Query(keys) => {
-                let keys: Vec<Vec<u8>> = keys.iter().map(|k| self.key(*k)).collect();
-                let mut parts: Vec<&[u8]> = Vec::with_capacity(keys.len() + 1);
-                parts.push(b"MGET");
-                parts.extend(keys.iter().map(Vec::as_slice));
-                resp::encode(&parts, out);
-            }
+        let field = FEATURE.as_bytes();
+        let (verb, keys, rest): (&[u8], &[u64], &[&[u8]]) = match op {
+            KvOp::Get(k) if self.hash => (b"HGET", std::slice::from_ref(k), &[field]),
+            KvOp::Set(k) if self.hash => (b"HSET", std::slice::from_ref(k), &[field, &self.value]),
+            KvOp::Get(k) => (b"GET", std::slice::from_ref(k), &[]),
+            KvOp::Set(k) => (b"SET", std::slice::from_ref(k), &[&self.value]),
+            KvOp::Del(k) => (b"DEL", std::slice::from_ref(k), &[]),
+            KvOp::Query(keys) => (b"MGET", keys, &[]),
+        };
+        resp::header(b'*', 1 + keys.len() + rest.len(), out);
+        resp::bulk(verb, out);
+        for &k in keys {
+            resp::header(b'$', key_len(k, self.key_size), out);
+            put_key(k, self.key_size, out);
+            out.extend_from_slice(b"\r\n");
+        }
+        for p in rest {
+            resp::bulk(p, out);
         }
     }
 
@@ -472,7 +473,32 @@ impl KvGen {
 
 /// `key:` and the zero-padded index, `size` bytes in all (redis-benchmark's key shape).
 pub fn kv_key(k: u64, size: usize) -> Vec<u8> {
-    key_string(k, size).into_bytes()
+    let mut out = Vec::with_capacity(key_len(k, size));
+    put_key(k, size, &mut out);
+    out
+}
+
+/// Append [`kv_key`] to `out`.
+pub fn put_key(k: u64, size: usize, out: &mut Vec<u8>) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(k).as_bytes();
+    out.extend_from_slice(b"key:");
+    out.resize(out.len() + pad(k, size), b'0');
+    out.extend_from_slice(digits);
+}
+
+/// The length of [`kv_key`]: `size`, or more when the index has more digits than fit.
+pub fn key_len(k: u64, size: usize) -> usize {
+    4 + pad(k, size) + digits(k)
+}
+
+/// The zeros before the index's digits.
+fn pad(k: u64, size: usize) -> usize {
+    size.saturating_sub(4).saturating_sub(digits(k))
+}
+
+fn digits(k: u64) -> usize {
+    k.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
 
 /// [`kv_key`] as a string: the features entity of key `k`.

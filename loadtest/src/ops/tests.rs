@@ -430,3 +430,22 @@ fn hash_kv_reads_and_writes_the_field_the_features_scenario_uses() {
     };
     assert!(with_query.validate().is_err());
 }
+
+#[test]
+fn keys_written_in_place_are_the_formatted_keys() {
+    // The RESP writer puts a key straight into its buffer; the features scenario formats it.
+    // Both must name the same entity, at any size, including indexes wider than the size.
+    for size in [0, 3, 4, 5, 8, 16, 40] {
+        for k in [0, 1, 9, 10, 99, 12_345, 999_999_999_999, u64::MAX] {
+            let mut out = b"x".to_vec();
+            put_key(k, size, &mut out);
+            assert_eq!(
+                &out[1..],
+                key_string(k, size).as_bytes(),
+                "k {k} size {size}"
+            );
+            assert_eq!(key_len(k, size), out.len() - 1, "k {k} size {size}");
+            assert_eq!(kv_key(k, size), &out[1..]);
+        }
+    }
+}
