@@ -333,3 +333,58 @@ async fn hdel_and_del_of_several_write_a_delete_record_each() {
     assert_eq!(records().await - before, 3.0);
     assert_eq!(cli(&["EXISTS", "d1", "d2", "d3"]), "0\n");
 }
+
+/// The reads of a pipeline are added to `vx_feature_reads_total` once per batch, not per
+/// command: every read is still counted exactly once, whether it hits, misses, or shares a
+/// batch with a write; and what a read sees is still every write before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_of_reads_is_counted_once_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path()).start();
+    let addr = resp_addr(&s);
+    let reads = || async {
+        metric_sum(
+            &s.api.get("/metrics").await.text(),
+            "vx_feature_reads_total",
+        )
+    };
+    assert_eq!(redis_cli(addr, &["HSET", "e1", "v", "7"]), "1\n");
+    let before = reads().await;
+    // 40 HGETs, an HSET in the middle, then an HMGET, HEXISTS, HGETALL and EXISTS: 44 reads.
+    let mut input = Vec::new();
+    for i in 0..40 {
+        let e = if i % 2 == 0 { "e1" } else { "missing" };
+        input.extend_from_slice(
+            format!("*3\r\n$4\r\nHGET\r\n${}\r\n{e}\r\n$1\r\nv\r\n", e.len()).as_bytes(),
+        );
+        if i == 20 {
+            input.extend_from_slice(b"*4\r\n$4\r\nHSET\r\n$2\r\ne1\r\n$1\r\nv\r\n$1\r\n8\r\n");
+        }
+    }
+    input.extend_from_slice(b"*3\r\n$5\r\nHMGET\r\n$2\r\ne1\r\n$1\r\nv\r\n");
+    input.extend_from_slice(b"*3\r\n$7\r\nHEXISTS\r\n$2\r\ne1\r\n$1\r\nv\r\n");
+    input.extend_from_slice(b"*2\r\n$7\r\nHGETALL\r\n$2\r\ne1\r\n");
+    input.extend_from_slice(b"*2\r\n$6\r\nEXISTS\r\n$2\r\ne1\r\n");
+    let mut want = Vec::new();
+    for i in 0..40 {
+        want.extend_from_slice(match (i % 2, i <= 20) {
+            (0, true) => &b":7\r\n"[..],
+            (0, false) => b":8\r\n",
+            _ => b"$-1\r\n",
+        });
+        if i == 20 {
+            want.extend_from_slice(b":0\r\n");
+        }
+    }
+    // Integer features answer as RESP integers.
+    want.extend_from_slice(b"*1\r\n:8\r\n:1\r\n*2\r\n$1\r\nv\r\n:8\r\n:1\r\n");
+    let len = want.len();
+    let got = tokio::task::spawn_blocking(move || raw(addr, &input, len))
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    assert_eq!(reads().await - before, 44.0);
+}

@@ -90,11 +90,36 @@ fn header(
     let Some(digits) = line.strip_suffix(b"\r") else {
         return Err(bad);
     };
-    let n = std::str::from_utf8(digits)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or(bad)?;
+    let n = int(digits).ok_or(bad)?;
     Ok(Some((n, at + nl + 1)))
+}
+
+/// A decimal integer as `str::parse::<i64>` reads one (an optional sign, then at least one
+/// digit, no overflow), without a UTF-8 check and a `str` first: every command has a header
+/// line per argument.
+fn int(digits: &[u8]) -> Option<i64> {
+    let (neg, ds) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, digits),
+    };
+    if ds.is_empty() {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &d in ds {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        v = v.checked_mul(10)?;
+        v = if neg {
+            v.checked_sub(d)?
+        } else {
+            v.checked_add(d)?
+        };
+    }
+    Some(v)
 }
 
 fn parse_array(buf: &[u8], limits: &Limits) -> Result<Parsed, RespError> {
@@ -392,6 +417,27 @@ mod tests {
     }
 
     proptest! {
+        /// A header's integer is read exactly as `str::parse::<i64>` reads it, for any bytes:
+        /// numbers, their edges, signs and junk.
+        #[test]
+        fn header_integers_read_as_str_parse(
+            b in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..24),
+                prop::collection::vec(prop::sample::select(b"+-0123456789".to_vec()), 0..24),
+                any::<i64>().prop_map(|n| n.to_string().into_bytes()),
+                prop::sample::select(vec![
+                    b"9223372036854775807".to_vec(), b"9223372036854775808".to_vec(),
+                    b"-9223372036854775808".to_vec(), b"-9223372036854775809".to_vec(),
+                    b"+".to_vec(), b"-".to_vec(), b"".to_vec(), b"+-1".to_vec(), b"007".to_vec(),
+                    b"+5".to_vec(), b"-0".to_vec(), b"+9223372036854775807".to_vec(),
+                    b"1 ".to_vec(), b"\xff1".to_vec(),
+                ]),
+            ],
+        ) {
+            let want = std::str::from_utf8(&b).ok().and_then(|s| s.parse::<i64>().ok());
+            prop_assert_eq!(int(&b), want);
+        }
+
         /// Whatever the split of a stream of commands into reads, the parser finds the same
         /// commands, and never claims a command from fewer bytes than it has.
         #[test]

@@ -129,6 +129,13 @@ pub(crate) struct Session {
     /// The token `AUTH` (or `HELLO … AUTH`) accepted.
     token: Option<String>,
     id: u64,
+    /// Entities read since the connection last added them to `vx_feature_reads_total`: it does
+    /// once per batch of commands ([`Session::end_batch`]), since the counter is one cache
+    /// line that every worker thread writes.
+    reads: u64,
+    /// The instant the reads of this batch see: the clock is read once a batch, at its first
+    /// read, and again after the connection waited (for a write, or a slow client).
+    at: Option<ReadAt>,
 }
 
 /// What the connection does after a command.
@@ -152,6 +159,26 @@ impl Session {
             resp3: false,
             token: None,
             id: ctx.next_id.fetch_add(1, Ordering::Relaxed),
+            reads: 0,
+            at: None,
+        }
+    }
+
+    fn read_at(&mut self) -> ReadAt {
+        *self.at.get_or_insert_with(|| ReadAt { now_ms: now_ms() })
+    }
+
+    /// The connection waited: later reads of the batch take the time again.
+    pub(crate) fn waited(&mut self) {
+        self.at = None;
+    }
+
+    /// The batch is answered: count its reads, and take the time again for the next one.
+    pub(crate) fn end_batch(&mut self, ctx: &Ctx) {
+        self.at = None;
+        if self.reads > 0 {
+            ctx.state.metrics().feature_reads.inc_by(self.reads);
+            self.reads = 0;
         }
     }
 
@@ -239,7 +266,7 @@ impl Session {
         let Some(router) = self.admit(ctx, spec, args, out) else {
             return Flow::Continue;
         };
-        let at = ReadAt { now_ms: now_ms() };
+        let at = self.read_at();
         match (spec.name, router) {
             ("ping", _) => match args.get(1) {
                 Some(m) if args.len() == 2 => self.reply(out).bulk(m),
@@ -270,7 +297,7 @@ impl Session {
                 if !found {
                     r.null();
                 }
-                ctx.state.metrics().feature_reads.inc();
+                self.reads += 1;
             }
             ("hmget", Some(r)) => {
                 let features = r.store().features();
@@ -293,7 +320,7 @@ impl Session {
                     rp.null();
                     next += 1;
                 }
-                ctx.state.metrics().feature_reads.inc();
+                self.reads += 1;
             }
             ("hgetall", Some(r)) => {
                 let features = r.store().features();
@@ -309,7 +336,7 @@ impl Session {
                 }
                 self.reply(out).map(n);
                 out.extend_from_slice(&body);
-                ctx.state.metrics().feature_reads.inc();
+                self.reads += 1;
             }
             ("hexists", Some(r)) => {
                 let features = r.store().features();
@@ -318,7 +345,7 @@ impl Session {
                     features.read(e, Some(&[n]), at, &mut |_, _| found = true);
                 }
                 self.reply(out).int(i64::from(found));
-                ctx.state.metrics().feature_reads.inc();
+                self.reads += 1;
             }
             ("exists", Some(r)) => {
                 let features = r.store().features();
@@ -327,7 +354,7 @@ impl Session {
                     .filter(|a| text(a).is_some_and(|e| features.exists(e, None)))
                     .count();
                 self.reply(out).int(n as i64);
-                ctx.state.metrics().feature_reads.inc();
+                self.reads += 1;
             }
             _ => {
                 // Writes go through `prepare_write`; a read without its router was refused.
