@@ -32,7 +32,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Semaphore;
-use tokio::time::{sleep, sleep_until, timeout};
+use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
 /// Replay scans read pages of this many events (the server's largest `limit`).
 const SCAN_PAGE: u32 = 100_000;
@@ -96,12 +96,17 @@ impl LaneCtx {
                 Some(t)
             }
             None => {
-                if i == 0 {
-                    sleep_until(self.start.into()).await;
-                }
+                self.closed_start(i).await;
                 let now = Instant::now();
                 (now < self.end).then_some(now)
             }
+        }
+    }
+
+    /// Closed loop: the first operation waits for the run's clock to start.
+    async fn closed_start(&self, i: u64) {
+        if i == 0 {
+            sleep_until(self.start.into()).await;
         }
     }
 

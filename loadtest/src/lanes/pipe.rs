@@ -117,47 +117,53 @@ async fn write_pipe<W: PipeWriter>(ctx: &LaneCtx, pipe: &Pipe, w: &mut W, i: &mu
         {
             return false;
         }
-        let Some(start) = ctx.next_start(*i).await else {
-            return true;
+        // Open loop: the operation's intended time, once the pacer lets it go. Closed loop: it
+        // starts when its slot is taken (below), and the clock is read once, there: reading it
+        // before and again after the wait for a slot was a tenth of the tool's time at a
+        // million RESP operations a second.
+        let intended = if ctx.schedule.is_some() {
+            let Some(t) = ctx.next_start(*i).await else {
+                return true;
+            };
+            Some(t)
+        } else {
+            ctx.closed_start(*i).await;
+            None
         };
+        let owed_since = || intended.unwrap_or_else(Instant::now);
         // From here the operation is owed: open loop took its pacer permit. If the connection
         // breaks before it is sent, it is counted as an error (and its index used up), so the
         // schedule after a reconnect stays in step with the pacer.
         let op = w.op();
-        let mut waited = false;
         let pause = pipe.pause_until.lock().take();
         if let Some(until) = pause {
             if let Err(e) = w.flush().await {
-                return lost(ctx, op, i, &e.to_string(), start);
+                return lost(ctx, op, i, &e.to_string(), owed_since());
             }
             sleep_until(until.min(ctx.end).into()).await;
-            waited = true;
         }
         let permit = match pipe.slots.try_acquire() {
             Ok(p) => p,
             Err(_) => {
                 if let Err(e) = w.flush().await {
-                    return lost(ctx, op, i, &e.to_string(), start);
+                    return lost(ctx, op, i, &e.to_string(), owed_since());
                 }
-                waited = true;
                 match pipe.slots.acquire().await {
                     Ok(p) => p,
-                    Err(_) => return lost(ctx, op, i, "the connection broke", start),
+                    Err(_) => return lost(ctx, op, i, "the connection broke", owed_since()),
                 }
             }
         };
-        // Closed loop counts from the moment a slot is free and the operation is queued,
-        // and sends nothing once the run is over. Without a wait, that moment is the clock
-        // `next_start` read just now: a second read per operation was a tenth of the load
-        // generator's time at a million operations a second.
-        let start = if ctx.schedule.is_some() || !waited {
-            start
-        } else {
-            let now = Instant::now();
-            if now >= ctx.end {
-                return true;
+        // Closed loop sends nothing once the run is over.
+        let start = match intended {
+            Some(t) => t,
+            None => {
+                let now = Instant::now();
+                if now >= ctx.end {
+                    return true;
+                }
+                now
             }
-            now
         };
         permit.forget();
         ctx.sent(start);
@@ -193,7 +199,8 @@ async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
                 } else {
                     Duration::from_millis(50)
                 };
-                let got = timeout(wait, r.next()).await;
+                // The deadline counts from the last read, not from a clock read per wait.
+                let got = timeout_at((now + wait).into(), r.next()).await;
                 now = Instant::now();
                 match got {
                     Ok(Ok(a)) => a,
