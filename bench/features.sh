@@ -22,7 +22,9 @@
 #    endpoint, against Veltrix's RESP listener (fsync always: every HSET/DEL durable before its
 #    reply) and Redis (appendonly yes, appendfsync everysec), one system at a time, the same
 #    1,000,000 preloaded keys: GET only and the 70/25/5 mix, closed loop, 50 connections,
-#    pipeline depth 1 and 16. Interleaved per rep.
+#    pipeline depth 1 and 16. Interleaved per rep. During the HGET-only runs that preload
+#    nothing, the CPU of the server and of vx-loadtest is read from /proc (a second table:
+#    µs per operation and share of a core of each), since the two share the box's cores.
 # Each measurement is repeated REPS times; the table shows medians. Every run's line, with the
 # load average before it, goes to docs/bench/features-runs.txt; the table between the
 # `features:begin` and `features:end` markers of docs/BENCHMARKS.md is rewritten.
@@ -178,11 +180,46 @@ fi
 # ---- 4. the Redis protocol ----------------------------------------------------------------------
 # resp_round KEY ENDPOINT REP: GET-only and the mix at depth 1 and 16 against the running server
 # (the first round preloads the keys); ops/s of all operations.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# lt_cpu NAME WORKLOAD [--set …]: `lt` for a run that preloads nothing, and the CPU that the
+# server ($PID, all its threads) and vx-loadtest used in the middle of the measured window
+# (from /proc, in clock ticks), written to the report's path with `.cpu` added: server ticks,
+# vx-loadtest ticks, seconds sampled.
+lt_cpu() {
+  local name=$1 wl=$2; shift 2
+  local out=$WORK/$name-$RANDOM.json lp a b secs=$((MEASURE_S - 2))
+  "$LT" run "$W/$wl" --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" -q --json "$out" "$@" >/dev/null &
+  lp=$!
+  sleep $((WARMUP_S + 1))
+  a="$(ticks "$PID") $(ticks "$lp")"
+  sleep "$secs"
+  b="$(ticks "$PID") $(ticks "$lp")"
+  wait "$lp"
+  echo "$a $b $secs" | awk '{print $3 - $1, $4 - $2, $5}' >"$out.cpu"
+  echo "$out"
+}
+# cpu_record KEY REPORT OPS: each side's share of a core and CPU µs per operation, from lt_cpu.
+cpu_record() {
+  local key=$1 ops=$3 srv lt secs hz
+  hz=$(getconf CLK_TCK)
+  read -r srv lt secs <"$2.cpu"
+  record "${key}_srv_pct" "$(awk -v t="$srv" -v s="$secs" -v h="$hz" 'BEGIN {printf "%.0f", 100 * t / h / s}')"
+  record "${key}_lt_pct" "$(awk -v t="$lt" -v s="$secs" -v h="$hz" 'BEGIN {printf "%.0f", 100 * t / h / s}')"
+  record "${key}_srv_us" "$(awk -v t="$srv" -v s="$secs" -v h="$hz" -v o="$ops" 'BEGIN {printf "%.2f", 1e6 * t / h / s / o}')"
+  record "${key}_lt_us" "$(awk -v t="$lt" -v s="$secs" -v h="$hz" -v o="$ops" 'BEGIN {printf "%.2f", 1e6 * t / h / s / o}')"
+}
 resp_round() {
   local key=$1 ep=(--set "endpoints=$2" --set kv_type=hash) rep=$3 pre=() l j d ops
   [[ $rep == 1 ]] || pre=(--set preload_keys=0)
   for d in 1 16; do
-    l=$(load1); j=$(lt "$key-rget$d" kv-70-25-5.toml "${ep[@]}" "${pre[@]}" --set "pipeline_depth=$d" "${CLOSED[@]}")
+    l=$(load1)
+    # The CPU split needs the measured window's place in time: not known after a preload.
+    if [[ ${#pre[@]} == 0 ]]; then
+      j=$(lt "$key-rget$d" kv-70-25-5.toml "${ep[@]}" --set "pipeline_depth=$d" "${CLOSED[@]}")
+    else
+      j=$(lt_cpu "$key-rget$d" kv-70-25-5.toml "${ep[@]}" "${pre[@]}" --set "pipeline_depth=$d" "${CLOSED[@]}")
+      cpu_record "${key}_resp_get_d$d" "$j" "$(jqr .operations.get.ops_per_s "$j")"
+    fi
     pre=(--set preload_keys=0)
     record "${key}_resp_get_d$d" "$(jqr .operations.get.ops_per_s "$j")" "rep=$rep GET only depth=$d p50=$(jqr .operations.get.latency_ms.p50 "$j") p99=$(jqr .operations.get.latency_ms.p99 "$j") errors=$(jqr '[.operations[].errors] | add' "$j") load1_before=$l"
     l=$(load1); j=$(lt "$key-rmix$d" kv-70-25-5.toml "${ep[@]}" --set preload_keys=0 --set "pipeline_depth=$d")
@@ -249,6 +286,18 @@ The Redis protocol (\`kv-70-25-5.toml\` with \`kv_type=hash\`, 1,000,000 keys, Z
 | HGET only, pipeline depth 16 | $(k "$(med vxresp_resp_get_d16)") | $(k "$(med redisaof_resp_get_d16)") | $(ratio "$(med vxresp_resp_get_d16)" "$(med redisaof_resp_get_d16)")× |
 | 70/25/5 HGET/HSET/DEL, depth 1 | $(k "$(med vxresp_resp_mix_d1)") | $(k "$(med redisaof_resp_mix_d1)") | $(ratio "$(med vxresp_resp_mix_d1)" "$(med redisaof_resp_mix_d1)")× |
 | 70/25/5 HGET/HSET/DEL, pipeline depth 16 | $(k "$(med vxresp_resp_mix_d16)") | $(k "$(med redisaof_resp_mix_d16)") | $(ratio "$(med vxresp_resp_mix_d16)" "$(med redisaof_resp_mix_d16)")× |
+
+Where the two cores went during HGET only (from \`/proc\` over the middle $((MEASURE_S - 2)) s of each measured window, medians of the runs without a preload): CPU µs per operation, and in brackets the share of one core, of the server and of vx-loadtest beside it. Redis runs its commands on one thread; vx-loadtest's cost per operation is the same against either server, so the core it takes is the core a server does not get.
+
+| HGET only | Veltrix server | vx-loadtest (Veltrix) | Redis server | vx-loadtest (Redis) |
+| --- | --- | --- | --- | --- |
+$(for d in 1 16; do
+  printf '| depth %s |' "$d"
+  for side in vxresp_resp_get_d${d}_srv vxresp_resp_get_d${d}_lt redisaof_resp_get_d${d}_srv redisaof_resp_get_d${d}_lt; do
+    printf ' %s µs (%s%%) |' "$(med "${side}_us")" "$(med "${side}_pct")"
+  done
+  echo
+done)
 EOF
 )
 # put_table MARKER TITLE TABLE: replace the block between the marker comments of BENCHMARKS.md.
