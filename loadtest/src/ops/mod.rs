@@ -443,18 +443,22 @@ impl KvGen {
             KvOp::Del(k) => one("DELETE", *k, None),
             KvOp::Query(keys) => {
                 // Keys are "key:" and digits: nothing to escape in JSON. `names` asks for the
-                // one feature, as MGET returns only the values.
-                let mut body = String::with_capacity(keys.len() * (self.key_size + 3) + 40);
-                body.push_str("{\"entities\":[");
+                // one feature, as MGET returns only the values. Keys are written in place, as
+                // the RESP writer writes MGET's, so that neither side of a comparison pays
+                // for formatting the other does not.
+                let mut body = Vec::with_capacity(keys.len() * (self.key_size + 3) + 40);
+                body.extend_from_slice(b"{\"entities\":[");
                 for (i, k) in keys.iter().enumerate() {
                     if i > 0 {
-                        body.push(',');
+                        body.push(b',');
                     }
-                    body.push('"');
-                    body.push_str(&self.entity(*k));
-                    body.push('"');
+                    body.push(b'"');
+                    put_key(*k, self.key_size, &mut body);
+                    body.push(b'"');
                 }
-                let _ = write!(body, "],\"names\":[\"{FEATURE}\"]}}");
+                body.extend_from_slice(b"],\"names\":[\"");
+                body.extend_from_slice(FEATURE.as_bytes());
+                body.extend_from_slice(b"\"]}");
                 FeatureRequest {
                     method: "POST",
                     path: "/v1/features/query".into(),
