@@ -50,7 +50,6 @@ start_veltrix() { # data_dir
   PID=$!
   wait_ready
 }
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 EP=(--set "endpoints=http://127.0.0.1:$PORT")
 
 # fanout_run N OUT: one match run with N followers; echoes "cores rss_kb" of the server.

@@ -180,7 +180,6 @@ fi
 # ---- 4. the Redis protocol ----------------------------------------------------------------------
 # resp_round KEY ENDPOINT REP: GET-only and the mix at depth 1 and 16 against the running server
 # (the first round preloads the keys); ops/s of all operations.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # lt_cpu NAME WORKLOAD [--set …]: `lt` for a run that preloads nothing, and the CPU that the
 # server ($PID, all its threads) and vx-loadtest used in the middle of the measured window
 # (from /proc, in clock ticks), written to the report's path with `.cpu` added: server ticks,
@@ -191,9 +190,9 @@ lt_cpu() {
   "$LT" run "$W/$wl" --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" -q --json "$out" "$@" >/dev/null &
   lp=$!
   sleep $((WARMUP_S + 1))
-  a="$(ticks "$PID") $(ticks "$lp")"
+  a="$(cpu_ticks "$PID") $(cpu_ticks "$lp")"
   sleep "$secs"
-  b="$(ticks "$PID") $(ticks "$lp")"
+  b="$(cpu_ticks "$PID") $(cpu_ticks "$lp")"
   wait "$lp"
   echo "$a $b $secs" | awk '{print $3 - $1, $4 - $2, $5}' >"$out.cpu"
   echo "$out"

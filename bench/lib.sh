@@ -35,6 +35,8 @@ refuse_if_listening() {
 log() { echo "# $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# cpu_ticks PID: the user and system CPU time of a process and all its threads, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # record KEY VALUE [context…]: keep the value, and log it with its context.
 record() {
   local k=$1 v=$2; shift 2

@@ -1,31 +1,11 @@
 //! RESP2, the Redis protocol, as far as the `kv` scenario needs it: commands are arrays of
-//! bulk strings, and replies are parsed incrementally from a buffer. Hand-written because it
-//! is forty lines, and a Redis client crate would bring its own connection management between
+//! bulk strings (written by vx-proto's encoder), and replies are parsed incrementally from a
+//! buffer. Hand-written because it is forty lines, and a Redis client crate would bring its own connection management between
 //! the schedule and the socket, where the load generator must control every send.
 
-/// Append a command (`GET key`, `SET key value`, `DEL key`) to `out`.
-pub fn encode(parts: &[&[u8]], out: &mut Vec<u8>) {
-    header(b'*', parts.len(), out);
-    for p in parts {
-        bulk(p, out);
-    }
-}
-
-/// Append one bulk string.
-pub fn bulk(p: &[u8], out: &mut Vec<u8>) {
-    header(b'$', p.len(), out);
-    out.extend_from_slice(p);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Append a length line: `*n` (an array) or `$n` (a bulk string). Written with `itoa`, not
-/// `format!`: the load generator encodes a command per operation, and at a million a second
-/// the formatting machinery was a tenth of its time.
-pub fn header(tag: u8, n: usize, out: &mut Vec<u8>) {
-    out.push(tag);
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
+/// Append a command (`GET key`, `SET key value`, `DEL key`) to `out`: the server's own
+/// encoder (vx-proto), which writes its length lines with `itoa`.
+pub use vx_proto::resp::encode_command as encode;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {

@@ -8,7 +8,6 @@
 use crate::dist::{DistError, KeyDist};
 use crate::http::segment;
 use crate::recorder::Op;
-use crate::resp;
 use crate::workload::{Distribution, EntityNames, Format, Workload};
 use bytes::Bytes;
 use rand::rngs::StdRng;
@@ -326,6 +325,8 @@ pub struct KvGen {
     last: Op,
     /// `kv_type = "hash"`.
     hash: bool,
+    /// The key being written into a RESP command.
+    key: Vec<u8>,
 }
 
 impl KvGen {
@@ -352,6 +353,7 @@ impl KvGen {
             put_body: Bytes::from(put),
             last: Op::Get,
             hash: w.kv_type == crate::workload::KvType::Hash,
+            key: Vec::with_capacity(w.key_size_b),
         })
     }
 
@@ -405,8 +407,8 @@ impl KvGen {
 
     /// Append `op` as a RESP command: GET, SET, DEL, or MGET of the batch; with `kv_type =
     /// "hash"`, HGET and HSET of the field `v` (the feature the features scenario writes).
-    /// Keys are written straight into `out`, with no buffer of their own.
-    pub fn encode_resp(&self, op: &KvOp, out: &mut Vec<u8>) {
+    /// Keys are written into one buffer the generator keeps, not a new one each.
+    pub fn encode_resp(&mut self, op: &KvOp, out: &mut Vec<u8>) {
         let field = FEATURE.as_bytes();
         let (verb, keys, rest): (&[u8], &[u64], &[&[u8]]) = match op {
             KvOp::Get(k) if self.hash => (b"HGET", std::slice::from_ref(k), &[field]),
@@ -416,15 +418,16 @@ impl KvGen {
             KvOp::Del(k) => (b"DEL", std::slice::from_ref(k), &[]),
             KvOp::Query(keys) => (b"MGET", keys, &[]),
         };
-        resp::header(b'*', 1 + keys.len() + rest.len(), out);
-        resp::bulk(verb, out);
+        let mut w = vx_proto::resp::Reply { out, resp3: false };
+        w.array(1 + keys.len() + rest.len());
+        w.bulk(verb);
         for &k in keys {
-            resp::header(b'$', key_len(k, self.key_size), out);
-            put_key(k, self.key_size, out);
-            out.extend_from_slice(b"\r\n");
+            self.key.clear();
+            put_key(k, self.key_size, &mut self.key);
+            w.bulk(&self.key);
         }
         for p in rest {
-            resp::bulk(p, out);
+            w.bulk(p);
         }
     }
 
