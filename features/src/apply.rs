@@ -52,6 +52,15 @@ pub struct DirectApplied {
     pub found: bool,
 }
 
+/// The sum of what several changes did (`found`: any of them found its target).
+impl std::ops::AddAssign for DirectApplied {
+    fn add_assign(&mut self, o: DirectApplied) {
+        self.set += o.set;
+        self.deleted += o.deleted;
+        self.found |= o.found;
+    }
+}
+
 /// A record the tables refused: they no longer follow the log.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
@@ -172,11 +181,28 @@ impl Features {
         name: Option<&str>,
         replay: Option<&Replay<'_>>,
     ) -> Result<DirectApplied, ApplyError> {
+        self.delete_many(at, entity, &[name], replay)
+    }
+
+    /// Apply a feature delete of several targets of one entity (each one feature, or `None`
+    /// for the whole entity), in order, under one lock of its shard: a read sees all of them
+    /// done or none. What it did is summed (`found`: any target existed).
+    pub fn delete_many(
+        &self,
+        at: LogPos,
+        entity: &str,
+        names: &[Option<&str>],
+        replay: Option<&Replay<'_>>,
+    ) -> Result<DirectApplied, ApplyError> {
         self.injected_fault(at)?;
         let er = EntityRef::new(entity);
         let redo_only = self.redo_only(er, at.lsn, replay);
         self.change(er, |sh| {
-            self.delete_from(sh, er, name, at.lsn, replay, redo_only)
+            let mut sum = DirectApplied::default();
+            for &name in names {
+                sum += self.delete_from(sh, er, name, at.lsn, replay, redo_only)?;
+            }
+            Ok(sum)
         })
     }
 

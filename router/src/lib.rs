@@ -401,31 +401,52 @@ impl Router {
     }
 
     /// Admit and write a direct feature write (docs/API.md §6): admitted like events, on the
-    /// entity's shard, one event per name it sets (or one for a delete).
+    /// entity's shard, one event per name it sets (or one for a delete; one per target, on
+    /// each target's shard, for a delete of several).
     pub async fn submit_features(
         &self,
         mut fw: FeatureWrite,
     ) -> Result<(FeatureOutcome, f64), SubmitError> {
         let store = self.store();
-        let shard = store.features().shard_of(&fw.entity);
-        let (n, bytes) = match &fw.op {
+        let features = store.features();
+        let one = |n: u64| vec![(features.shard_of(&fw.entity), n)];
+        let (shards, bytes) = match &fw.op {
             FeatureOp::Put(set) => (
-                set.len().max(1) as u64,
-                set.iter()
-                    .map(|(name, v)| {
-                        name.len()
-                            + 16
-                            + match v {
-                                Some(vx_storage::features::FeatureValue::Str(s)) => s.len(),
-                                _ => 8,
-                            }
-                    })
-                    .sum::<usize>() as u64,
+                one(set.len().max(1) as u64),
+                fw.entity.len()
+                    + set
+                        .iter()
+                        .map(|(name, v)| {
+                            name.len()
+                                + 16
+                                + match v {
+                                    Some(vx_storage::features::FeatureValue::Str(s)) => s.len(),
+                                    _ => 8,
+                                }
+                        })
+                        .sum::<usize>(),
             ),
-            FeatureOp::Delete(name) => (1, name.as_ref().map_or(0, String::len) as u64),
+            FeatureOp::Delete(name) => (
+                one(1),
+                fw.entity.len() + name.as_ref().map_or(0, String::len),
+            ),
+            FeatureOp::DeleteMany(targets) => {
+                let mut shards: Vec<(u32, u64)> = Vec::new();
+                for (e, _) in targets {
+                    let s = features.shard_of(e);
+                    match shards.iter_mut().find(|(x, _)| *x == s) {
+                        Some((_, n)) => *n += 1,
+                        None => shards.push((s, 1)),
+                    }
+                }
+                let bytes = targets
+                    .iter()
+                    .map(|(e, name)| e.len() + name.as_ref().map_or(0, String::len))
+                    .sum();
+                (shards, bytes)
+            }
         };
-        let bytes = bytes + fw.entity.len() as u64;
-        let reservation = self.try_admit(&[(shard, n)], bytes)?;
+        let reservation = self.try_admit(&shards, bytes as u64)?;
         let queue_fill = self.fill_of(&reservation.shards);
         fw.guard = Some(Box::new(reservation));
         match store.write_features(fw).await {

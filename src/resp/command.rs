@@ -17,7 +17,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
 use vx_proto::ErrorCode;
 use vx_proto::resp::Reply;
 use vx_router::Router;
@@ -601,7 +600,7 @@ impl Session {
             }
         };
         let features = router.store().features();
-        let mut ops: Vec<(String, FeatureOp)> = Vec::new();
+        let op: (String, FeatureOp);
         let answer: i64;
         match spec.name {
             "hset" => {
@@ -642,7 +641,7 @@ impl Session {
                     set.push((n.to_string(), Some(v)));
                 }
                 answer = added.len() as i64;
-                ops.push((e.clone(), FeatureOp::Put(set)));
+                op = (e.clone(), FeatureOp::Put(set));
             }
             "hdel" => {
                 let e = &entities[0];
@@ -653,11 +652,16 @@ impl Session {
                         && !deleted.contains(&n)
                     {
                         deleted.push(n);
-                        // SPEC §6: a feature DELETE per name, all sent together (below).
-                        ops.push((e.clone(), FeatureOp::Delete(Some(n.to_string()))));
                     }
                 }
                 answer = deleted.len() as i64;
+                // SPEC §6: feature DELETEs, every name in one record (stored whole or not at
+                // all, as Redis's command is atomic).
+                let targets = deleted
+                    .iter()
+                    .map(|n| (e.clone(), Some(n.to_string())))
+                    .collect();
+                op = (e.clone(), FeatureOp::DeleteMany(targets));
             }
             _ => {
                 // `DEL`: a key named twice counts once, as in Redis.
@@ -665,74 +669,53 @@ impl Session {
                 for e in &entities {
                     if features.exists(e, None) && !seen.contains(&e.as_str()) {
                         seen.push(e);
-                        ops.push((e.clone(), FeatureOp::Delete(None)));
                     }
                 }
                 answer = seen.len() as i64;
+                let first = seen.first().map_or_else(String::new, |e| e.to_string());
+                let targets = seen.iter().map(|e| (e.to_string(), None)).collect();
+                op = (first, FeatureOp::DeleteMany(targets));
             }
         }
-        if ops.is_empty() {
+        if answer == 0 && !matches!(op.1, FeatureOp::Put(_)) {
             self.reply(&mut out).int(answer);
             return Prepared::Reply(out);
         }
         let resp3 = self.resp3;
         let ctx = Arc::clone(ctx);
+        let (entity, op) = op;
         Prepared::Submit(Box::pin(async move {
             let mut out = Vec::new();
-            // Every record is handed to the writer before any is awaited, in order (the first
-            // poll sends it), so that a `DEL` of several entities shares one group commit; a
-            // refusal at the door (backpressure) sends none of the records after it.
-            let mut sent = Vec::with_capacity(ops.len());
-            let mut refused = None;
-            for (entity, op) in ops {
-                let mut fut = Box::pin(router.submit_features(FeatureWrite {
+            // The first poll hands the record to the writer (the caller polls once before
+            // taking the next command, so that writes enter the log in the order sent).
+            let written = router
+                .submit_features(FeatureWrite {
                     entity,
                     op,
                     durability: None,
                     guard: None,
                     origin: None,
                     append_ms: None,
-                }));
-                match crate::listen::poll_once(fut.as_mut()).await {
-                    Poll::Pending => sent.push(fut),
-                    Poll::Ready(Ok(_)) => {
-                        ctx.state.metrics().feature_writes.inc();
-                    }
-                    Poll::Ready(Err(e)) => {
-                        refused = Some(e);
-                        break;
-                    }
-                }
-            }
-            let mut failed = None;
-            for fut in sent {
-                match fut.await {
-                    Ok(_) => {
-                        ctx.state.metrics().feature_writes.inc();
-                    }
-                    Err(e) if failed.is_none() => failed = Some(e),
-                    Err(_) => {}
-                }
-            }
-            // The first failure in the command's order.
-            if let Some(e) = failed.or(refused) {
-                let f = Failure::from(e);
-                if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
-                    tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
-                }
-                let (prefix, message) = f.into_resp();
-                Reply {
-                    out: &mut out,
-                    resp3,
-                }
-                .error(prefix, &message);
-                return out;
-            }
-            Reply {
+                })
+                .await;
+            let mut reply = Reply {
                 out: &mut out,
                 resp3,
+            };
+            match written {
+                Ok(_) => {
+                    ctx.state.metrics().feature_writes.inc();
+                    reply.int(answer);
+                }
+                Err(e) => {
+                    let f = Failure::from(e);
+                    if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
+                        tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
+                    }
+                    let (prefix, message) = f.into_resp();
+                    reply.error(prefix, &message);
+                }
             }
-            .int(answer);
             out
         }))
     }

@@ -387,7 +387,7 @@ impl LogCheck {
                 Ok(0)
             }
             RecordType::FeaturePut => Ok(record::feature_put(rec, h.n).map(|_| 0)?),
-            RecordType::FeatureDelete => Ok(record::feature_delete(rec).map(|_| 0)?),
+            RecordType::FeatureDelete => Ok(record::feature_delete(rec, h.n).map(|_| 0)?),
             RecordType::Tombstone => {
                 let (stream, last) = record::tombstone(rec)?;
                 let cur = self.streams.get(stream).copied().unwrap_or(last);

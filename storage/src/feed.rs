@@ -69,8 +69,20 @@ pub(crate) fn apply_record(
             Ok(features.put(at, entity, &set, replay)?)
         }
         RecordType::FeatureDelete => {
-            let (entity, name) = record::feature_delete(rec)?;
-            Ok(features.delete(at, entity, name, replay)?)
+            let targets = record::feature_delete(rec, h.n)?;
+            // Targets of one entity, next to each other (`HDEL` of several names), change it
+            // under one lock; entities one after another (`DEL` of several).
+            let mut sum = DirectApplied::default();
+            let mut names: Vec<Option<&str>> = Vec::new();
+            for (i, &(entity, name)) in targets.iter().enumerate() {
+                names.push(name);
+                if targets.get(i + 1).is_some_and(|(next, _)| *next == entity) {
+                    continue;
+                }
+                sum += features.delete_many(at, entity, &names, replay)?;
+                names.clear();
+            }
+            Ok(sum)
         }
         RecordType::Tombstone => Ok(DirectApplied::default()),
         RecordType::Reset => match record::reset(rec)? {

@@ -72,7 +72,9 @@ struct Ev {
 enum Op {
     Events(Vec<Ev>),
     Put(&'static str, Vec<(&'static str, Option<FeatureValue>)>),
-    Delete(&'static str, Option<&'static str>),
+    /// Feature DELETE targets, one record: an entity and one of its features, or `None` for
+    /// all of it (one target over HTTP; several for the Redis protocol's `HDEL` and `DEL`).
+    Delete(Vec<(&'static str, Option<&'static str>)>),
 }
 
 /// The model: per entity, per name, a value and the ts that orders it.
@@ -161,13 +163,19 @@ fn fold(history: &[Op], decls: &[FeatureDecl]) -> BTreeMap<String, Value> {
                     }
                 }
             }
-            Op::Delete(ent, None) => {
-                m.remove(ent);
-            }
-            Op::Delete(ent, Some(name)) => {
-                if let Some(me) = m.get_mut(ent) {
-                    me.plain.remove(*name);
-                    me.agg.remove(*name);
+            Op::Delete(targets) => {
+                for (ent, name) in targets {
+                    match name {
+                        None => {
+                            m.remove(ent);
+                        }
+                        Some(name) => {
+                            if let Some(me) = m.get_mut(ent) {
+                                me.plain.remove(*name);
+                                me.agg.remove(*name);
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -314,14 +322,21 @@ fn random_op(rng: &mut Rng, now: i64) -> Op {
             let set = set.into_iter().filter(|(n, _)| seen.insert(*n)).collect();
             Op::Put(ENTITIES[rng.below(5) as usize], set)
         }
+        // One to three targets: names of one entity (`HDEL`), or whole entities (`DEL`).
         8 => {
             let names = ["dmg", "hp", "tag", "tot", "cnt", "lst", "events"];
+            let ent = ENTITIES[rng.below(5) as usize];
             Op::Delete(
-                ENTITIES[rng.below(5) as usize],
-                Some(names[rng.below(names.len() as u64) as usize]),
+                (0..1 + rng.below(3))
+                    .map(|_| (ent, Some(names[rng.below(names.len() as u64) as usize])))
+                    .collect(),
             )
         }
-        _ => Op::Delete(ENTITIES[rng.below(5) as usize], None),
+        _ => Op::Delete(
+            (0..1 + rng.below(3))
+                .map(|_| (ENTITIES[rng.below(5) as usize], None))
+                .collect(),
+        ),
     }
 }
 
@@ -371,13 +386,25 @@ fn apply(store: &Store, op: &Op) -> bool {
             .unwrap();
             true
         }
-        Op::Delete(ent, name) => {
-            if !store.features().exists(ent, *name) {
+        Op::Delete(targets) => {
+            if !targets
+                .iter()
+                .any(|(ent, name)| store.features().exists(ent, *name))
+            {
                 return false;
             }
+            let op = match &targets[..] {
+                [(_, name)] => FeatureOp::Delete(name.map(str::to_string)),
+                _ => FeatureOp::DeleteMany(
+                    targets
+                        .iter()
+                        .map(|(e, n)| (e.to_string(), n.map(str::to_string)))
+                        .collect(),
+                ),
+            };
             block(store.write_features(FeatureWrite {
-                entity: ent.to_string(),
-                op: FeatureOp::Delete(name.map(str::to_string)),
+                entity: targets[0].0.to_string(),
+                op,
                 durability: None,
                 guard: None,
                 origin: None,

@@ -107,6 +107,11 @@ pub enum FeatureOp {
     Put(Vec<(String, Option<crate::features::FeatureValue>)>),
     /// Delete one feature, or (`None`) the whole entity.
     Delete(Option<String>),
+    /// Delete several targets in one record, stored whole or not at all (the Redis
+    /// protocol's `HDEL` of several names and `DEL` of several entities): each an entity and
+    /// one of its features, or (`None`) all of it, applied in this order. The write's
+    /// `entity` is the first target's.
+    DeleteMany(Vec<(String, Option<String>)>),
 }
 
 /// What a direct feature write did.

@@ -16,7 +16,8 @@
 //!   12  u64  lsn        log sequence number: 1, 2, 3 … with no gaps across segments
 //!   20  i64  append_ms  server append time, ms since the Unix epoch
 //!   28  u32  n          event batch and entity events: number of runs; feature put: number
-//!                       of names; feature delete, tombstone and reset: 1
+//!                       of names; feature delete: number of targets (≥ 1); tombstone and
+//!                       reset: 1
 //! origin (16 bytes, only with flag bit 0; cluster mode: where the record was consumed)
 //!   32  u8   topic      0 = the streams topic, 1 = the entities topic
 //!   33  [u8;3]          0
@@ -39,9 +40,14 @@
 //!   n ×  u8 name_len (1..=128), the name's bytes, u8 tag, then the value by tag:
 //!        0 null (delete that feature; no bytes), 1 i64 (8 bytes), 2 f64 (8 bytes, finite),
 //!        3 bool (1 byte: 0 or 1), 4 string (u32 length, then the UTF-8 bytes)
-//! feature delete (`DELETE /v1/features/{entity}[/{name}]`)
-//!   u16  entity_len, then the entity's bytes
+//! feature delete (`DELETE /v1/features/{entity}[/{name}]`: one target; the Redis protocol's
+//! `HDEL` of several names and `DEL` of several entities: one target each, all in one record,
+//! so that the command is stored whole or not at all), n targets, applied in order:
+//!   u16  entity_len     the first target: 1..=256, then the entity's bytes; a later one: 0
+//!                       for the entity of the target before it (no bytes follow), else as
+//!                       the first
 //!   u8   name_len       0: the whole entity; else the feature's name follows
+//! (with n = 1 this is the layout of the records written before several targets existed)
 //! reset (cluster mode: the local copy of one shard is discarded)
 //!   u8   target         0 = the shard's streams, 1 = the shard's feature tables
 //!   u32  shard
@@ -285,14 +291,36 @@ impl RecordBuilder {
         self.n = u32::try_from(set.len()).unwrap_or(u32::MAX);
     }
 
-    /// A feature delete record's body: the entity, and one feature or (`None`) all of them.
+    /// A feature delete record's body with one target: the entity, and one feature or
+    /// (`None`) all of them.
     pub fn feature_delete(&mut self, buf: &mut Vec<u8>, entity: &str, name: Option<&str>) {
-        entity_bytes(buf, entity);
-        match name {
-            Some(n) => name_bytes(buf, n),
-            None => buf.push(0),
+        self.feature_delete_many(buf, [(entity, name)]);
+    }
+
+    /// A feature delete record's body: its targets (an entity, and one feature or `None` for
+    /// all of them), in the order they apply. A target of the entity before it is written
+    /// without the entity again.
+    pub fn feature_delete_many<'t>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        targets: impl IntoIterator<Item = (&'t str, Option<&'t str>)>,
+    ) {
+        let mut prev: Option<&str> = None;
+        let mut n = 0u32;
+        for (entity, name) in targets {
+            if prev == Some(entity) {
+                buf.extend_from_slice(&0u16.to_le_bytes());
+            } else {
+                entity_bytes(buf, entity);
+            }
+            match name {
+                Some(n) => name_bytes(buf, n),
+                None => buf.push(0),
+            }
+            prev = Some(entity);
+            n = n.saturating_add(1);
         }
-        self.n = 1;
+        self.n = n;
     }
 
     /// Seal the record: fill in length, count and checksum. Returns the record length.
@@ -613,17 +641,35 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
     Ok((entity, set))
 }
 
-/// The body of a feature delete record: the entity, and the feature (`None`: all of them).
-pub fn feature_delete(rec: &[u8]) -> Result<(&str, Option<&str>), Decode> {
+/// One target of a feature delete record: an entity, and one of its features (`None`: all
+/// of them).
+pub type DeleteTarget<'a> = (&'a str, Option<&'a str>);
+
+/// The body of a feature delete record of `n` targets (the header's `n`), in order.
+pub fn feature_delete(rec: &[u8], n: u32) -> Result<Vec<DeleteTarget<'_>>, Decode> {
+    if n == 0 {
+        return Err(Decode::Bad("feature delete record without a target"));
+    }
     let mut r = Fields::at(rec, body_start(rec));
-    let el = usize::from(r.u16()?);
-    let entity = r.str(el)?;
-    let nl = usize::from(r.u8()?);
-    let name = if nl == 0 { None } else { Some(r.str(nl)?) };
+    // `n` is the header's claim: each target takes at least 3 bytes of the record.
+    let mut out = Vec::with_capacity((n as usize).min(rec.len() / 3));
+    let mut prev: Option<&str> = None;
+    for _ in 0..n {
+        let el = usize::from(r.u16()?);
+        let entity = match (el, prev) {
+            (0, Some(p)) => p,
+            (0, None) => return Err(Decode::Bad("feature delete record's first entity empty")),
+            _ => r.str(el)?,
+        };
+        let nl = usize::from(r.u8()?);
+        let name = if nl == 0 { None } else { Some(r.str(nl)?) };
+        out.push((entity, name));
+        prev = Some(entity);
+    }
     if r.pos() != rec.len() {
         return Err(Decode::Bad("feature delete record length"));
     }
-    Ok((entity, name))
+    Ok(out)
 }
 
 /// The body of a reset record: what is discarded, of which shard.

@@ -176,16 +176,45 @@ fn feature_records_golden_bytes() {
     rb.feature_delete(&mut buf, "p7", Some("hp"));
     rb.finish(&mut buf).unwrap();
     assert_eq!(&buf[8..10], &[2, 3]);
+    assert_eq!(&buf[28..32], &1u32.to_le_bytes());
     assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 2, b'h', b'p']);
-    assert_eq!(feature_delete(&buf).unwrap(), ("p7", Some("hp")));
+    assert_eq!(feature_delete(&buf, 1).unwrap(), [("p7", Some("hp"))]);
     let mut buf = Vec::new();
     let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 11, 79);
     rb.feature_delete(&mut buf, "p7", None);
     rb.finish(&mut buf).unwrap();
     assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 0]);
-    assert_eq!(feature_delete(&buf).unwrap(), ("p7", None));
-    // A truncated or padded body is refused.
-    assert!(feature_delete(&buf[..buf.len() - 1]).is_err());
+    assert_eq!(feature_delete(&buf, 1).unwrap(), [("p7", None)]);
+    // A truncated or padded body is refused, and so is a count the body does not hold.
+    assert!(feature_delete(&buf[..buf.len() - 1], 1).is_err());
+    assert!(feature_delete(&buf, 0).is_err());
+    assert!(feature_delete(&buf, 2).is_err());
+
+    // Several targets (`HDEL p7 a bc`, then `DEL q` in the same record): a target of the
+    // entity before it writes entity_len 0 and no entity.
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 12, 80);
+    let targets = [("p7", Some("a")), ("p7", Some("bc")), ("q", None)];
+    rb.feature_delete_many(&mut buf, targets);
+    let len = rb.finish(&mut buf).unwrap();
+    assert_eq!(len, buf.len());
+    assert_eq!(&buf[8..12], &[2, 3, 0, 0]);
+    assert_eq!(&buf[28..32], &3u32.to_le_bytes());
+    assert_eq!(
+        &buf[32..],
+        &[
+            2, 0, b'p', b'7', 1, b'a', // p7, a
+            0, 0, 2, b'b', b'c', // the same entity, bc
+            1, 0, b'q', 0, // q, whole
+        ]
+    );
+    assert_eq!(feature_delete(&buf, 3).unwrap(), targets);
+    assert!(feature_delete(&buf, 2).is_err(), "bytes left over");
+    assert!(feature_delete(&buf, 4).is_err(), "a target missing");
+    // The first target cannot refer to the one before it.
+    let mut bad = buf[..32].to_vec();
+    bad.extend_from_slice(&[0, 0, 0]);
+    assert!(feature_delete(&bad, 1).is_err());
 }
 
 /// A record with an origin, byte by byte: flag bit 0 in the header, the 16 origin bytes
@@ -344,4 +373,36 @@ fn entity_events_golden_bytes() {
         (runs[0].stream, runs[0].base_seq, runs[0].at),
         ("s1", 0, 48)
     );
+}
+
+proptest::proptest! {
+    /// Any targets (runs of one entity among them) come back as written, and any body bytes
+    /// under any count decode to an error or to targets, never a panic or an allocation the
+    /// bytes do not pay for.
+    #[test]
+    fn feature_delete_targets_round_trip(
+        targets in proptest::collection::vec(
+            (0usize..4, proptest::option::of("[a-z]{1,4}")),
+            1..12,
+        ),
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        n in proptest::prelude::any::<u32>(),
+    ) {
+        let entities = ["p7", "q", "player-12", "é"];
+        let targets: Vec<(&str, Option<&str>)> =
+            targets.iter().map(|(e, n)| (entities[*e], n.as_deref())).collect();
+        let mut buf = Vec::new();
+        let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 1, 2);
+        rb.feature_delete_many(&mut buf, targets.iter().copied());
+        rb.finish(&mut buf).unwrap();
+        let h = parse_header(&buf).unwrap();
+        proptest::prop_assert_eq!(h.n as usize, targets.len());
+        proptest::prop_assert_eq!(feature_delete(&buf, h.n).unwrap(), targets);
+
+        let mut rec = buf[..HEADER_LEN].to_vec();
+        rec.extend_from_slice(&body);
+        if let Ok(got) = feature_delete(&rec, n) {
+            proptest::prop_assert_eq!(got.len(), n as usize);
+        }
+    }
 }

@@ -244,7 +244,7 @@ impl Recovery<'_> {
                 }
             }
             RecordType::FeatureDelete => {
-                if let Err(e) = record::feature_delete(rec) {
+                if let Err(e) = record::feature_delete(rec, h.n) {
                     return Ok(Err(e.into()));
                 }
             }

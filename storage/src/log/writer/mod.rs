@@ -256,6 +256,10 @@ fn msg_bytes(m: &Msg) -> usize {
         Msg::Feature(fw, _) => match &fw.op {
             FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
             FeatureOp::Delete(_) => fw.entity.len(),
+            FeatureOp::DeleteMany(targets) => targets
+                .iter()
+                .map(|(e, n)| e.len() + n.as_ref().map_or(0, String::len))
+                .sum(),
         },
         Msg::EntityEvents { batch, .. } => batch.mem_bytes(),
         Msg::Reset { .. } | Msg::Shutdown => 0,

@@ -81,17 +81,23 @@ impl LogWriter {
                 features.exists(&fw.entity, None)
             }
             FeatureOp::Delete(name) => features.exists(&fw.entity, name.as_deref()),
+            FeatureOp::DeleteMany(targets) => targets
+                .iter()
+                .any(|(e, name)| features.exists(e, name.as_deref())),
         };
         let buf = &mut scratch.buf;
         let start = buf.len();
         let ty = match fw.op {
             FeatureOp::Put(_) => RecordType::FeaturePut,
-            FeatureOp::Delete(_) => RecordType::FeatureDelete,
+            FeatureOp::Delete(_) | FeatureOp::DeleteMany(_) => RecordType::FeatureDelete,
         };
         let mut rb = RecordBuilder::begin_with(buf, ty, self.next_lsn, now, fw.origin);
         match &fw.op {
             FeatureOp::Put(set) => rb.feature_put(buf, &fw.entity, set),
             FeatureOp::Delete(name) => rb.feature_delete(buf, &fw.entity, name.as_deref()),
+            FeatureOp::DeleteMany(targets) => {
+                rb.feature_delete_many(buf, targets.iter().map(|(e, n)| (e.as_str(), n.as_deref())))
+            }
         }
         let len = match rb.finish(buf) {
             Ok(len) => len,
