@@ -221,10 +221,15 @@ async fn derived_features_direct_writes_and_batch_queries() {
         "invalid_event",
     );
 
-    // Delete one feature (a declared aggregate starts over), then the whole entity.
+    // Delete one feature (a declared aggregate starts over), then the whole entity. The PUTs
+    // above moved `as_of` to their append time; a feature DELETE does not move it.
+    let as_of = ok(&api.features("p7", None).await)["as_of"].clone();
+    assert!(as_of.as_i64().unwrap() >= t, "{as_of} < {t}");
     ok(&api.delete_features("p7", Some("score")).await);
     ok(&api.delete_features("p7", Some("dmg_1m")).await);
-    let f = feats(&api.features("p7", None).await);
+    let v = ok(&api.features("p7", None).await);
+    assert_eq!(v["as_of"], as_of);
+    let f = v["features"].as_object().unwrap();
     assert!(!f.contains_key("score") && !f.contains_key("dmg_1m"));
     assert_accepted(&api.post_lines(&[damage("m1", "p7", 7, t, "bow")]).await, 1);
     assert_eq!(feats(&api.features("p7", None).await)["dmg_1m"], 7);
