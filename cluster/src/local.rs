@@ -223,7 +223,10 @@ impl LocalCopy for StoreCopy {
             (Topic::Entities, body @ (Body::FeaturePut { .. } | Body::FeatureDelete { .. })) => {
                 let (entity, op) = match body {
                     Body::FeaturePut { entity, set } => (entity, FeatureOp::Put(set)),
-                    Body::FeatureDelete { entity, name } => (entity, FeatureOp::Delete(name)),
+                    Body::FeatureDelete { entity, name } => {
+                        let op = FeatureOp::Delete(vec![(entity.clone(), name)]);
+                        (entity, op)
+                    }
                     _ => return Ok(failed("internal: not a feature write")),
                 };
                 let ticket = submit(Submit::Feature(FeatureWrite {

@@ -173,21 +173,10 @@ impl Features {
         self.change(er, |sh| self.put_to(sh, er, set, at))
     }
 
-    /// Apply a feature delete: feature `name`, or the whole entity.
+    /// Apply a feature delete's targets of one entity (each one feature, or `None` for the
+    /// whole entity), in order, under one lock of its shard: a read sees all of them done or
+    /// none. What it did is summed (`found`: any target existed).
     pub fn delete(
-        &self,
-        at: LogPos,
-        entity: &str,
-        name: Option<&str>,
-        replay: Option<&Replay<'_>>,
-    ) -> Result<DirectApplied, ApplyError> {
-        self.delete_many(at, entity, &[name], replay)
-    }
-
-    /// Apply a feature delete of several targets of one entity (each one feature, or `None`
-    /// for the whole entity), in order, under one lock of its shard: a read sees all of them
-    /// done or none. What it did is summed (`found`: any target existed).
-    pub fn delete_many(
         &self,
         at: LogPos,
         entity: &str,
@@ -593,11 +582,11 @@ mod tests {
             Err(ApplyError::OutOfOrder { lsn: 3, .. })
         ));
         assert!(matches!(
-            f.delete(at(2), "p", None, None),
+            f.delete(at(2), "p", &[None], None),
             Err(ApplyError::OutOfOrder { lsn: 2, .. })
         ));
         assert!(f.exists("p", Some("total")) && !f.exists("p", Some("x")));
-        let got = f.delete(at(6), "p", Some("hit"), None).unwrap();
+        let got = f.delete(at(6), "p", &[Some("hit")], None).unwrap();
         assert_eq!((got.found, got.deleted), (true, 1));
     }
 

@@ -1040,10 +1040,10 @@ mod tests {
                     }
                     Op::DeleteFeature { entity, name } => {
                         let n = format!("f{name}");
-                        f.delete(at, &entity_name(*entity), Some(&n), None).unwrap();
+                        f.delete(at, &entity_name(*entity), &[Some(&n)], None).unwrap();
                     }
                     Op::DeleteEntity { entity } => {
-                        f.delete(at, &entity_name(*entity), None, None).unwrap();
+                        f.delete(at, &entity_name(*entity), &[None], None).unwrap();
                     }
                 }
                 let mut total = 0;

@@ -401,18 +401,17 @@ impl Router {
     }
 
     /// Admit and write a direct feature write (docs/API.md §6): admitted like events, on the
-    /// entity's shard, one event per name it sets (or one for a delete; one per target, on
-    /// each target's shard, for a delete of several).
+    /// entity's shard, one event per name it sets; a delete, one event per target on the
+    /// target's shard.
     pub async fn submit_features(
         &self,
         mut fw: FeatureWrite,
     ) -> Result<(FeatureOutcome, f64), SubmitError> {
         let store = self.store();
         let features = store.features();
-        let one = |n: u64| vec![(features.shard_of(&fw.entity), n)];
         let (shards, bytes) = match &fw.op {
             FeatureOp::Put(set) => (
-                one(set.len().max(1) as u64),
+                vec![(features.shard_of(&fw.entity), set.len().max(1) as u64)],
                 fw.entity.len()
                     + set
                         .iter()
@@ -426,11 +425,7 @@ impl Router {
                         })
                         .sum::<usize>(),
             ),
-            FeatureOp::Delete(name) => (
-                one(1),
-                fw.entity.len() + name.as_ref().map_or(0, String::len),
-            ),
-            FeatureOp::DeleteMany(targets) => {
+            FeatureOp::Delete(targets) => {
                 let mut shards: Vec<(u32, u64)> = Vec::new();
                 for (e, _) in targets {
                     let s = features.shard_of(e);
@@ -439,11 +434,7 @@ impl Router {
                         None => shards.push((s, 1)),
                     }
                 }
-                let bytes = targets
-                    .iter()
-                    .map(|(e, name)| e.len() + name.as_ref().map_or(0, String::len))
-                    .sum();
-                (shards, bytes)
+                (shards, vx_storage::delete_bytes(targets))
             }
         };
         let reservation = self.try_admit(&shards, bytes as u64)?;

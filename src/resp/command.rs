@@ -661,7 +661,7 @@ impl Session {
                     .iter()
                     .map(|n| (e.clone(), Some(n.to_string())))
                     .collect();
-                op = (e.clone(), FeatureOp::DeleteMany(targets));
+                op = (e.clone(), FeatureOp::Delete(targets));
             }
             _ => {
                 // `DEL`: a key named twice counts once, as in Redis.
@@ -674,7 +674,7 @@ impl Session {
                 answer = seen.len() as i64;
                 let first = seen.first().map_or_else(String::new, |e| e.to_string());
                 let targets = seen.iter().map(|e| (e.to_string(), None)).collect();
-                op = (first, FeatureOp::DeleteMany(targets));
+                op = (first, FeatureOp::Delete(targets));
             }
         }
         if answer == 0 && !matches!(op.1, FeatureOp::Put(_)) {

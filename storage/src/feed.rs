@@ -79,7 +79,7 @@ pub(crate) fn apply_record(
                 if targets.get(i + 1).is_some_and(|(next, _)| *next == entity) {
                     continue;
                 }
-                sum += features.delete_many(at, entity, &names, replay)?;
+                sum += features.delete(at, entity, &names, replay)?;
                 names.clear();
             }
             Ok(sum)

@@ -139,7 +139,7 @@ fn a_failed_feature_apply_poisons_and_a_restart_rebuilds_the_tables() {
     ));
     let delete = FeatureWrite {
         entity: "p1".into(),
-        op: FeatureOp::Delete(None),
+        op: FeatureOp::Delete(vec![("p1".into(), None)]),
         durability: None,
         guard: None,
         origin: None,

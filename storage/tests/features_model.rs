@@ -393,15 +393,12 @@ fn apply(store: &Store, op: &Op) -> bool {
             {
                 return false;
             }
-            let op = match &targets[..] {
-                [(_, name)] => FeatureOp::Delete(name.map(str::to_string)),
-                _ => FeatureOp::DeleteMany(
-                    targets
-                        .iter()
-                        .map(|(e, n)| (e.to_string(), n.map(str::to_string)))
-                        .collect(),
-                ),
-            };
+            let op = FeatureOp::Delete(
+                targets
+                    .iter()
+                    .map(|(e, n)| (e.to_string(), n.map(str::to_string)))
+                    .collect(),
+            );
             block(store.write_features(FeatureWrite {
                 entity: targets[0].0.to_string(),
                 op,

@@ -148,7 +148,7 @@ fn write_partitions(store: &Store, rounds: u64, from: u64) {
         }
         block(store.write_features(FeatureWrite {
             entity: format!("e{}", i % 5),
-            op: FeatureOp::Delete(None),
+            op: FeatureOp::Delete(vec![(format!("e{}", i % 5), None)]),
             durability: None,
             guard: None,
             origin: Some(origin(Entities, (i % 4) as u32, i)),
@@ -222,7 +222,7 @@ fn offsets_outlive_the_segments_retention_removes() {
     block(store.write(req_at(&[ev("once", None, 1, 1)], origin(Streams, 2, 41)))).unwrap();
     block(store.write_features(FeatureWrite {
         entity: "e".into(),
-        op: FeatureOp::Delete(None),
+        op: FeatureOp::Delete(vec![("e".into(), None)]),
         durability: None,
         guard: None,
         origin: Some(origin(Entities, 0, 7)),

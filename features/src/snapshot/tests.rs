@@ -225,7 +225,7 @@ fn names_come_back_with_their_uses() {
         .unwrap();
     f.put(at(2), "b", &[("z", int(3)), ("x", int(4))], None)
         .unwrap();
-    f.delete(at(3), "a", Some("y"), None).unwrap();
+    f.delete(at(3), "a", &[Some("y")], None).unwrap();
     let file = MemFile::default();
     write_to(&f, &file, 5).unwrap();
     let fresh = Features::new(1, vec![], u64::MAX);
@@ -240,9 +240,9 @@ fn names_come_back_with_their_uses() {
         // (The load reserves every index table at once: the bytes are its own.)
         assert_eq!(now.bytes, now.measure());
     }
-    fresh.delete(at(4), "a", Some("x"), None).unwrap();
+    fresh.delete(at(4), "a", &[Some("x")], None).unwrap();
     assert!(fresh.shards[0].read().names.id("x").is_some());
-    fresh.delete(at(5), "b", Some("x"), None).unwrap();
+    fresh.delete(at(5), "b", &[Some("x")], None).unwrap();
     let g = fresh.shards[0].read();
     assert!(g.names.id("x").is_none());
     assert!(g.names.id("z").is_some());

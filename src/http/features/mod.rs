@@ -519,7 +519,7 @@ async fn delete(
     let res = router
         .submit_features(FeatureWrite {
             entity: entity.clone(),
-            op: FeatureOp::Delete(name),
+            op: FeatureOp::Delete(vec![(entity.clone(), name)]),
             durability,
             guard: None,
             origin: None,

@@ -105,13 +105,19 @@ pub struct FeatureWrite {
 pub enum FeatureOp {
     /// Set values; `None` deletes that feature.
     Put(Vec<(String, Option<crate::features::FeatureValue>)>),
-    /// Delete one feature, or (`None`) the whole entity.
-    Delete(Option<String>),
-    /// Delete several targets in one record, stored whole or not at all (the Redis
-    /// protocol's `HDEL` of several names and `DEL` of several entities): each an entity and
-    /// one of its features, or (`None`) all of it, applied in this order. The write's
-    /// `entity` is the first target's.
-    DeleteMany(Vec<(String, Option<String>)>),
+    /// Delete targets in one record, stored whole or not at all, applied in this order: each
+    /// an entity and one of its features, or (`None`) all of it. One over HTTP; one per name
+    /// or entity for the Redis protocol's `HDEL` and `DEL` of several. The write's `entity`
+    /// is the first target's.
+    Delete(Vec<(String, Option<String>)>),
+}
+
+/// Bytes of a delete's targets (their entities and names): what it takes while it waits.
+pub fn delete_bytes(targets: &[(String, Option<String>)]) -> usize {
+    targets
+        .iter()
+        .map(|(e, n)| e.len() + n.as_ref().map_or(0, String::len))
+        .sum()
 }
 
 /// What a direct feature write did.

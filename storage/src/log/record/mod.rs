@@ -291,16 +291,10 @@ impl RecordBuilder {
         self.n = u32::try_from(set.len()).unwrap_or(u32::MAX);
     }
 
-    /// A feature delete record's body with one target: the entity, and one feature or
-    /// (`None`) all of them.
-    pub fn feature_delete(&mut self, buf: &mut Vec<u8>, entity: &str, name: Option<&str>) {
-        self.feature_delete_many(buf, [(entity, name)]);
-    }
-
     /// A feature delete record's body: its targets (an entity, and one feature or `None` for
     /// all of them), in the order they apply. A target of the entity before it is written
     /// without the entity again.
-    pub fn feature_delete_many<'t>(
+    pub fn feature_delete<'t>(
         &mut self,
         buf: &mut Vec<u8>,
         targets: impl IntoIterator<Item = (&'t str, Option<&'t str>)>,

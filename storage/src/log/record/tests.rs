@@ -173,7 +173,7 @@ fn feature_records_golden_bytes() {
 
     let mut buf = Vec::new();
     let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 10, 78);
-    rb.feature_delete(&mut buf, "p7", Some("hp"));
+    rb.feature_delete(&mut buf, [("p7", Some("hp"))]);
     rb.finish(&mut buf).unwrap();
     assert_eq!(&buf[8..10], &[2, 3]);
     assert_eq!(&buf[28..32], &1u32.to_le_bytes());
@@ -181,7 +181,7 @@ fn feature_records_golden_bytes() {
     assert_eq!(feature_delete(&buf, 1).unwrap(), [("p7", Some("hp"))]);
     let mut buf = Vec::new();
     let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 11, 79);
-    rb.feature_delete(&mut buf, "p7", None);
+    rb.feature_delete(&mut buf, [("p7", None)]);
     rb.finish(&mut buf).unwrap();
     assert_eq!(&buf[32..], &[2, 0, b'p', b'7', 0]);
     assert_eq!(feature_delete(&buf, 1).unwrap(), [("p7", None)]);
@@ -195,7 +195,7 @@ fn feature_records_golden_bytes() {
     let mut buf = Vec::new();
     let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 12, 80);
     let targets = [("p7", Some("a")), ("p7", Some("bc")), ("q", None)];
-    rb.feature_delete_many(&mut buf, targets);
+    rb.feature_delete(&mut buf, targets);
     let len = rb.finish(&mut buf).unwrap();
     assert_eq!(len, buf.len());
     assert_eq!(&buf[8..12], &[2, 3, 0, 0]);
@@ -393,7 +393,7 @@ proptest::proptest! {
             targets.iter().map(|(e, n)| (entities[*e], n.as_deref())).collect();
         let mut buf = Vec::new();
         let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureDelete, 1, 2);
-        rb.feature_delete_many(&mut buf, targets.iter().copied());
+        rb.feature_delete(&mut buf, targets.iter().copied());
         rb.finish(&mut buf).unwrap();
         let h = parse_header(&buf).unwrap();
         proptest::prop_assert_eq!(h.n as usize, targets.len());

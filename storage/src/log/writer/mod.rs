@@ -255,11 +255,7 @@ fn msg_bytes(m: &Msg) -> usize {
         Msg::Delete { stream, .. } => stream.len(),
         Msg::Feature(fw, _) => match &fw.op {
             FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
-            FeatureOp::Delete(_) => fw.entity.len(),
-            FeatureOp::DeleteMany(targets) => targets
-                .iter()
-                .map(|(e, n)| e.len() + n.as_ref().map_or(0, String::len))
-                .sum(),
+            FeatureOp::Delete(targets) => crate::api::delete_bytes(targets),
         },
         Msg::EntityEvents { batch, .. } => batch.mem_bytes(),
         Msg::Reset { .. } | Msg::Shutdown => 0,

@@ -80,8 +80,7 @@ impl LogWriter {
                 }
                 features.exists(&fw.entity, None)
             }
-            FeatureOp::Delete(name) => features.exists(&fw.entity, name.as_deref()),
-            FeatureOp::DeleteMany(targets) => targets
+            FeatureOp::Delete(targets) => targets
                 .iter()
                 .any(|(e, name)| features.exists(e, name.as_deref())),
         };
@@ -89,14 +88,13 @@ impl LogWriter {
         let start = buf.len();
         let ty = match fw.op {
             FeatureOp::Put(_) => RecordType::FeaturePut,
-            FeatureOp::Delete(_) | FeatureOp::DeleteMany(_) => RecordType::FeatureDelete,
+            FeatureOp::Delete(_) => RecordType::FeatureDelete,
         };
         let mut rb = RecordBuilder::begin_with(buf, ty, self.next_lsn, now, fw.origin);
         match &fw.op {
             FeatureOp::Put(set) => rb.feature_put(buf, &fw.entity, set),
-            FeatureOp::Delete(name) => rb.feature_delete(buf, &fw.entity, name.as_deref()),
-            FeatureOp::DeleteMany(targets) => {
-                rb.feature_delete_many(buf, targets.iter().map(|(e, n)| (e.as_str(), n.as_deref())))
+            FeatureOp::Delete(targets) => {
+                rb.feature_delete(buf, targets.iter().map(|(e, n)| (e.as_str(), n.as_deref())))
             }
         }
         let len = match rb.finish(buf) {
