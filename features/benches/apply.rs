@@ -7,13 +7,25 @@
 //! entities, as in a steady ingest. Event time moves as at 2M events a second (half a
 //! millisecond a record), and the allocator is the server's (mimalloc, `no_thp`).
 //!
+//! The apply threads (`features.apply_threads`): `threads_*` hand groups of 16 such records,
+//! packed as the log holds them, to 1, 2 or 4 threads ([`ApplyThreads`], the storage
+//! engine's hand-off): one thread cuts each record from its event headers, each decodes and
+//! applies the events of the shards it owns (one thread: every event, as `*_by_shard` but
+//! with the decoding), four groups an iteration (the threads are woken by each group and wait
+//! for the next, as with the writer).
+//! On a machine whose cores are all free, `threads_2` against `threads_1` is what a second
+//! apply thread buys.
+//!
 //! `cargo bench -p vx-features --bench apply`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use divan::counter::ItemsCount;
 use divan::{Bencher, black_box};
+use std::sync::Arc;
 use std::time::Duration;
+use vx_features::parallel::testing::{EventGroup, Record};
+use vx_features::parallel::{ApplyThreads, Group};
 use vx_features::{Agg, DistinctOf, FeatureDecl, Features, LogPos};
 use vx_proto::{EventView, Kind, Num};
 
@@ -153,4 +165,65 @@ fn three_aggregates_one_at_a_time(bencher: Bencher) {
 #[divan::bench]
 fn builtins_by_shard(bencher: Bencher) {
     run(bencher, vec![], true);
+}
+
+/// Records of a group, and groups an iteration, for the thread benchmarks.
+const GROUP_RECORDS: usize = 16;
+const GROUPS: usize = 4;
+
+/// The bench records packed as the log holds them (their `ts` moved per record as the
+/// others move it).
+fn packed(l: &Load) -> Vec<Record> {
+    l.records
+        .iter()
+        .map(|r| {
+            let at = LogPos {
+                lsn: 0,
+                append_ms: 2_000_000,
+            };
+            Record::new(at, &events(l, r, 0))
+        })
+        .collect()
+}
+
+fn run_threads(bencher: Bencher, decls: Vec<FeatureDecl>, threads: usize) {
+    let l = load();
+    let (f, mut lsn) = filled(&l, decls);
+    let recs = packed(&l);
+    let mut pool = ApplyThreads::start(Arc::new(f), threads).unwrap();
+    let mut i = 0;
+    bencher
+        .counter(ItemsCount::new(EVENTS * GROUP_RECORDS * GROUPS))
+        .bench_local(|| {
+            for _ in 0..GROUPS {
+                let group: Vec<Record> = (0..GROUP_RECORDS)
+                    .map(|_| {
+                        let r = Record {
+                            at: LogPos {
+                                lsn,
+                                append_ms: 2_000_000,
+                            },
+                            ts_shift: 1_000_000 + lsn as i64 / 2,
+                            ..recs[i % RECORDS].clone()
+                        };
+                        lsn += 1;
+                        i += 1;
+                        r
+                    })
+                    .collect();
+                pool.submit(Arc::new(EventGroup::new(group)) as Arc<dyn Group>);
+            }
+            pool.settle();
+        });
+    pool.stop();
+}
+
+#[divan::bench(args = [1, 2, 4])]
+fn threads_builtins(bencher: Bencher, threads: usize) {
+    run_threads(bencher, vec![], threads);
+}
+
+#[divan::bench(args = [1, 2, 4])]
+fn threads_three_aggregates(bencher: Bencher, threads: usize) {
+    run_threads(bencher, decl3(), threads);
 }

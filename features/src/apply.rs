@@ -239,7 +239,8 @@ impl Features {
             let gone = g.entities.len();
             *g = self.empty_shard();
             g.lsn = at.lsn;
-            self.entities
+            self.counts
+                .entities
                 .fetch_sub(i64::try_from(gone).unwrap_or(i64::MAX), Ordering::Relaxed);
         }
         let after = g.counts();
@@ -318,6 +319,7 @@ impl Features {
         redo: Option<&[bool]>,
     ) -> Result<(), ApplyError> {
         let append_ms = at.append_ms;
+        self.injected_fault_in(er.shard(self.nshards), at)?;
         if redo.is_none() {
             self.advance(er, sh, at.lsn)?;
         }
@@ -333,7 +335,7 @@ impl Features {
         } else {
             let (mut e, created) = entities.get_or_insert(er, bytes);
             if created {
-                self.entities.fetch_add(1, Ordering::Relaxed);
+                self.counts.entities.fetch_add(1, Ordering::Relaxed);
             }
             e.as_of = e.as_of.max(ev.ts);
             if !future {
@@ -366,7 +368,7 @@ impl Features {
             };
             let width = self.decls.widths.get(d as usize).copied().flatten();
             if width.is_some() && future {
-                self.future.fetch_add(1, Ordering::Relaxed);
+                self.counts.future.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let id = Decls::id(d);
@@ -399,7 +401,7 @@ impl Features {
             match applied {
                 Some(true) => f.updated_ms = append_ms,
                 Some(false) => {
-                    self.late.fetch_add(1, Ordering::Relaxed);
+                    self.counts.late.fetch_add(1, Ordering::Relaxed);
                 }
                 None => {}
             }
@@ -414,6 +416,7 @@ impl Features {
         set: &[(&str, Option<FeatureValue>)],
         at: LogPos,
     ) -> Result<DirectApplied, ApplyError> {
+        self.injected_fault_in(er.shard(self.nshards), at)?;
         self.advance(er, sh, at.lsn)?;
         let append_ms = at.append_ms;
         let mut out = DirectApplied::default();
@@ -424,7 +427,7 @@ impl Features {
             return Ok(out);
         }
         if !out.found {
-            self.entities.fetch_add(1, Ordering::Relaxed);
+            self.counts.entities.fetch_add(1, Ordering::Relaxed);
         }
         let (mut e, _) = entities.get_or_insert(er, bytes);
         e.as_of = e.as_of.max(append_ms);
@@ -497,7 +500,7 @@ impl Features {
                 for f in e.feats {
                     names.release(f.name);
                 }
-                self.entities.fetch_sub(1, Ordering::Relaxed);
+                self.counts.entities.fetch_sub(1, Ordering::Relaxed);
             }
             return Ok(out);
         }

@@ -76,10 +76,10 @@ impl Features {
     /// the bytes reserved, or `None` (nothing reserved) if that bound does not fit in the
     /// budget; then only [`Features::reserve_events`] can tell.
     pub fn reserve_bound(&self, batch: &Batch) -> Option<u64> {
-        let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
+        let used = self.used_bytes() + self.counts.pending.load(Ordering::Relaxed);
         let bound = self.events_bound(batch);
         if used.saturating_add(bound) <= self.max_bytes {
-            self.pending.fetch_add(bound, Ordering::Relaxed);
+            self.counts.pending.fetch_add(bound, Ordering::Relaxed);
             return Some(bound);
         }
         None
@@ -92,12 +92,12 @@ impl Features {
         if let Some(n) = self.reserve_bound(batch) {
             return Some(n);
         }
-        let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
+        let used = self.used_bytes() + self.counts.pending.load(Ordering::Relaxed);
         let cost = self.growth(batch);
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {
             return None;
         }
-        self.pending.fetch_add(cost, Ordering::Relaxed);
+        self.counts.pending.fetch_add(cost, Ordering::Relaxed);
         Some(cost)
     }
 
@@ -220,7 +220,7 @@ impl Features {
     /// Reserve room for a PUT: the bytes reserved, or `None` past the budget. It looks at
     /// the entity: every record written before must have been applied.
     pub fn reserve_put(&self, entity: &str, set: &[(String, Option<FeatureValue>)]) -> Option<u64> {
-        let used = self.used_bytes() + self.pending.load(Ordering::Relaxed);
+        let used = self.used_bytes() + self.counts.pending.load(Ordering::Relaxed);
         let er = EntityRef::new(entity);
         let g = self.shard(er).read();
         let ent = g.entities.get(er);
@@ -256,7 +256,7 @@ impl Features {
         if cost > 0 && used.saturating_add(cost) > self.max_bytes {
             return None;
         }
-        self.pending.fetch_add(cost, Ordering::Relaxed);
+        self.counts.pending.fetch_add(cost, Ordering::Relaxed);
         Some(cost)
     }
 
@@ -264,6 +264,7 @@ impl Features {
     pub fn release(&self, bytes: u64) {
         // Never below zero, whatever a caller releases.
         let _ = self
+            .counts
             .pending
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
                 Some(p.saturating_sub(bytes))

@@ -7,6 +7,8 @@
 //! - `store`: [`Features`], the sharded tables and their counters.
 //! - `names`, `table`: a shard's name ids and its entity map (the tables' data).
 //! - `apply`: the one way the tables change, record by record in log order.
+//! - [`parallel`]: the apply threads, each owning fixed shards, and a record cut into their
+//!   slices.
 //! - `value`, `window`, `hll`: what a record does to a plain value, a windowed or all-time
 //!   aggregate, a `distinct` sketch.
 //! - `budget`: `storage.max_feature_bytes`, reserved before a record is written.
@@ -40,6 +42,7 @@ mod hll;
 mod index;
 mod names;
 mod ordered;
+pub mod parallel;
 mod prefetch;
 mod read;
 mod rec;
@@ -57,3 +60,4 @@ pub use decl::{
 };
 pub use read::{EntityRead, PREFETCH_READS, ReadAt};
 pub use store::{FeatureStats, Features};
+pub use table::entity_hash;

@@ -95,6 +95,43 @@ impl<'a> RecordEvents<'a> {
                 })
                 .collect(),
         );
+        self.apply_ordered(&order, evs)
+    }
+
+    /// Apply events already in shard order (record order within a shard), each with an
+    /// entity whose [`crate::entity_hash`] is beside it in `hashes`: an apply thread's slice
+    /// of a record ([`crate::parallel`]), cut by whoever cut the record. Applied as
+    /// [`RecordEvents::apply_all`] applies them once it has sorted them.
+    pub fn apply_sorted(
+        &mut self,
+        evs: &[EventView<'a>],
+        hashes: &[u64],
+    ) -> Result<(), ApplyError> {
+        let f = self.features;
+        let order: Vec<(u32, u32, EntityRef<'a>)> = evs
+            .iter()
+            .zip(hashes)
+            .enumerate()
+            .filter_map(|(i, (ev, &h))| {
+                let er = EntityRef::hashed(ev.entity?, h);
+                Some((er.shard(f.nshards), u32::try_from(i).ok()?, er))
+            })
+            .collect();
+        debug_assert!(
+            order.windows(2).all(|w| w[0].0 <= w[1].0),
+            "not in shard order"
+        );
+        self.apply_ordered(&order, evs)
+    }
+
+    /// Apply `order` (shard, index in `evs`, entity), in shard order: the locks, the
+    /// look-ahead and the changes, as the module says.
+    fn apply_ordered(
+        &mut self,
+        order: &[(u32, u32, EntityRef<'a>)],
+        evs: &[EventView<'a>],
+    ) -> Result<(), ApplyError> {
+        let f = self.features;
         let mut held = Held {
             features: f,
             locks: VecDeque::new(),

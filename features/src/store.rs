@@ -18,6 +18,21 @@ pub struct Features {
     pub(crate) decls: Decls,
     pub(crate) nshards: u32,
     pub(crate) max_bytes: u64,
+    /// What the apply threads all write: on lines of their own, away from the fields every
+    /// event reads (the shards, the declarations).
+    pub(crate) counts: Counts,
+    /// The test fault hook: the next apply fails ([`Features::fail_next_apply`]).
+    #[cfg(feature = "testing")]
+    fail_next: std::sync::atomic::AtomicBool,
+    /// The test fault hook: the next change of this shard fails (`u64::MAX`: none;
+    /// [`Features::fail_next_apply_to_shard`]).
+    #[cfg(feature = "testing")]
+    fail_shard: AtomicU64,
+}
+
+/// The tables' shared counters, on cache lines of their own ([`Features::counts`]).
+#[repr(align(128))]
+pub(crate) struct Counts {
     used: AtomicI64,
     /// Bytes of the records' side allocations (table.rs `EntityMap::spill`).
     spilled: AtomicI64,
@@ -30,9 +45,6 @@ pub struct Features {
     pub(crate) entities: AtomicI64,
     pub(crate) late: AtomicU64,
     pub(crate) future: AtomicU64,
-    /// The test fault hook: the next apply fails ([`Features::fail_next_apply`]).
-    #[cfg(feature = "testing")]
-    fail_next: std::sync::atomic::AtomicBool,
 }
 
 /// Counters of the tables, for metrics.
@@ -56,16 +68,20 @@ impl Features {
             decls,
             nshards: shards.max(1),
             max_bytes,
-            used: AtomicI64::new(0),
-            spilled: AtomicI64::new(0),
-            max_sub: AtomicU64::new(0),
-            pending: AtomicU64::new(0),
-            applied: AtomicU64::new(0),
-            entities: AtomicI64::new(0),
-            late: AtomicU64::new(0),
-            future: AtomicU64::new(0),
+            counts: Counts {
+                used: AtomicI64::new(0),
+                spilled: AtomicI64::new(0),
+                max_sub: AtomicU64::new(0),
+                pending: AtomicU64::new(0),
+                applied: AtomicU64::new(0),
+                entities: AtomicI64::new(0),
+                late: AtomicU64::new(0),
+                future: AtomicU64::new(0),
+            },
             #[cfg(feature = "testing")]
             fail_next: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(feature = "testing")]
+            fail_shard: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -80,17 +96,19 @@ impl Features {
         for (lock, sh) in self.shards.iter().zip(shards) {
             used += sh.bytes;
             spilled += sh.entities.spill();
-            self.max_sub
+            self.counts
+                .max_sub
                 .fetch_max(sh.entities.max_sub(), Ordering::Relaxed);
             *lock.write() = sh;
         }
-        self.used
+        self.counts
+            .used
             .store(i64::try_from(used).unwrap_or(i64::MAX), Ordering::Relaxed);
-        self.spilled.store(
+        self.counts.spilled.store(
             i64::try_from(spilled).unwrap_or(i64::MAX),
             Ordering::Relaxed,
         );
-        self.entities.store(
+        self.counts.entities.store(
             i64::try_from(entities).unwrap_or(i64::MAX),
             Ordering::Relaxed,
         );
@@ -120,26 +138,32 @@ impl Features {
 
     pub fn stats(&self) -> FeatureStats {
         FeatureStats {
-            entities: u64::try_from(self.entities.load(Ordering::Relaxed)).unwrap_or(0),
+            entities: u64::try_from(self.counts.entities.load(Ordering::Relaxed)).unwrap_or(0),
             bytes: self.used_bytes(),
             max_bytes: self.max_bytes,
-            late_events: self.late.load(Ordering::Relaxed),
-            future_events: self.future.load(Ordering::Relaxed),
+            late_events: self.counts.late.load(Ordering::Relaxed),
+            future_events: self.counts.future.load(Ordering::Relaxed),
         }
     }
 
     pub fn used_bytes(&self) -> u64 {
-        u64::try_from(self.used.load(Ordering::Relaxed)).unwrap_or(0)
+        u64::try_from(self.counts.used.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Every record up to `lsn` is applied (the writer, after a group; recovery, at its end):
-    /// what a snapshot copy taken now covers at least.
+    /// what a snapshot copy taken now covers at least. Never moves back: groups finish in
+    /// log order ([`crate::parallel`]), but the calls that say so may cross.
     pub fn applied_through(&self, lsn: u64) {
-        self.applied.store(lsn, Ordering::Release);
+        self.counts.applied.fetch_max(lsn, Ordering::AcqRel);
+    }
+
+    /// The shard whose entities hash to `hash` ([`crate::entity_hash`]).
+    pub fn shard_of_hash(&self, hash: u64) -> u32 {
+        vx_proto::shard::shard_of_hash(hash, self.nshards)
     }
 
     pub(crate) fn applied(&self) -> u64 {
-        self.applied.load(Ordering::Acquire)
+        self.counts.applied.load(Ordering::Acquire)
     }
 
     /// Change entity `e` (and nothing else of its shard) under the shard's write lock, and add
@@ -160,8 +184,12 @@ impl Features {
     /// the tables' counts follow the shard's.
     pub(crate) fn unlock_counted(&self, g: RwLockWriteGuard<'_, Shard>, before: (u64, u64)) {
         let after = g.counts();
-        self.max_sub
-            .fetch_max(g.entities.max_sub(), Ordering::Relaxed);
+        // Written only when it grows: a write of a line every apply thread reads would make
+        // each of them miss it at its next shard.
+        let sub = g.entities.max_sub();
+        if sub > self.counts.max_sub.load(Ordering::Relaxed) {
+            self.counts.max_sub.fetch_max(sub, Ordering::Relaxed);
+        }
         drop(g);
         self.add_counts(after, before);
     }
@@ -173,22 +201,25 @@ impl Features {
             i64::try_from(a).unwrap_or(i64::MAX) - i64::try_from(b).unwrap_or(i64::MAX)
         };
         if after.0 != before.0 {
-            self.used.fetch_add(d(after.0, before.0), Ordering::Relaxed);
+            self.counts
+                .used
+                .fetch_add(d(after.0, before.0), Ordering::Relaxed);
         }
         if after.1 != before.1 {
-            self.spilled
+            self.counts
+                .spilled
                 .fetch_add(d(after.1, before.1), Ordering::Relaxed);
         }
     }
 
     /// Bytes of the records' side allocations.
     pub(crate) fn spilled_bytes(&self) -> u64 {
-        u64::try_from(self.spilled.load(Ordering::Relaxed)).unwrap_or(0)
+        u64::try_from(self.counts.spilled.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Bytes of the largest index table of any shard so far.
     pub(crate) fn max_sub_bytes(&self) -> u64 {
-        self.max_sub.load(Ordering::Relaxed)
+        self.counts.max_sub.load(Ordering::Relaxed)
     }
 
     /// Test support: make the next apply (of any record) fail with
@@ -198,6 +229,13 @@ impl Features {
         self.fail_next.store(true, Ordering::Release);
     }
 
+    /// Test support: make the next change of shard `shard` fail with
+    /// [`crate::ApplyError::Injected`]: with several apply threads, the one that owns it.
+    #[cfg(feature = "testing")]
+    pub fn fail_next_apply_to_shard(&self, shard: u32) {
+        self.fail_shard.store(u64::from(shard), Ordering::Release);
+    }
+
     /// The fault the test hook injected, if any (never without the `testing` feature).
     pub(crate) fn injected_fault(&self, at: crate::LogPos) -> Result<(), crate::ApplyError> {
         #[cfg(feature = "testing")]
@@ -205,6 +243,32 @@ impl Features {
             return Err(crate::ApplyError::Injected { lsn: at.lsn });
         }
         let _ = at;
+        Ok(())
+    }
+
+    /// The fault the test hook injected for a change of shard `shard`, if any (never
+    /// without the `testing` feature).
+    #[inline]
+    pub(crate) fn injected_fault_in(
+        &self,
+        shard: u32,
+        at: crate::LogPos,
+    ) -> Result<(), crate::ApplyError> {
+        #[cfg(feature = "testing")]
+        if self.fail_shard.load(Ordering::Acquire) == u64::from(shard)
+            && self
+                .fail_shard
+                .compare_exchange(
+                    u64::from(shard),
+                    u64::MAX,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            return Err(crate::ApplyError::Injected { lsn: at.lsn });
+        }
+        let _ = (shard, at);
         Ok(())
     }
 }

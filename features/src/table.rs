@@ -325,6 +325,13 @@ impl Key {
     }
 }
 
+/// The hash of an entity's name that picks its shard and its place in the shard: xxh3-64
+/// (docs/API.md §6). Public so that whoever cuts a record into the apply threads' slices
+/// hashes each entity once ([`crate::parallel`]).
+pub fn entity_hash(name: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name)
+}
+
 /// An entity name with its xxh3-64, computed once: it picks the shard (docs/API.md §6) and, rotated
 /// so that the low bits that pick the shard do not also pick the bucket, the slot in the
 /// shard's table.
@@ -338,8 +345,18 @@ impl<'a> EntityRef<'a> {
     pub fn new(name: &'a str) -> Self {
         EntityRef {
             name,
-            hash: xxhash_rust::xxh3::xxh3_64(name.as_bytes()),
+            hash: entity_hash(name.as_bytes()),
         }
+    }
+
+    /// An entity whose [`entity_hash`] was computed before (by whoever cut its record).
+    pub fn hashed(name: &'a str, hash: u64) -> Self {
+        debug_assert_eq!(
+            hash,
+            entity_hash(name.as_bytes()),
+            "a wrong hash for {name}"
+        );
+        EntityRef { name, hash }
     }
 
     /// The shard among `shards` the entity lives in (docs/API.md §6).

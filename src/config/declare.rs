@@ -63,10 +63,15 @@ pub struct FileOnly {
 /// Declare config sections and their scalar keys: each key's field, default, [`Codec`]
 /// (text form), optional `deserialize_with` (file form), flag and texts, once.
 ///
+/// A section marked `@custom` gets its keys (env, flags, `--help`, docs) but not its struct:
+/// the struct is written by hand, for a section whose file form is more than a mapping of
+/// its keys (`features`: a list of declarations, or a mapping with them and its keys).
+///
 /// [`Codec`]: super::codec::Codec
 macro_rules! sections {
     ($(
         $(#[$smeta:meta])*
+        $(@$custom:ident)?
         $section:ident: $Struct:ident {$(
             $(#[$fmeta:meta])*
             $field:ident: $ty:ty = $default:expr, via $codec:ty,
@@ -78,20 +83,9 @@ macro_rules! sections {
         )*}
     )*) => {
         $(
-            $(#[$smeta])*
-            #[derive(Clone, Debug, serde::Deserialize, PartialEq)]
-            #[serde(default, deny_unknown_fields)]
-            pub struct $Struct {$(
-                $(#[$fmeta])*
-                $(#[serde(deserialize_with = $de)])?
-                pub $field: $ty,
-            )*}
-
-            impl Default for $Struct {
-                fn default() -> Self {
-                    $Struct { $($field: $default,)* }
-                }
-            }
+            sections!(@struct [$($custom)?] $(#[$smeta])* $Struct {$(
+                [$(#[$fmeta])*] [$($de)?] $field: $ty = $default;
+            )*});
         )*
 
         /// Every scalar key, in declaration order.
@@ -112,6 +106,25 @@ macro_rules! sections {
             },
         )*)*];
     };
+    (@struct [] $(#[$smeta:meta])* $Struct:ident {$(
+        [$(#[$fmeta:meta])*] [$($de:literal)?] $field:ident: $ty:ty = $default:expr;
+    )*}) => {
+        $(#[$smeta])*
+        #[derive(Clone, Debug, serde::Deserialize, PartialEq)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $Struct {$(
+            $(#[$fmeta])*
+            $(#[serde(deserialize_with = $de)])?
+            pub $field: $ty,
+        )*}
+
+        impl Default for $Struct {
+            fn default() -> Self {
+                $Struct { $($field: $default,)* }
+            }
+        }
+    };
+    (@struct [custom] $($rest:tt)*) => {};
     (@flag) => { None };
     (@flag $long:literal, $vname:literal, $parser:expr) => {
         Some($crate::config::declare::Flag {

@@ -320,7 +320,17 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
 }
 
 fn validate_features(cfg: &Config) -> Result<(), ConfigError> {
-    let decls: Vec<_> = cfg.features.iter().map(|f| f.to_storage()).collect();
+    if cfg.features.apply_threads == Some(0) {
+        return Err(ConfigError::Invalid(
+            "features.apply_threads must be at least 1".into(),
+        ));
+    }
+    let decls: Vec<_> = cfg
+        .features
+        .declare
+        .iter()
+        .map(|f| f.to_storage())
+        .collect();
     vx_storage::features::check_decls(&decls).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     if cfg.storage.snapshot_interval < Duration::from_secs(1) {
         return Err(ConfigError::Invalid(format!(

@@ -38,8 +38,9 @@ pub struct Config {
     pub storage: StorageSection,
     pub ingest: IngestConfig,
     pub retention: RetentionConfig,
-    /// Declared sliding-window features (docs/API.md §6); file only.
-    pub features: Vec<FeatureDecl>,
+    /// Declared sliding-window features (docs/API.md §6; file only) and the feature store's
+    /// keys.
+    pub features: FeaturesSection,
     pub auth: AuthConfig,
     /// OTLP in (`POST /v1/traces`, `/v1/logs`).
     pub otlp: OtlpConfig,
@@ -91,6 +92,67 @@ impl FsyncSetting {
 pub const DEFAULT_SHARDS: u32 = 128;
 
 pub use vx_storage::features::{Agg, DistinctOf};
+
+/// `features`: the declarations (a list, file only) and the feature store's keys
+/// (`features.apply_threads`, declared with the other keys in [`sections`]). In the file,
+/// either the list of declarations, as before there were keys, or a mapping of the keys and
+/// the list under `declare`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FeaturesSection {
+    /// `features.apply_threads`: `None` is half the usable cores.
+    pub apply_threads: Option<usize>,
+    pub declare: Vec<FeatureDecl>,
+}
+
+impl<'de> Deserialize<'de> for FeaturesSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        /// The mapping form.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Keyed {
+            #[serde(default)]
+            apply_threads: Option<usize>,
+            #[serde(default)]
+            declare: Vec<FeatureDecl>,
+        }
+        struct Form;
+        impl<'de> serde::de::Visitor<'de> for Form {
+            type Value = FeaturesSection;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a list of feature declarations, or a mapping of `apply_threads` and `declare`",
+                )
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                a: A,
+            ) -> Result<Self::Value, A::Error> {
+                Ok(FeaturesSection {
+                    apply_threads: None,
+                    declare: Vec::deserialize(SeqAccessDeserializer::new(a))?,
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let k = Keyed::deserialize(MapAccessDeserializer::new(a))?;
+                Ok(FeaturesSection {
+                    apply_threads: k.apply_threads,
+                    declare: k.declare,
+                })
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FeaturesSection::default())
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FeaturesSection::default())
+            }
+        }
+        d.deserialize_any(Form)
+    }
+}
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -224,7 +286,15 @@ impl Config {
         s.max_streams = self.storage.max_streams;
         s.max_feature_bytes = self.storage.max_feature_bytes;
         s.snapshot_interval = self.storage.snapshot_interval;
-        s.features = self.features.iter().map(FeatureDecl::to_storage).collect();
+        s.features = self
+            .features
+            .declare
+            .iter()
+            .map(FeatureDecl::to_storage)
+            .collect();
+        if let Some(n) = self.features.apply_threads {
+            s.apply_threads = n;
+        }
         s.retention = vx_storage::Retention {
             max_age: self.retention.max_age,
             max_bytes: self.retention.max_bytes,

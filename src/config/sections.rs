@@ -281,6 +281,24 @@ sections! {
             larger than this. The log can exceed it by up to one segment (the active one is never \
             deleted). Replay then starts at each stream's first retained `seq` (`X-Vx-First-Seq`).";
     }
+    /// The feature store's keys besides its declarations; the struct, whose file form is
+    /// also the list of declarations, is [`super::FeaturesSection`].
+    @custom features: FeaturesSection {
+        /// Threads that apply the feature tables; `None`: half the cores the process may use.
+        apply_threads: Option<usize> = None, via Opt<Num<usize>>,
+        flag("--apply-threads", "N", clap::value_parser!(usize)),
+        shown "half the cores the process may use, at least 1",
+        help "threads applying the feature tables (default: half the usable cores)",
+        doc "\
+            Threads that apply ingest to the feature tables, each owning a fixed share of the \
+            shards and applying its shards' events in log order (docs/FEATURES.md, \
+            \"Apply threads\"); a request is answered once every thread has applied it. Unset: \
+            half the cores this process may run on (its CPU affinity, as `taskset` sets it, and \
+            its cgroup quota), at least 1. `1` is one applier. At most one per shard (more are \
+            not started). More threads help a machine with idle cores; on two cores shared with \
+            the request decoding, `1` is the default. In the file, `features` is then a mapping: \
+            `features: {apply_threads: N, declare: [...]}`, the declarations under `declare`.";
+    }
     /// OTLP in (`POST /v1/traces`, `/v1/logs`).
     otlp: OtlpConfig {
         /// The resource attribute whose value names an OTLP item's stream (`service.name`:
@@ -402,8 +420,9 @@ pub const FILE_ONLY: &[FileOnly] = &[
             (default), `stream` or `data`. Names are 1–128 bytes of `[A-Za-z0-9_.:-]`, unique, and \
             must not clash with the built-ins `events` and `last_ts`; a declared name owns it (a \
             counter or gauge event of that type does not write it, a PUT to it is 422). Changing \
-            the list and restarting recomputes the changed ones from the retained log. See \
-            docs/FEATURES.md.",
+            the list and restarting recomputes the changed ones from the retained log. The list \
+            may also be written under `declare` in a mapping beside `features.apply_threads` \
+            (`features: {apply_threads: 4, declare: [...]}`). See docs/FEATURES.md.",
     },
     FileOnly {
         name: "auth.tokens",

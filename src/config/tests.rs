@@ -50,7 +50,7 @@ fn defaults_are_the_spec_ones() {
     assert_eq!(c.server.keepalive_timeout, Duration::from_secs(300));
     assert_eq!(c.server.max_connections, 16_384);
     assert_eq!(c.log.format, LogFormat::Pretty);
-    assert!(c.features.is_empty() && c.auth.tokens.is_empty());
+    assert!(c.features.declare.is_empty() && c.auth.tokens.is_empty());
     let s = c.storage_config();
     assert_eq!(s.shards, None);
     assert_eq!(s.fsync, vx_storage::FsyncMode::Always);
@@ -273,10 +273,10 @@ log:
     assert_eq!(c.ingest.dedup_memory, 8 << 20);
     assert_eq!(c.retention.max_age, Some(Duration::from_secs(30 * 86_400)));
     assert_eq!(c.retention.max_bytes, Some(10 << 30));
-    assert_eq!(c.features.len(), 2);
-    assert_eq!(c.features[0].agg, Agg::Sum);
-    assert_eq!(c.features[0].window, Some(Duration::from_secs(300)));
-    assert_eq!(c.features[1].ttl, Some(Duration::from_secs(86_400)));
+    assert_eq!(c.features.declare.len(), 2);
+    assert_eq!(c.features.declare[0].agg, Agg::Sum);
+    assert_eq!(c.features.declare[0].window, Some(Duration::from_secs(300)));
+    assert_eq!(c.features.declare[1].ttl, Some(Duration::from_secs(86_400)));
     assert_eq!(c.auth.tokens[0].scopes, vec![Scope::Ingest, Scope::Read]);
     assert!(!format!("{:?}", c.auth.tokens[0]).contains("s3cret"));
     assert_eq!(c.log.format, LogFormat::Json);
@@ -459,7 +459,7 @@ fn validation_catches_bad_ranges() {
     );
     bad(
         &|c| {
-            c.features.push(FeatureDecl {
+            c.features.declare.push(FeatureDecl {
                 name: "events".into(),
                 from: "x".into(),
                 agg: Agg::Count,
@@ -472,7 +472,7 @@ fn validation_catches_bad_ranges() {
     );
     bad(
         &|c| {
-            c.features.push(FeatureDecl {
+            c.features.declare.push(FeatureDecl {
                 name: "f".into(),
                 from: "x".into(),
                 agg: Agg::Count,
@@ -662,4 +662,61 @@ fn cluster_keys_are_required_and_checked_in_kafka_mode() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("single, kafka"), "{err}");
+}
+
+/// `features.apply_threads`: unset is half the usable cores (at least 1); set in the file's
+/// mapping form of `features` (the declarations under `declare`), by env or by flag, each
+/// layer over the one below; 0 is refused; the list form of `features` keeps working beside
+/// the env and flag.
+#[test]
+fn apply_threads_in_every_layer() {
+    let (c, _) = load(None, &[], &Overrides::default()).unwrap();
+    assert_eq!(c.features.apply_threads, None);
+    assert_eq!(
+        c.storage_config().apply_threads,
+        vx_storage::default_apply_threads()
+    );
+    assert!(c.storage_config().apply_threads >= 1);
+
+    let f = file(
+        "features:\n  apply_threads: 3\n  declare:\n    - {name: dmg_5m, from: dmg, agg: sum, window: 5m}\n",
+    );
+    let (c, _) = load(Some(f.path()), &[], &Overrides::default()).unwrap();
+    assert_eq!(c.features.apply_threads, Some(3));
+    assert_eq!(c.features.declare.len(), 1);
+    assert_eq!(c.storage_config().apply_threads, 3);
+    assert_eq!(c.storage_config().features.len(), 1);
+
+    let e = env(&[("VX_FEATURES_APPLY_THREADS", "5")]);
+    let (c, w) = load(Some(f.path()), &e, &Overrides::default()).unwrap();
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(c.storage_config().apply_threads, 5, "env beats file");
+    let cli = Overrides::keys(&[("features.apply_threads", "2")]);
+    let (c, _) = load(Some(f.path()), &e, &cli).unwrap();
+    assert_eq!(c.storage_config().apply_threads, 2, "flag beats env");
+
+    // The list form, with the key from the env.
+    let f = file("features:\n  - {name: dmg_5m, from: dmg, agg: sum, window: 5m}\n");
+    let (c, _) = load(Some(f.path()), &e, &Overrides::default()).unwrap();
+    assert_eq!(
+        (c.features.declare.len(), c.features.apply_threads),
+        (1, Some(5))
+    );
+
+    let f = file("features:\n  apply_threads: 0\n");
+    assert!(matches!(
+        load(Some(f.path()), &[], &Overrides::default()),
+        Err(ConfigError::Invalid(m)) if m.contains("features.apply_threads")
+    ));
+    let e = env(&[("VX_FEATURES_APPLY_THREADS", "many")]);
+    assert!(matches!(
+        load(None, &e, &Overrides::default()),
+        Err(ConfigError::Env { var, .. }) if var == "VX_FEATURES_APPLY_THREADS"
+    ));
+    match parse_file(Path::new("c.yaml"), "features:\n  apply_thread: 2\n").unwrap_err() {
+        ConfigError::UnknownKey { line, key, .. } => {
+            assert_eq!((line, key.as_str()), (2, "features.apply_thread"));
+        }
+        other => panic!("{other:?}"),
+    }
 }

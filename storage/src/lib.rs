@@ -20,11 +20,14 @@
 //! - `read`: replay [`Cursor`]s over the log, and [`watch`] (what live followers wait on).
 //! - `dedup`: per-shard remembered ids.
 //! - [`features`]: the feature tables (the vx-features crate, re-exported), changed only
-//!   through its apply interface, fed by `feed` with each applied record in log order;
+//!   through its apply interface, fed by `feed` with each applied record in log order, on
+//!   the apply threads (`apply`: a durable group handed over, each thread applying the
+//!   shards it owns);
 //!   [`snapshot`]: where their snapshots live, the snapshot thread, and start-up's rebuild.
 //! - [`check`]: offline verification of a data dir (`veltrix check`), with the readers above.
 
 pub mod api;
+mod apply;
 pub mod check;
 mod dedup;
 pub use vx_features as features;

@@ -13,6 +13,7 @@
 //! (docs/FEATURES.md), and a snapshot would make that permanent.
 
 use crate::api::OpenError;
+use crate::apply::{Applier, Handed};
 use crate::features::snapshot::{self as vxs, ReplayFrom, SnapFile, Unusable};
 use crate::log::state::{LogWriter, Published};
 use crate::segment::{self, io_err};
@@ -114,7 +115,10 @@ pub struct FeatureBoot {
 }
 
 /// Rebuild the feature tables at start-up: the newest usable snapshot, then the log after it.
-pub(crate) fn bootstrap(engine: &LogWriter) -> Result<(FeatureBoot, Vec<SnapInfo>), OpenError> {
+pub(crate) fn bootstrap(
+    engine: &LogWriter,
+    applier: &mut Applier,
+) -> Result<(FeatureBoot, Vec<SnapInfo>), OpenError> {
     let started = Instant::now();
     let shared = &engine.shared;
     let features = &shared.features;
@@ -203,50 +207,133 @@ pub(crate) fn bootstrap(engine: &LogWriter) -> Result<(FeatureBoot, Vec<SnapInfo
     } else {
         from.covered.iter().copied().min().unwrap_or(0) + 1
     };
-    let replay = from.replay();
-    let from_events = engine.features_from_events();
+    boot.replayed_records = replay_log(engine, applier, &segs, start, Arc::new(from))?;
+    features.applied_through(last_lsn);
+    boot.entities = features.stats().entities;
+    boot.took = started.elapsed();
+    kept.sort_by_key(|s| std::cmp::Reverse(s.covered_max));
+    Ok((boot, kept))
+}
+
+/// Records start-up hands the apply threads at once, at most: as large as the writer's
+/// largest groups, so that the threads wake once per many records.
+const REPLAY_GROUP_BYTES: usize = 8 << 20;
+const REPLAY_GROUP_RECORDS: usize = 4096;
+
+/// A group of replayed records being gathered, with where each came from (to name it if the
+/// tables refuse it).
+struct Replayed {
+    buf: Vec<u8>,
+    recs: Vec<(usize, usize)>,
+    places: Vec<(Arc<Path>, u64)>,
+}
+
+impl Replayed {
+    fn new(buf: Vec<u8>) -> Replayed {
+        Replayed {
+            buf,
+            recs: Vec::new(),
+            places: Vec::new(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.buf.len() >= REPLAY_GROUP_BYTES || self.recs.len() >= REPLAY_GROUP_RECORDS
+    }
+
+    /// Hand it to the apply threads; the first record they refuse is reported in `failed`.
+    fn hand_over(
+        self,
+        applier: &mut Applier,
+        replay: &Arc<ReplayFrom>,
+        failed: &Arc<parking_lot::Mutex<Option<OpenError>>>,
+    ) {
+        if self.recs.is_empty() {
+            return;
+        }
+        let (places, failed) = (self.places, Arc::clone(failed));
+        applier.hand_over(Handed {
+            buf: self.buf,
+            recs: self.recs,
+            replay: Some(Arc::clone(replay)),
+            poison: None,
+            finish: Box::new(move |outcomes| {
+                let refused = outcomes
+                    .into_iter()
+                    .zip(places)
+                    .find_map(|(o, place)| Some((o.error?, place)));
+                if let Some(((_, e), (path, off))) = refused {
+                    failed
+                        .lock()
+                        .get_or_insert_with(|| corrupt(&path, off, &e.to_string()));
+                }
+            }),
+        });
+    }
+}
+
+/// Replay the log's records from LSN `start` into the tables, through the apply threads,
+/// as the writer hands them its groups (so recovery applies as the running process did).
+/// Returns how many records were replayed.
+fn replay_log(
+    engine: &LogWriter,
+    applier: &mut Applier,
+    segs: &[segment::SegInfo],
+    start: u64,
+    replay: Arc<ReplayFrom>,
+) -> Result<u64, OpenError> {
+    let failed: Arc<parking_lot::Mutex<Option<OpenError>>> = Arc::default();
     let mut n = 0u64;
+    let mut group = Replayed::new(applier.spare());
     for (i, seg) in segs.iter().enumerate() {
         let end = segs.get(i + 1).map_or(u64::MAX, |s| s.first_lsn - 1);
         if end < start || seg.log_len == 0 {
             continue;
         }
-        let path = segment::segment_path(&engine.log_dir, seg.first_lsn);
-        let file = shared
+        let path: Arc<Path> = segment::segment_path(&engine.log_dir, seg.first_lsn).into();
+        let file = engine
+            .shared
             .segments
             .log_file(seg.first_lsn)
             .map_err(io_err(format!("opening {}", path.display())))?;
-        let mut failed: Option<OpenError> = None;
+        let mut bad: Option<OpenError> = None;
         crate::recovery::read_records(&*file, &path, seg.log_len, &mut |off, item| {
             let crate::recovery::Walk::Record(h, rec) = item else {
-                failed = Some(corrupt(&path, off, "bad record header"));
+                bad = Some(corrupt(&path, off, "bad record header"));
                 return false;
             };
             if h.lsn < start {
                 return true;
             }
             if !crate::record::crc_ok(&h, rec) {
-                failed = Some(corrupt(&path, off, "record checksum mismatch"));
+                bad = Some(corrupt(&path, off, "record checksum mismatch"));
                 return false;
             }
-            if let Err(e) = crate::feed::apply_record(features, rec, &h, Some(&replay), from_events)
-            {
-                failed = Some(corrupt(&path, off, &e.to_string()));
+            if failed.lock().is_some() {
                 return false;
+            }
+            let at = group.buf.len();
+            group.buf.extend_from_slice(rec);
+            group.recs.push((at, group.buf.len()));
+            group.places.push((Arc::clone(&path), off));
+            if group.is_full() {
+                let full = std::mem::replace(&mut group, Replayed::new(applier.spare()));
+                full.hand_over(applier, &replay, &failed);
             }
             n += 1;
             true
         })?;
-        if let Some(e) = failed {
+        if let Some(e) = bad {
+            applier.settle();
             return Err(e);
         }
     }
-    features.applied_through(last_lsn);
-    boot.replayed_records = n;
-    boot.entities = features.stats().entities;
-    boot.took = started.elapsed();
-    kept.sort_by_key(|s| std::cmp::Reverse(s.covered_max));
-    Ok((boot, kept))
+    group.hand_over(applier, &replay, &failed);
+    applier.settle();
+    match failed.lock().take() {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
 }
 
 fn corrupt(path: &Path, off: u64, why: &str) -> OpenError {

@@ -1,7 +1,9 @@
-//! The feature applier (storage/src/log/writer/apply.rs): groups of large event batches are
-//! applied on their own thread while the writer commits the next group, small ones (feature
-//! writes) on the writer. Whichever applies a group, its answers come after its apply
-//! (read-your-writes), groups apply in log order, and a restart rebuilds the same tables.
+//! The apply threads (storage/src/apply/, `features.apply_threads`): groups of large event
+//! batches are applied there, each thread the shards it owns, while the writer commits the
+//! next group; small ones (feature writes) on the writer. With 1, 2 or 4 threads, whichever
+//! applies a group, its answers come after its apply (read-your-writes), groups apply in log
+//! order, a restart with another thread count rebuilds the same tables, and a failed apply
+//! on any thread poisons the store.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,8 +24,9 @@ const ENTITIES: usize = 40;
 /// applies itself.
 const LARGE: usize = 600;
 
-fn cfg(fs: &SimFs) -> StorageConfig {
+fn cfg(fs: &SimFs, threads: usize) -> StorageConfig {
     let mut c = sim_cfg(fs);
+    c.apply_threads = threads;
     c.features = vec![FeatureDecl {
         name: "hits_1h".into(),
         from: "hit".into(),
@@ -119,8 +122,16 @@ fn writer(store: &Store, w: usize) {
 
 #[test]
 fn answers_follow_the_apply_and_a_restart_rebuilds_the_same_tables() {
+    for (threads, then) in [(1, 4), (2, 1), (4, 2)] {
+        answers_follow_the_apply(threads, then);
+    }
+}
+
+/// `threads` apply while writers check each answer; a restart on `then` threads rebuilds
+/// the same tables.
+fn answers_follow_the_apply(threads: usize, then: usize) {
     let fs = SimFs::new();
-    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    let (store, _) = Store::open(cfg(&fs, threads)).unwrap();
     std::thread::scope(|s| {
         for w in 0..WRITERS {
             let store = &store;
@@ -133,17 +144,31 @@ fn answers_follow_the_apply_and_a_restart_rebuilds_the_same_tables() {
         assert!(f.contains_key("hits_1h"), "{e}: {f:?}");
     }
     kill(&fs, store);
-    let (store, _) = Store::open(cfg(&fs)).unwrap();
-    assert_eq!(dump(&store), before);
+    let (store, _) = Store::open(cfg(&fs, then)).unwrap();
+    assert_eq!(dump(&store), before, "{threads} threads, then {then}");
 }
 
-/// A large batch whose apply fails on the applier thread is answered as on the writer: the
+/// A large batch whose apply fails on any apply thread is answered as on the writer: the
 /// store is poisoned and says why, later writes are refused, and a restart applies the record
-/// the log holds.
+/// the log holds. Each thread of 1, 2 and 4 in turn fails (a fault in a shard it owns).
 #[test]
-fn a_failed_apply_on_the_applier_thread_poisons_the_store() {
+fn a_failed_apply_on_any_thread_poisons_the_store() {
+    for threads in [1, 2, 4] {
+        for part in 0..threads {
+            let shard = features::parallel::Part {
+                index: part,
+                of: threads,
+            }
+            .shards(4)
+            .start;
+            a_failed_apply_poisons(threads, shard);
+        }
+    }
+}
+
+fn a_failed_apply_poisons(threads: usize, shard: u32) {
     let fs = SimFs::new();
-    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    let (store, _) = Store::open(cfg(&fs, threads)).unwrap();
     let data = "d".repeat(32);
     let names: Vec<String> = (0..ENTITIES).map(|i| entity(0, i)).collect();
     let large = |ts: i64| {
@@ -162,22 +187,31 @@ fn a_failed_apply_on_the_applier_thread_poisons_the_store() {
         req(&evs)
     };
     block(store.write(large(1))).unwrap();
-    store.features().fail_next_apply();
-    assert!(matches!(
-        block(store.write(large(2))),
-        Err(WriteError::Poisoned(reason)) if reason.to_string().contains("feature tables")
-    ));
+    store.features().fail_next_apply_to_shard(shard);
+    let failed = block(store.write(large(2)));
+    assert!(
+        matches!(&failed, Err(WriteError::Poisoned(reason)) if reason.to_string().contains("feature tables")),
+        "{threads} threads, shard {shard}: {failed:?}"
+    );
     assert!(store.is_poisoned());
     assert!(matches!(
         block(store.write(large(3))),
         Err(WriteError::Poisoned(_))
     ));
+    // The failing shard's entities still have only the first batch's events (which of the
+    // other shards' the failed record reached is of no account).
     let per_entity = (LARGE / ENTITIES) as u64;
-    let events = |store: &Store| features_of(store, &names[0]).map(|f| f["events"].clone());
-    assert_eq!(events(&store), Some(per_entity.to_string()));
+    let events = |store: &Store, e: &str| features_of(store, e).map(|f| f["events"].clone());
+    let victim = names
+        .iter()
+        .find(|n| store.features().shard_of(n) == shard)
+        .unwrap();
+    assert_eq!(events(&store, victim), Some(per_entity.to_string()));
     store.shutdown();
     drop(store);
-    let (store, _) = Store::open(cfg(&fs)).unwrap();
+    let (store, _) = Store::open(cfg(&fs, threads)).unwrap();
     assert!(!store.is_poisoned());
-    assert_eq!(events(&store), Some((2 * per_entity).to_string()));
+    for n in &names {
+        assert_eq!(events(&store, n), Some((2 * per_entity).to_string()));
+    }
 }

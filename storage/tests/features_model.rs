@@ -10,6 +10,10 @@
 //! - and, across a restart that kept the declarations, the tables just before it (windows
 //!   and sketches included, which the model does not predict bit for bit).
 //!
+//! Each process of a case applies the tables on 1, 2 or 4 threads (drawn again at every
+//! restart, so a restart may change the count), with small groups applied by the writer or
+//! handed to the threads: recovery and the running process must agree whatever the count.
+//!
 //! `VX_FEATURE_CASES` sets the number of cases (default 150), `VX_FEATURE_SEED` replays one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -419,6 +423,20 @@ struct Seen {
     from_snapshot: u64,
     recomputed: u64,
     power_cuts: u64,
+    /// Restarts by the apply threads of the process before and after (1, 2 or 4 each).
+    threads: BTreeMap<(usize, usize), u64>,
+}
+
+/// The apply threads of a process of the case: 1, 2 or 4 (the store has 4 shards, so 4 is one
+/// shard a thread), and whether small groups reach the threads too (else the writer applies
+/// them itself), so that both ways are checked.
+fn threads(rng: &mut Rng, cfg: &mut StorageConfig) {
+    cfg.apply_threads = [1, 2, 4][rng.below(3) as usize];
+    cfg.apply_in_place_bytes = if rng.chance(50) {
+        0
+    } else {
+        StorageConfig::new("/").apply_in_place_bytes
+    };
 }
 
 fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
@@ -429,6 +447,7 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     cfg.segment_bytes = 2048 + 512 * rng.below(8);
     cfg.fsync = FsyncMode::Always;
     cfg.features = decls(set);
+    threads(&mut rng, &mut cfg);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -472,6 +491,12 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
                 set ^= 1;
                 cfg.features = decls(set);
             }
+            let before_threads = cfg.apply_threads;
+            threads(&mut rng, &mut cfg);
+            *seen
+                .threads
+                .entry((before_threads, cfg.apply_threads))
+                .or_default() += 1;
             let (s, report) = Store::open(cfg.clone()).map_err(|e| format!("reopen: {e}"))?;
             store = s;
             seen.restarts += 1;
@@ -526,6 +551,8 @@ fn recovery_equals_history_across_snapshots_power_cuts_and_changed_declarations(
             seen.from_snapshot > 0 && seen.recomputed > 0 && seen.power_cuts > 0,
             "{seen:?}"
         );
+        // Every thread count before and after a restart, each to each.
+        assert_eq!(seen.threads.len(), 9, "{seen:?}");
     }
     eprintln!("{seen:?}");
 }

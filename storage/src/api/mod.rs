@@ -127,6 +127,13 @@ pub struct StorageConfig {
     pub features: Vec<crate::features::FeatureDecl>,
     /// `storage.max_feature_bytes`: past it, writes creating entities or features are refused.
     pub max_feature_bytes: u64,
+    /// `features.apply_threads`: threads that apply the feature tables, each owning fixed
+    /// shards (at least 1; at most one per shard). Default [`default_apply_threads`].
+    pub apply_threads: usize,
+    /// A group of fewer record bytes than this is applied to the feature tables where it is
+    /// handed over rather than on the apply threads (an engine setting, not a config key:
+    /// tests set 0 so that every group reaches the threads).
+    pub apply_in_place_bytes: usize,
     /// Whether event-batch records feed the feature tables (single-node mode, the default).
     /// Cluster mode sets it to `false`: the tables are then fed by entity-events records
     /// ([`crate::Store::write_entity_events`]), feature puts and deletes only. Keep it the
@@ -151,6 +158,14 @@ pub struct StorageConfig {
     pub vfs: Arc<dyn Vfs>,
 }
 
+/// `features.apply_threads` when none is set: half the cores this process may run on (its
+/// CPU affinity and cgroup quota, as the standard library reads them), at least 1. Half,
+/// because the other half decodes requests and answers them (the tokio workers), and the
+/// feature store is one part of a request's work among several.
+pub fn default_apply_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 impl StorageConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         StorageConfig {
@@ -166,6 +181,8 @@ impl StorageConfig {
             max_streams: 1_000_000,
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
+            apply_threads: default_apply_threads(),
+            apply_in_place_bytes: crate::apply::IN_PLACE_BYTES,
             features_from_events: true,
             refuse_at_limits: true,
             snapshot_interval: Duration::from_secs(300),

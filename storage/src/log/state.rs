@@ -191,9 +191,6 @@ pub(crate) struct LogWriter {
     /// Per shard: the LSN of the last reset of its streams (0: never). Records before it
     /// hold nothing of the shard that counts any more (retention, the dedup refill).
     pub(super) streams_reset: Vec<u64>,
-    /// The feature applier thread, which takes each group once it is durable
-    /// (`writer/apply.rs`); until [`LogWriter::start_applier`] groups are applied in place.
-    pub(super) applier: crate::log::writer::Applier,
 }
 
 impl LogWriter {
@@ -204,11 +201,6 @@ impl LogWriter {
     /// The seed of the dedup keys, recorded in the data dir's metadata.
     pub(crate) fn dedup_key(&self) -> u64 {
         self.dedup_key
-    }
-
-    /// `storage.features_from_events`: whether event batches feed the feature tables.
-    pub(crate) fn features_from_events(&self) -> bool {
-        self.cfg.features_from_events
     }
 
     /// Let retention ask for snapshots (see [`TakeSnapshot`]).
@@ -423,12 +415,6 @@ impl LogWriter {
     /// The applied origins, if they changed since they were last taken.
     pub(super) fn changed_origins(&mut self) -> Option<BTreeMap<(OriginTopic, u32), u64>> {
         std::mem::take(&mut self.origins_changed).then(|| self.origins.clone())
-    }
-
-    /// Start the feature applier thread: from now on each group reaches the feature tables
-    /// there, while the writer commits the next.
-    pub(crate) fn start_applier(&mut self) -> io::Result<()> {
-        self.applier.start()
     }
 
     /// Publish the dedup horizons for metrics.

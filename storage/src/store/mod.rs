@@ -9,6 +9,7 @@ pub use cluster::{OriginRecord, Submit, Submitted, Ticket};
 mod streams;
 
 use crate::api::*;
+use crate::apply::Applier;
 use crate::log::state::{Published, TakeSnapshot};
 use crate::log::writer::Msg;
 use crate::{check_config, dedup, features, recovery, snapshot};
@@ -45,14 +46,22 @@ impl Store {
         let capacity = cfg.channel_capacity.max(1);
         let mode = cfg.fsync;
         let snapshot_interval = cfg.snapshot_interval;
-        let (mut engine, mut report) = recovery::open(cfg, vx_sys::now_ms())?;
-        let (boot, kept) = snapshot::bootstrap(&engine)?;
+        let (mut engine, mut report) = recovery::open(cfg.clone(), vx_sys::now_ms())?;
+        let mut applier =
+            Applier::start(Arc::clone(&engine.shared.features), &cfg).map_err(|source| {
+                OpenError::Io {
+                    context: "starting the feature apply threads".into(),
+                    source,
+                }
+            })?;
+        let (boot, kept) = snapshot::bootstrap(&engine, &mut applier)?;
         tracing::info!(
             snapshot = boot.snapshot.as_ref().map(|p| p.display().to_string()),
             skipped = boot.skipped.len(),
             entities = boot.entities,
             replayed_records = boot.replayed_records,
             recomputed = ?boot.recomputed,
+            apply_threads = applier.threads(),
             took_ms = u64::try_from(boot.took.as_millis()).unwrap_or(u64::MAX),
             "feature tables rebuilt"
         );
@@ -80,17 +89,13 @@ impl Store {
                     source,
                 })?
         };
-        engine.start_applier().map_err(|source| OpenError::Io {
-            context: "starting the feature applier thread".into(),
-            source,
-        })?;
         let shared = Arc::clone(&engine.shared);
         let shards = engine.shards();
         let dedup_key = engine.dedup_key();
         let (tx, rx) = flume::bounded(capacity);
         let thread = std::thread::Builder::new()
             .name("vx-log-writer".into())
-            .spawn(move || engine.run(rx))
+            .spawn(move || engine.run(applier, rx))
             .map_err(|source| OpenError::Io {
                 context: "starting the log writer thread".into(),
                 source,

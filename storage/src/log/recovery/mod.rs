@@ -191,10 +191,6 @@ fn pass(
         .open(&first_path, OpenMode::Write)
         .map_err(io_err(format!("opening {}", first_path.display())))?;
     let mut engine = LogWriter {
-        applier: crate::log::writer::Applier::in_place(
-            Arc::clone(&shared),
-            cfg.features_from_events,
-        ),
         shared,
         vfs,
         log_dir,

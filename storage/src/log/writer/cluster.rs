@@ -6,6 +6,7 @@
 
 use super::plan::Scratch;
 use crate::api::*;
+use crate::apply::Applier;
 use crate::log::record::{RecordBuilder, RecordType};
 use crate::log::state::LogWriter;
 use vx_proto::Batch;
@@ -68,13 +69,16 @@ impl LogWriter {
     /// for an event batch.
     pub(super) fn plan_entity_events(
         &mut self,
+        applier: &Applier,
         batch: &Batch,
         origin: Origin,
         now: i64,
         scratch: &mut Scratch,
     ) -> Result<(usize, usize), WriteError> {
         self.check_origin(Some(origin), scratch)?;
-        if !self.reserve_features(batch, scratch) && self.over_limit("storage.max_feature_bytes") {
+        if !self.reserve_features(applier, batch, scratch)
+            && self.over_limit("storage.max_feature_bytes")
+        {
             return Err(WriteError::FeatureBudget {
                 max: self.cfg.max_feature_bytes,
             });

@@ -1,12 +1,13 @@
 //! Committing one group: plan every request, append the group's records with one write,
 //! sync if the mode or a request asks for it, make what became durable visible, and hand
-//! the group to the feature applier, which applies it to the tables and answers.
+//! the group to the apply threads, which apply it to the feature tables; its finish answers.
 
 use super::Msg;
-use super::apply::Group;
+use super::answer::Done;
 use super::plan::Scratch;
 use super::planned::{Answer, Planned};
 use crate::api::*;
+use crate::apply::{Applier, Handed};
 use crate::log::source::{Durable, RunAt, SourcePos};
 use crate::log::state::LogWriter;
 use std::time::{Duration, Instant};
@@ -23,11 +24,12 @@ impl LogWriter {
     /// Commit one group: [`plan`](Self::plan_group) every request, [`append`](Self::append)
     /// the group's records with one write, [`sync`](Self::sync_group) if the mode or a
     /// request asks for it, [`apply`](Self::apply_group) what became durable to the reader
-    /// index, and hand the group to the feature applier (`apply.rs`), which applies it to
-    /// the feature tables and answers. A failed append or sync undoes the group and refuses
+    /// index, and hand the group to the apply threads ([`crate::apply`]), which apply it to
+    /// the feature tables, after which its finish (`answer.rs`) answers. A failed append or sync undoes the group and refuses
     /// every request in it.
     pub(super) fn commit_group(
         &mut self,
+        applier: &mut Applier,
         group: &mut Vec<Msg>,
         scratch: &mut Scratch,
         unsynced: &mut bool,
@@ -56,7 +58,7 @@ impl LogWriter {
             fsync_us = tracing::field::Empty,
         );
         let _entered = span.enter();
-        let mut planned = self.plan_group(group, now, scratch, &span);
+        let mut planned = self.plan_group(applier, group, now, scratch, &span);
         let records = self.next_lsn - undo.first_lsn;
         let events: u64 = planned
             .iter()
@@ -95,22 +97,29 @@ impl LogWriter {
             .record("fsync", need_sync)
             .record("fsync_us", span_int(fsync_us));
         self.apply_group(&mut planned, &scratch.buf, at, now);
-        let group = Group {
+        let recs = planned.iter().filter_map(|p| p.rec).collect();
+        let done = Done {
             planned,
-            buf: std::mem::take(&mut scratch.buf),
             synced: need_sync,
             fsync_us,
             reserved: scratch.reserved,
             through: self.next_lsn.saturating_sub(1),
             origins: self.changed_origins(),
         };
-        scratch.buf = self.applier.hand_over(group);
+        applier.hand_over(Handed {
+            buf: std::mem::replace(&mut scratch.buf, applier.spare()),
+            recs,
+            replay: None,
+            poison: Some(std::sync::Arc::clone(&self.shared)),
+            finish: done.into_finish(std::sync::Arc::clone(&self.shared)),
+        });
     }
 
     /// Plan step: each request checked and turned into its record in the group buffer, or
     /// refused at once. A request that asked for no durability is answered here.
     fn plan_group(
         &mut self,
+        applier: &Applier,
         group: &mut Vec<Msg>,
         now: i64,
         scratch: &mut Scratch,
@@ -129,7 +138,7 @@ impl LogWriter {
                     }
                     let want = req.durability.unwrap_or(visible_at);
                     let now = req.append_ms.unwrap_or(now);
-                    match self.plan_write(&req, now, scratch) {
+                    match self.plan_write(applier, &req, now, scratch) {
                         Ok(plan) => Planned {
                             batch: Some(req.batch),
                             runs: plan.runs,
@@ -193,7 +202,7 @@ impl LogWriter {
                     }
                     let want = fw.durability.unwrap_or(visible_at);
                     let now = fw.append_ms.unwrap_or(now);
-                    match self.plan_feature(&fw, now, scratch) {
+                    match self.plan_feature(applier, &fw, now, scratch) {
                         Ok((rec, found)) => Planned {
                             rec: Some(rec),
                             origin: fw.origin,
@@ -229,7 +238,7 @@ impl LogWriter {
                         let _ = reply.send(Err(err));
                         continue;
                     }
-                    match self.plan_entity_events(&batch, origin, now, scratch) {
+                    match self.plan_entity_events(applier, &batch, origin, now, scratch) {
                         Ok(rec) => Planned {
                             rec: Some(rec),
                             origin: Some(origin),
@@ -367,7 +376,7 @@ impl LogWriter {
 
     /// Apply step: what is durable becomes visible, through the engine's input seam
     /// ([`LogWriter::apply`]) — the same entry recovery applies the log through. The feature
-    /// tables follow on the applier thread.
+    /// tables follow on the apply threads.
     fn apply_group(&mut self, planned: &mut [Planned], buf: &[u8], at: u64, now: i64) {
         if !buf.is_empty() {
             self.appended(self.active_len, now);

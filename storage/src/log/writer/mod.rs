@@ -8,9 +8,10 @@
 //! (event by event only where a duplicate is dropped); **append** all records of the group
 //! with one `pwrite`; **sync** with one fdatasync if the mode or any request asks for it;
 //! **apply** the group through the engine's input seam ([`crate::log::source`]: the reader
-//! index, dedup entries; visibility follows durability); then hand it to the feature
-//! applier thread ([`apply`]), which applies it to the feature tables and **answers** the
-//! requests, releasing their reservations, while the writer goes on with the next group.
+//! index, dedup entries; visibility follows durability); then hand it to the apply threads
+//! ([`crate::apply`]), which apply it to the feature tables, after which the group's finish
+//! ([`answer`]) **answers** the requests, releasing their reservations, while the writer goes
+//! on with the next group.
 //! After the group the writer seals the segment if it is full and applies retention (also
 //! once a second when idle).
 //!
@@ -25,15 +26,15 @@
 //! store ([`WriteError::Poisoned`]): what the file holds is unknown, and every later write is
 //! refused until restart.
 
-mod apply;
+mod answer;
 mod cluster;
 mod commit;
 mod plan;
 mod planned;
 
 use crate::api::*;
+use crate::apply::Applier;
 use crate::log::state::LogWriter;
-pub(crate) use apply::Applier;
 use plan::Scratch;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -106,7 +107,9 @@ const RETENTION_TICK: Duration = Duration::from_secs(1);
 const SEAL_BACKOFF: Duration = Duration::from_secs(1);
 
 impl LogWriter {
-    pub fn run(mut self, rx: flume::Receiver<Msg>) {
+    /// The writer thread: groups from `rx` until shutdown; `applier` applies each durable
+    /// group to the feature tables and answers it.
+    pub fn run(mut self, mut applier: Applier, rx: flume::Receiver<Msg>) {
         let mode = self.cfg.fsync;
         let mut unsynced = false;
         let mut last_sync = Instant::now();
@@ -161,7 +164,13 @@ impl LogWriter {
                 }
             }
             if !group.is_empty() {
-                self.commit_group(&mut group, &mut scratch, &mut unsynced, &mut last_sync);
+                self.commit_group(
+                    &mut applier,
+                    &mut group,
+                    &mut scratch,
+                    &mut unsynced,
+                    &mut last_sync,
+                );
             }
             if mode == FsyncMode::Interval
                 && unsynced
@@ -190,7 +199,7 @@ impl LogWriter {
         }
         // Every group handed over is applied and answered before the writer stops, and so
         // before the store's last snapshot.
-        self.applier.stop();
+        applier.stop();
         if unsynced {
             // A failure poisons the store and logs why; no request waits on this sync.
             let _ = self.sync(&mut unsynced, &mut last_sync);

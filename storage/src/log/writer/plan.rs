@@ -4,6 +4,7 @@
 
 use super::cluster::note_origin;
 use crate::api::*;
+use crate::apply::Applier;
 use crate::index::memory::Placed;
 use crate::log::record::{RecordBuilder, RecordType};
 use crate::log::state::{LogWriter, WState};
@@ -59,13 +60,14 @@ impl LogWriter {
     /// the entity (or feature) exists before the group (the answer of a `none` delete).
     pub(super) fn plan_feature(
         &mut self,
+        applier: &Applier,
         fw: &FeatureWrite,
         now: i64,
         scratch: &mut Scratch,
     ) -> Result<((usize, usize), bool), WriteError> {
         self.check_origin(fw.origin, scratch)?;
         // Its budget and "found" read the entity as the log has it.
-        self.applier.settle();
+        applier.settle();
         let features = &self.shared.features;
         let found = match &fw.op {
             FeatureOp::Put(set) => {
@@ -116,6 +118,7 @@ impl LogWriter {
     /// waits for the feature tables to apply every group handed over first.
     pub(super) fn reserve_features(
         &mut self,
+        applier: &Applier,
         batch: &vx_proto::Batch,
         scratch: &mut Scratch,
     ) -> bool {
@@ -123,7 +126,7 @@ impl LogWriter {
         let reserved = match features.reserve_bound(batch) {
             Some(n) => Some(n),
             None => {
-                self.applier.settle();
+                applier.settle();
                 self.shared.features.reserve_events(batch)
             }
         };
@@ -155,6 +158,7 @@ impl LogWriter {
 
     pub(super) fn plan_write(
         &mut self,
+        applier: &Applier,
         req: &WriteRequest,
         now: i64,
         scratch: &mut Scratch,
@@ -263,7 +267,7 @@ impl LogWriter {
             });
         }
         if self.cfg.features_from_events
-            && !self.reserve_features(batch, scratch)
+            && !self.reserve_features(applier, batch, scratch)
             && self.over_limit("storage.max_feature_bytes")
         {
             return Err(WriteError::FeatureBudget {
