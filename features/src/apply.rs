@@ -382,7 +382,7 @@ impl Features {
                         },
                         Agg::Distinct => State::Hll {
                             head: i64::MIN,
-                            regs: hll::empty(width.is_some()),
+                            regs: hll::empty(),
                         },
                         _ => State::Win(Buckets::new()),
                     };

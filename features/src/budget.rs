@@ -29,7 +29,8 @@ use vx_proto::{Batch, Kind};
 /// The most one more event can add to an aggregate's state that `before` earlier events of
 /// the same batch may have grown already: a window's buckets past their allocation (an event
 /// adds at most one bucket, and the buckets grow by doubling, at most [`BUCKETS`]); a
-/// windowed sketch until it is dense (an all-time one is dense from the start). Nothing for a state that has room.
+/// `distinct` until it is a dense sketch (all time: the 64 bytes of its sketch; until then,
+/// an exact set at its largest). Nothing for a state that has room.
 fn update_growth(st: &State, before: usize, windowed: bool) -> u64 {
     match st {
         State::Win(b) => {
@@ -45,7 +46,10 @@ fn update_growth(st: &State, before: usize, windowed: bool) -> u64 {
                 alloc_size(need.next_power_of_two() * std::mem::size_of::<crate::table::Bucket>())
             }
         }
-        State::Hll { .. } if !windowed => 0,
+        // All time: an exact set grows by a value, up to its 16, then the 64-byte sketch.
+        // Reserved at its largest by the batch's first event that updates it.
+        State::Hll { regs, .. } if !windowed && (regs.len() == HLL_M || before > 0) => 0,
+        State::Hll { .. } if !windowed => state_max_bytes(false),
         State::Hll { regs, .. } if regs.capacity() >= HLL_M * HLL_LEVELS => 0,
         State::Hll { .. } => alloc_size(HLL_M * HLL_LEVELS),
         State::Plain { .. } => 0,

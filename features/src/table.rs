@@ -8,7 +8,7 @@
 
 use crate::apply::Ahead;
 use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
-use crate::hll::{HLL_LEVELS, HLL_M};
+use crate::hll::{EXACT_BYTES_MAX, HLL_LEVELS, HLL_M};
 use crate::index::PosTable;
 use crate::names::Names;
 use crate::prefetch::Lines;
@@ -100,14 +100,15 @@ fn slot_heap(key: &Key, rec: &Rec) -> u64 {
     key + rec.heap()
 }
 
-/// The most a declared aggregate's state can come to (60 buckets, the dense windowed
-/// sketch): what the budget reserves for one before it exists, and for one event's update.
+/// The most a declared aggregate's state can come to (60 buckets, the dense windowed sketch,
+/// an all-time `distinct`'s 16 exact values): what the budget reserves for one before it
+/// exists, and for one event's update.
 pub(crate) fn state_max_bytes(windowed_sketch: bool) -> u64 {
     let win = alloc_size(BUCKETS as usize * BUCKET_COST as usize);
     let hll = if windowed_sketch {
-        alloc_size(HLL_M * HLL_LEVELS)
+        alloc_size(HLL_M * HLL_LEVELS).max(alloc_size(EXACT_BYTES_MAX[1]))
     } else {
-        alloc_size(HLL_M)
+        alloc_size(HLL_M).max(alloc_size(EXACT_BYTES_MAX[0]))
     };
     win.max(hll)
 }

@@ -46,13 +46,12 @@ pub(crate) fn aggregate(
                 DistinctOf::Stream => xxhash_rust::xxh3::xxh3_64(ev.stream.as_bytes()),
                 DistinctOf::Data => xxhash_rust::xxh3::xxh3_64(ev.data?.as_bytes()),
             };
-            let (reg, rho) = hll::place(h);
             if width.is_none() {
-                hll::add_all_time(regs, reg, rho);
+                hll::add_all_time(regs, h);
                 *head = 0;
                 return Some(true);
             }
-            Some(hll::add_windowed(head, regs, b, reg, rho))
+            Some(hll::add_windowed(head, regs, b, h))
         }
         (_, State::Win(buckets)) => {
             let a = match decl.agg {
@@ -168,18 +167,15 @@ pub(crate) fn evaluate<'s>(
             }
         }
         (State::Hll { head, regs }, Agg::Distinct) => {
-            let est = match width {
-                None => hll::estimate(regs.iter().copied()),
+            let n = match width {
+                None => hll::count(regs, false, 0, 0),
+                Some(_) if *head == i64::MIN => 0.0,
                 Some(w) => {
-                    if *head == i64::MIN {
-                        0.0
-                    } else {
-                        let shift = wm.div_euclid(w).saturating_sub(*head).max(0);
-                        hll::estimate(hll::windowed_registers(regs, *head, shift).into_iter())
-                    }
+                    let shift = wm.div_euclid(w).saturating_sub(*head).max(0);
+                    hll::count(regs, true, *head, shift)
                 }
             };
-            Some(Reading::Int(est.round() as i64))
+            Some(Reading::Int(n.round() as i64))
         }
         _ => None,
     }
@@ -190,23 +186,20 @@ pub(crate) fn evaluate<'s>(
 mod tests {
     use super::*;
     use crate::decl::decl;
-    use crate::hll::{HLL_M, estimate, valid, windowed_registers};
+    use crate::hll::{count, valid};
     use crate::table::Buckets;
     use vx_proto::{Kind, Num};
 
     #[test]
-    fn hll_is_within_its_error_all_time_and_windowed() {
+    fn distinct_is_exact_while_small_and_within_its_error_after() {
         let all_time = decl("d", Agg::Distinct, None);
         let windowed = decl("w", Agg::Distinct, Some(60));
-        for n in [1u64, 5, 50, 1000, 20_000] {
+        for n in [1u64, 5, 16, 17, 50, 1000, 20_000] {
             let mut a = State::Hll {
                 head: i64::MIN,
-                regs: vec![0u8; HLL_M],
+                regs: crate::hll::empty(),
             };
-            let mut w = State::Hll {
-                head: i64::MIN,
-                regs: Vec::new(),
-            };
+            let mut w = a.clone();
             for i in 0..n {
                 let ev = EventView {
                     stream: "s",
@@ -224,15 +217,20 @@ mod tests {
             let (State::Hll { regs: ra, .. }, State::Hll { head, regs: rw }) = (&a, &w) else {
                 panic!()
             };
-            let all = estimate(ra.iter().copied());
-            let win = estimate(windowed_registers(rw, *head, 0).into_iter());
-            assert!(valid(rw, true));
-            assert_eq!(all, win, "a window holding everything is the plain sketch");
+            let all = count(ra, false, 0, 0);
+            let win = count(rw, true, *head, 0);
+            assert!(valid(rw, true) && valid(ra, false));
+            assert_eq!(
+                all, win,
+                "a window holding everything is the all-time state"
+            );
+            if n <= 16 {
+                assert_eq!(all, n as f64, "exact while small");
+            }
             let err = (all - n as f64).abs() / n as f64;
             assert!(err < 0.4, "n {n}: estimate {all}");
             // A window later, nothing is left.
-            let gone = estimate(windowed_registers(rw, *head, 60).into_iter());
-            assert_eq!(gone, 0.0);
+            assert_eq!(count(rw, true, *head, 60), 0.0);
         }
     }
 
