@@ -33,7 +33,8 @@
 //! - `vx_feature_reads_total`: entities read by `GET /v1/features/{entity}` and batch queries;
 //!   `vx_feature_writes_total`: feature PUTs and deletes answered 200.
 //! - `vx_feature_entities`, `vx_feature_bytes`, `vx_feature_max_bytes`: the feature tables
-//!   and their budget (`storage.max_feature_bytes`); `vx_feature_late_events_total`,
+//!   and their budget (`storage.max_feature_bytes`); `vx_feature_apply_threads`: the threads
+//!   applying them (`features.apply_threads`); `vx_feature_late_events_total`,
 //!   `vx_feature_future_events_total`: events windowed aggregates ignored (docs/API.md §6).
 //! - `vx_snapshot_age_seconds` (since the newest snapshot; 0 before the first),
 //!   `vx_snapshots_written_total`, `vx_snapshots_failed_total`, `vx_snapshot_bytes`.

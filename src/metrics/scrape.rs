@@ -285,6 +285,12 @@ impl Collector for RouterCollector {
             "The feature table budget (storage.max_feature_bytes)",
             fs.max_bytes as f64,
         )?;
+        gauge(
+            &mut encoder,
+            "vx_feature_apply_threads",
+            "Threads applying the feature tables (features.apply_threads)",
+            store.apply_threads() as f64,
+        )?;
         counter(
             &mut encoder,
             "vx_feature_late_events",

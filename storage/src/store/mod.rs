@@ -37,6 +37,8 @@ struct Running {
     snap_tx: flume::Sender<snapshot::SnapMsg>,
     snap_thread: Mutex<Option<JoinHandle<()>>>,
     snap_status: Arc<snapshot::SnapStatus>,
+    /// Threads applying the feature tables (`features.apply_threads`, as started).
+    apply_threads: usize,
 }
 
 impl Store {
@@ -91,6 +93,7 @@ impl Store {
         };
         let shared = Arc::clone(&engine.shared);
         let shards = engine.shards();
+        let apply_threads = applier.threads();
         let dedup_key = engine.dedup_key();
         let (tx, rx) = flume::bounded(capacity);
         let thread = std::thread::Builder::new()
@@ -113,6 +116,7 @@ impl Store {
                     snap_tx,
                     snap_thread: Mutex::new(Some(snap_thread)),
                     snap_status,
+                    apply_threads,
                 }),
             },
             report,
@@ -121,6 +125,11 @@ impl Store {
 
     pub fn shards(&self) -> u32 {
         self.inner.shards
+    }
+
+    /// Threads applying the feature tables (`features.apply_threads`, at most one per shard).
+    pub fn apply_threads(&self) -> usize {
+        self.inner.apply_threads
     }
 
     pub fn fsync_mode(&self) -> FsyncMode {
