@@ -214,6 +214,42 @@ async fn metrics_name_what_happened_and_pass_promtool() {
         sum(&samples, "vx_fsync_duration_seconds_count", None) >= 1.0,
         "{text}"
     );
+    // Each of the three stored requests went through every stage, once each, and the stages
+    // add up to no more than the request's whole time.
+    has_type("vx_ingest_stage_seconds", "histogram");
+    let mut stage_sum = 0.0;
+    for stage in [
+        "receive",
+        "decode",
+        "admission",
+        "queue",
+        "write",
+        "fsync",
+        "apply",
+        "answer",
+    ] {
+        let n = sum(
+            &samples,
+            "vx_ingest_stage_seconds_count",
+            Some(("stage", stage)),
+        );
+        assert_eq!(n, 3.0, "stage {stage}:\n{text}");
+        stage_sum += sum(
+            &samples,
+            "vx_ingest_stage_seconds_sum",
+            Some(("stage", stage)),
+        );
+    }
+    assert!(stage_sum > 0.0, "{text}");
+    assert!(
+        stage_sum
+            <= sum(
+                &samples,
+                "vx_http_request_duration_seconds_sum",
+                Some(("route", "/v1/events"))
+            ),
+        "{text}"
+    );
     has_type("vx_http_request_duration_seconds", "histogram");
     let ingest_count = sum(
         &samples,

@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use futures_util::Stream;
+use std::time::{Duration, Instant};
 use vx_proto::Batch;
 use vx_proto::decode::Decoder;
 
@@ -49,6 +50,36 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let mut decoding = Duration::ZERO;
+    decode_encoded_body_timed(
+        body,
+        format,
+        encoding,
+        limits,
+        budget,
+        now_ms,
+        &mut decoding,
+    )
+    .await
+}
+
+/// [`decode_encoded_body`], adding to `decoding` the time spent decoding (the rest of its
+/// time went to waiting for the body, its budget and its decompression). A YAML body is
+/// decoded on the blocking pool while it arrives: all its time counts as decoding.
+pub async fn decode_encoded_body_timed<S, E>(
+    body: S,
+    format: Format,
+    encoding: Encoding,
+    limits: &Limits,
+    budget: &InflightBudget,
+    now_ms: i64,
+    decoding: &mut Duration,
+) -> Result<(Batch, InflightPermit), IngestError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let began = Instant::now();
     let mut permit = budget.begin();
     let mut body = BodyReader::new(body, encoding, limits);
     let Some(mut decoder) = Decoder::new(format, limits.max_event_bytes, now_ms) else {
@@ -60,15 +91,20 @@ where
             now_ms,
         )
         .await?;
+        *decoding += began.elapsed();
         return Ok((batch, permit));
     };
     let mut batch = Batch::new();
     while let Some(chunk) = body.next(&mut permit).await? {
+        let t = Instant::now();
         decoder.feed(&chunk, &mut batch)?;
+        *decoding += t.elapsed();
         // Decoding is CPU work on a runtime worker: let other tasks in between chunks.
         tokio::task::consume_budget().await;
     }
+    let t = Instant::now();
     decoder.finish(&mut batch)?;
+    *decoding += t.elapsed();
     Ok((batch, permit))
 }
 

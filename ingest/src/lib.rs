@@ -21,7 +21,7 @@ pub mod yaml;
 
 use vx_proto::InputError;
 
-pub use body::{decode_body, decode_encoded_body, read_encoded_body};
+pub use body::{decode_body, decode_encoded_body, decode_encoded_body_timed, read_encoded_body};
 pub use budget::{InflightBudget, InflightPermit};
 pub use encoding::{Encoding, SUPPORTED_ENCODINGS, UnsupportedEncoding, encoding_for};
 pub use media::{SUPPORTED_TYPES, UnsupportedMediaType, format_for};

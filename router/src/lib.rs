@@ -388,6 +388,7 @@ impl Router {
                         .durability
                         .unwrap_or_else(|| store.fsync_mode().durability()),
                     stored: Vec::new(),
+                    stages: Default::default(),
                 },
                 queue_fill: 0.0,
             });

@@ -72,6 +72,8 @@ type Write = Pin<Box<dyn Future<Output = Done> + Send>>;
 struct Done {
     id: u64,
     events: u64,
+    /// When the batch was decoded (its admission starts): `vx_ingest_stage_seconds`.
+    decoded: std::time::Instant,
     result: Result<Accepted, SubmitError>,
 }
 
@@ -523,6 +525,7 @@ impl Conn {
             }
             self.barrier = false;
         }
+        let decoded = std::time::Instant::now();
         let req = Submit {
             batch,
             durability: head.durability.map(durability),
@@ -532,7 +535,12 @@ impl Conn {
         let mut write: Write = if req.batch.is_empty() {
             Box::pin(async move {
                 let result = router.submit(req).await;
-                Done { id, events, result }
+                Done {
+                    id,
+                    events,
+                    decoded,
+                    result,
+                }
             })
         } else {
             let shards = router.shards_of(&req.batch);
@@ -567,7 +575,12 @@ impl Conn {
             };
             Box::pin(async move {
                 let result = router.write_admitted(req, reservation).await;
-                Done { id, events, result }
+                Done {
+                    id,
+                    events,
+                    decoded,
+                    result,
+                }
             })
         };
         // From admission on, the router's queued-byte budget accounts for the batch.
@@ -594,6 +607,13 @@ impl Conn {
         match done.result {
             Ok(accepted) => {
                 let o = accepted.outcome;
+                let measured = crate::metrics::Measured {
+                    receive: None,
+                    decode: None,
+                    decoded: done.decoded,
+                    done: std::time::Instant::now(),
+                };
+                metrics.stages.observe(&measured, &o.stages);
                 let handles = metrics.format("frames");
                 handles.ingested.inc_by(o.accepted);
                 handles.duplicates.inc_by(o.duplicates);

@@ -6,6 +6,7 @@
 
 use super::AppError;
 use super::queue_fill::with_fill;
+use crate::metrics::Measured;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -14,6 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
+use std::time::{Duration, Instant};
 use vx_router::Submit;
 use vx_storage::Durability;
 use vx_sys::now_ms;
@@ -56,6 +58,8 @@ pub(crate) struct Took {
     pub durability: &'static str,
     pub queue_fill: f64,
     pub position: Option<vx_cluster::position::Position>,
+    /// Where its time went in the local store (unset in cluster mode).
+    pub stages: vx_storage::Stages,
 }
 
 impl Took {
@@ -67,6 +71,7 @@ impl Took {
             durability: a.outcome.durability.as_str(),
             queue_fill: a.queue_fill,
             position: None,
+            stages: a.outcome.stages,
         }
     }
 }
@@ -192,6 +197,7 @@ pub(super) async fn submit(
                     },
                     queue_fill: t.queue_fill,
                     position: Some(t.position),
+                    stages: vx_storage::Stages::default(),
                 })
             }
             Err((error, fill)) => {
@@ -304,15 +310,19 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         return closing(reject(AppError::starting(), None, 0.0));
     };
 
-    let decoded = vx_ingest::decode_encoded_body(
+    let began = Instant::now();
+    let mut decoding = Duration::ZERO;
+    let decoded = vx_ingest::decode_encoded_body_timed(
         body.into_data_stream(),
         req.format,
         req.encoding,
         state.limits(),
         state.budget(),
         now_ms(),
+        &mut decoding,
     )
     .await;
+    let read = began.elapsed();
     // The permit holds the body's share of the in-flight budget until the batch is handed to
     // the router, whose queued-byte budget accounts for it from admission on (admission runs
     // at the first poll of `submit`, with no await in between).
@@ -332,6 +342,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
 
     drop(permit);
+    let decoded_at = Instant::now();
     let submitted = submit(
         &state,
         router,
@@ -346,7 +357,17 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     )
     .await;
     match submitted {
-        Ok(took) => with_fill(stored(&took), took.queue_fill),
+        Ok(took) => {
+            let resp = with_fill(stored(&took), took.queue_fill);
+            let measured = Measured {
+                receive: Some(read.saturating_sub(decoding)),
+                decode: Some(decoding),
+                decoded: decoded_at,
+                done: Instant::now(),
+            };
+            metrics.stages.observe(&measured, &took.stages);
+            resp
+        }
         Err(refused) => refused,
     }
 }

@@ -15,6 +15,8 @@
 //!   log records left out of a stored OTLP request (partial success) count here as
 //!   `invalid_event`.
 //! - `vx_http_request_duration_seconds{route}`: latency by route template.
+//! - `vx_ingest_stage_seconds{stage}`: an acknowledged ingest request's time by stage
+//!   (`receive`, `decode`, `admission`, `queue`, `write`, `fsync`, `apply`, `answer`; [`stages`]).
 //! - `vx_queue_depth{shard}`, `vx_queue_capacity{shard}`, `vx_queue_high_water{shard}`:
 //!   admission reservations in events.
 //! - `vx_backpressure`: 1 while any shard is at its mark or the byte budget is spent.
@@ -61,6 +63,7 @@
 //! # Layout
 //! - here: the label sets, the [`Metrics`] registry and its hot-path handles, the exposition.
 //! - [`timed`]: [`Timed`], the latency histogram on atomics that the status page reads too.
+//! - [`stages`]: `vx_ingest_stage_seconds`, an ingest request's time by stage.
 //! - [`observer`]: the storage engine's hooks ([`StorageObserver`]).
 //! - [`totals`]: the counters since start that the status page derives rates from.
 //! - [`scrape`]: gauges read from the router, the store, the live hub and the byte budget at
@@ -70,10 +73,12 @@
 mod exposition;
 mod observer;
 mod scrape;
+mod stages;
 mod timed;
 mod totals;
 
 pub use observer::StorageObserver;
+pub use stages::{Measured, STAGES, StageTimes};
 pub use timed::{Sums, Timed};
 pub use totals::{Rejected, Totals};
 
@@ -165,6 +170,8 @@ pub struct Metrics {
     pub feature_reads: Counter,
     /// Direct feature writes answered 200.
     pub feature_writes: Counter,
+    /// `vx_ingest_stage_seconds{stage}`.
+    pub stages: StageTimes,
 }
 
 /// Counters of the binary-frames listeners.
@@ -354,6 +361,7 @@ impl Metrics {
             "Feature PUTs and deletes answered 200",
             feature_writes.clone(),
         );
+        let stages = StageTimes::register(&mut registry);
 
         registry.register_collector(Box::new(BudgetCollector(budget)));
         registry.register_collector(Box::new(HubCollector(hub)));
@@ -375,6 +383,7 @@ impl Metrics {
             streams_deleted,
             feature_reads,
             feature_writes,
+            stages,
         }
     }
 

@@ -86,6 +86,28 @@ pub struct WriteOutcome {
     /// The newly stored events, per stream in the request's run order (duplicates left out;
     /// empty when every event was a duplicate), so that a caller can read them back.
     pub stored: Vec<StoredRun>,
+    /// Where its time went in the engine (unset for an answer before the group's end: a
+    /// level below the mode's).
+    pub stages: Stages,
+}
+
+/// Where a write's time went inside the storage engine, for `vx_ingest_stage_seconds`
+/// (docs/OPERATIONS.md): each request of a group gets its group's write, fsync and apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// When it was sent to the writer thread (admission is over).
+    pub sent: Option<std::time::Instant>,
+    /// In the writer's queue: from `sent` until its group began.
+    pub queue: std::time::Duration,
+    /// Its group planned and written (the group's one `pwrite`).
+    pub write: std::time::Duration,
+    /// Its group's fdatasync (zero without one).
+    pub fsync: std::time::Duration,
+    /// From the sync to the answer: made visible to readers, handed to the apply threads,
+    /// applied to the feature tables.
+    pub apply: std::time::Duration,
+    /// When its answer was sent.
+    pub answered: Option<std::time::Instant>,
 }
 
 /// A direct feature write (docs/API.md §6 `PUT` / `DELETE /v1/features/...`): one log record.

@@ -70,7 +70,12 @@ impl Store {
                 let (tx, rx) = oneshot::channel();
                 self.inner
                     .tx
-                    .send(Msg::Write(req, tx, tracing::Span::none()))
+                    .send(Msg::Write(
+                        req,
+                        tx,
+                        tracing::Span::none(),
+                        std::time::Instant::now(),
+                    ))
                     .map_err(shut)?;
                 Box::pin(async move {
                     Submitted::Write(rx.await.unwrap_or(Err(WriteError::ShuttingDown)))

@@ -166,7 +166,12 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         self.inner
             .tx
-            .send_async(Msg::Write(req, tx, vx_sys::caller_span()))
+            .send_async(Msg::Write(
+                req,
+                tx,
+                vx_sys::caller_span(),
+                std::time::Instant::now(),
+            ))
             .await
             .map_err(|_| WriteError::ShuttingDown)?;
         rx.await.unwrap_or(Err(WriteError::ShuttingDown))

@@ -20,13 +20,37 @@ use crate::apply::{Finish, Outcome};
 use crate::log::state::Published;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use vx_sys::span_int;
+
+/// When a group began (planning), was written, and was synced (as written without a sync).
+#[derive(Clone, Copy)]
+pub(super) struct GroupTimes {
+    pub(super) began: Instant,
+    pub(super) written: Instant,
+    pub(super) synced: Instant,
+}
+
+impl GroupTimes {
+    /// A write's stages, answered at `now` (it was sent at `sent`).
+    fn stages(&self, sent: Option<Instant>, now: Instant) -> Stages {
+        Stages {
+            sent,
+            queue: sent.map_or(Duration::ZERO, |s| self.began.saturating_duration_since(s)),
+            write: self.written.saturating_duration_since(self.began),
+            fsync: self.synced.saturating_duration_since(self.written),
+            apply: now.saturating_duration_since(self.synced),
+            answered: Some(now),
+        }
+    }
+}
 
 /// A durable group's requests and what its finish does besides answering them.
 pub(super) struct Done {
     pub(super) planned: Vec<Planned>,
     pub(super) synced: bool,
     pub(super) fsync_us: u64,
+    pub(super) times: GroupTimes,
     /// The feature budget its requests reserved.
     pub(super) reserved: u64,
     /// The LSN of its last record.
@@ -53,6 +77,12 @@ impl Done {
             features.applied_through(self.through);
             if let Some(origins) = self.origins {
                 shared.publish_origins(origins);
+            }
+            let now = Instant::now();
+            for p in &mut self.planned {
+                if let Answer::Write(_, out) = &mut p.answer {
+                    out.stages = self.times.stages(p.sent, now);
+                }
             }
             answer_group(&mut self.planned, self.synced, self.fsync_us);
         })

@@ -3,7 +3,7 @@
 //! the group to the apply threads, which apply it to the feature tables; its finish answers.
 
 use super::Msg;
-use super::answer::Done;
+use super::answer::{Done, GroupTimes};
 use super::plan::Scratch;
 use super::planned::{Answer, Planned};
 use crate::api::*;
@@ -36,6 +36,7 @@ impl LogWriter {
         last_sync: &mut Instant,
     ) {
         let now = now_ms();
+        let began = Instant::now();
         scratch.buf.clear();
         scratch.undo.clear();
         scratch.pending.clear();
@@ -77,6 +78,7 @@ impl LogWriter {
         if !scratch.buf.is_empty() {
             *unsynced = true;
         }
+        let written = Instant::now();
         let fsync_took = match self.sync_group(need_sync, unsynced, last_sync) {
             Ok(took) => took,
             Err(failure) => {
@@ -102,6 +104,11 @@ impl LogWriter {
             planned,
             synced: need_sync,
             fsync_us,
+            times: GroupTimes {
+                began,
+                written,
+                synced: written + fsync_took,
+            },
             reserved: scratch.reserved,
             through: self.next_lsn.saturating_sub(1),
             origins: self.changed_origins(),
@@ -130,7 +137,7 @@ impl LogWriter {
         for msg in group.drain(..) {
             let lsn = self.next_lsn;
             let p = match msg {
-                Msg::Write(req, reply, caller) => {
+                Msg::Write(req, reply, caller, sent) => {
                     span.follows_from(&caller);
                     if let Some(err) = self.poisoned() {
                         let _ = reply.send(Err(err));
@@ -147,6 +154,7 @@ impl LogWriter {
                             span: caller,
                             origin: req.origin,
                             append_ms: Some(now),
+                            sent: Some(sent),
                             ..Planned::new(
                                 Answer::Write(Some(reply), plan.outcome),
                                 req.guard,

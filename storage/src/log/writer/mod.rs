@@ -49,8 +49,9 @@ pub(crate) type UnitReply = oneshot::Sender<Result<(), WriteError>>;
 
 pub(crate) enum Msg {
     /// The span is the caller's (an ingest request's `batch` span): the group's `commit` span
-    /// follows from it, and the writer records the group size and fsync time on it.
-    Write(WriteRequest, Reply, tracing::Span),
+    /// follows from it, and the writer records the group size and fsync time on it. The
+    /// instant is when it was sent (its time in the queue counts from there).
+    Write(WriteRequest, Reply, tracing::Span, Instant),
     Delete {
         stream: String,
         durability: Option<Durability>,
@@ -81,7 +82,7 @@ impl Msg {
     /// Answer a request that will not be planned.
     fn refuse(self, err: WriteError) {
         match self {
-            Msg::Write(_, reply, _) => {
+            Msg::Write(_, reply, ..) => {
                 let _ = reply.send(Err(err));
             }
             Msg::Delete { reply, .. } => {

@@ -37,6 +37,8 @@ pub(super) struct Planned {
     pub(super) reset: Option<(OriginTopic, u32)>,
     /// The record's append time: the group's clock, or the one a cluster record carries.
     pub(super) append_ms: Option<i64>,
+    /// A write: when it was sent to the writer (its stages count from there).
+    pub(super) sent: Option<std::time::Instant>,
 }
 
 impl Planned {
@@ -56,6 +58,7 @@ impl Planned {
             origin: None,
             reset: None,
             append_ms: None,
+            sent: None,
         }
     }
 
