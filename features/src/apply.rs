@@ -20,7 +20,8 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
-use crate::table::{Buckets, EntityRef, Feat, Shard, State};
+use crate::state::{Buckets, Feat, State};
+use crate::table::{EntityRef, Shard};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
 use std::sync::atomic::Ordering;
 use vx_proto::{EventView, Kind};
@@ -120,21 +121,6 @@ impl<'a> RecordEvents<'a> {
         }
         self.ahead_decls
     }
-}
-
-/// The stages of the look-ahead (`ordered.rs`, and a pipeline of reads), in the order an event goes through them: each
-/// loads what the next one reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ahead {
-    /// The index entry the look-up starts at (its address comes from the hash alone).
-    Index,
-    /// The entity's slot (the entry says where).
-    Slot,
-    /// The record's side allocation (the slot points at it); only for events of a type with
-    /// declared aggregates, as the next.
-    Side,
-    /// The held states' buckets and sketches.
-    States,
 }
 
 impl Features {

@@ -15,13 +15,13 @@
 //! have applied every record written before it: the writer waits for that first.
 
 use crate::Features;
+use crate::cost::{alloc_size, state_max_bytes};
 use crate::decl::{BUCKETS, Decls, FeatureValue};
 use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::rec::{FEAT_MAX, HEAD_MAX, HELD_COST, INLINE, Shell, THIN_HEADER, held};
-use crate::table::{
-    EntityMap, EntityRef, SLOT_COST, SUBTABLES, State, alloc_size, state_max_bytes,
-};
+use crate::state::State;
+use crate::table::{EntityMap, EntityRef, SLOT_COST, SUBTABLES};
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
@@ -43,7 +43,7 @@ fn update_growth(st: &State, before: usize, windowed: bool) -> u64 {
             if need <= room {
                 0
             } else {
-                alloc_size(need.next_power_of_two() * std::mem::size_of::<crate::table::Bucket>())
+                alloc_size(need.next_power_of_two() * std::mem::size_of::<crate::state::Bucket>())
             }
         }
         // All time: an exact set grows by a value, up to its 16, then the 64-byte sketch.

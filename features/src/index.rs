@@ -6,11 +6,11 @@
 //! needs: the entry a look-up starts at is known from the hash alone, so it can be prefetched
 //! events ahead ([`PosTable::prefetch`]); and the tag is in the entry, so a probe reads a slot
 //! (a cache miss in the arena) only for the entity it is after. A table grows by doubling, as
-//! hashbrown's do (7/8 full at most; [`crate::table::grown_capacity`]), rehashing from the
+//! hashbrown's do (7/8 full at most; [`crate::cost::grown_capacity`]), rehashing from the
 //! tags without touching the slots; a removal shifts the entries after it back (no tombstones).
 
+use crate::cost::{alloc_size, grown_capacity};
 use crate::prefetch::Lines;
-use crate::table::alloc_size;
 
 #[derive(Default)]
 pub(crate) struct PosTable {
@@ -109,7 +109,7 @@ impl PosTable {
     /// Add `pos` under `tag` (not there yet), growing first if the table is full.
     pub(crate) fn insert(&mut self, tag: u32, pos: u32) {
         if self.len + 1 > self.capacity() {
-            self.grow_to(crate::table::grown_capacity(self.capacity(), self.len + 1));
+            self.grow_to(grown_capacity(self.capacity(), self.len + 1));
         }
         self.put(entry(tag, pos));
         self.len += 1;
@@ -130,7 +130,7 @@ impl PosTable {
     /// Room for `n` more entities.
     pub(crate) fn reserve(&mut self, n: usize) {
         if self.len + n > self.capacity() {
-            self.grow_to(crate::table::grown_capacity(self.capacity(), self.len + n));
+            self.grow_to(grown_capacity(self.capacity(), self.len + n));
         }
     }
 

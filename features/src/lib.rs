@@ -37,6 +37,7 @@
 
 mod apply;
 mod budget;
+mod cost;
 mod decl;
 mod hll;
 mod index;
@@ -47,6 +48,7 @@ mod prefetch;
 mod read;
 mod rec;
 pub mod snapshot;
+mod state;
 mod store;
 mod table;
 mod value;

@@ -20,8 +20,8 @@
 //! ascending order and readers hold one at a time, so no wait can go round in a circle.
 
 use crate::Features;
-use crate::apply::{Ahead, ApplyError, RecordEvents};
-use crate::prefetch::Lines;
+use crate::apply::{ApplyError, RecordEvents};
+use crate::prefetch::{Ahead, Lines};
 use crate::table::{EntityRef, Shard};
 use parking_lot::RwLockWriteGuard;
 use std::collections::VecDeque;

@@ -58,3 +58,18 @@ impl Lines {
         }
     }
 }
+
+/// The stages of the look-ahead (`ordered.rs`, and a pipeline of reads), in the order an event goes through them: each
+/// loads what the next one reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// The index entry the look-up starts at (its address comes from the hash alone).
+    Index,
+    /// The entity's slot (the entry says where).
+    Slot,
+    /// The record's side allocation (the slot points at it); only for events of a type with
+    /// declared aggregates, as the next.
+    Side,
+    /// The held states' buckets and sketches.
+    States,
+}

@@ -3,11 +3,12 @@
 //! watermark). Rendering them (JSON over HTTP) is the caller's.
 
 use crate::Features;
-use crate::apply::Ahead;
 use crate::decl::{EVENTS, LAST_TS, Reading};
+use crate::prefetch::Ahead;
 use crate::prefetch::Lines;
 use crate::rec::{FeatView, View};
-use crate::table::{EntityRef, State};
+use crate::state::State;
+use crate::table::EntityRef;
 use smallvec::SmallVec;
 
 /// The most entities one [`Features::prefetch_reads`] loads ahead.

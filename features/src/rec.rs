@@ -28,9 +28,10 @@
 //!     tag & 4: the plain value's ts is i64::MIN; otherwise zigzag(B-ts) follows the value
 //! ```
 
+use crate::cost::{alloc_size, state_heap};
 use crate::decl::FeatureValue;
 use crate::prefetch::Lines;
-use crate::table::{Entity, Feat, Feats, Head, State, alloc_size, state_heap};
+use crate::state::{Entity, Feat, Feats, Head, State};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use thin_vec::ThinVec;
@@ -662,7 +663,7 @@ impl Rec {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::table::{Bucket, Buckets};
+    use crate::state::{Bucket, Buckets};
     use proptest::prelude::*;
 
     fn any_time() -> impl Strategy<Value = i64> {

@@ -6,13 +6,12 @@
 //! snapshot interfaces, so its layout can change without touching them (issue 20 is making it
 //! more compact step by step; docs/BENCHMARKS.md "Feature memory per entity").
 
-use crate::apply::Ahead;
-use crate::decl::{BUCKETS, EVENTS, FeatureValue, LAST_TS};
-use crate::hll::{EXACT_BYTES_MAX, HLL_LEVELS, HLL_M};
+use crate::cost::{alloc_size, grown_capacity, key_heap};
 use crate::index::PosTable;
 use crate::names::Names;
-use crate::prefetch::Lines;
+use crate::prefetch::{Ahead, Lines};
 use crate::rec::{Rec, View};
+use crate::state::{Entity, Feats};
 
 // What the tables' parts count against `storage.max_feature_bytes` lives with the parts: the
 // count is their real memory (docs/FEATURES.md "The budget"), so that `vx_feature_bytes`
@@ -28,68 +27,8 @@ use crate::rec::{Rec, View};
 // for keys), and [`crate::Features::change`] the index table, the arena and the names; a
 // property test checks the kept count against [`Shard::measure`].
 
-const BUCKET_COST: u64 = std::mem::size_of::<Bucket>() as u64;
 /// Bytes of one slot: the key and the entity's record, inline.
 pub(crate) const SLOT_COST: u64 = std::mem::size_of::<(Key, Rec)>() as u64;
-
-/// Bytes the allocator (mimalloc) hands out for a request of `n` bytes: its size classes are
-/// 8-byte steps up to 64 bytes, then four per power of two; past 128 KiB an allocation gets
-/// its own pages.
-pub(crate) fn alloc_size(n: usize) -> u64 {
-    if n == 0 {
-        return 0;
-    }
-    if n <= 64 {
-        return n.next_multiple_of(8) as u64;
-    }
-    if n > 128 << 10 {
-        return n.next_multiple_of(4096) as u64;
-    }
-    let log2 = usize::BITS - 1 - (n - 1).leading_zeros();
-    n.next_multiple_of((1usize << log2) / 4) as u64
-}
-
-/// The capacity an index table ([`crate::index`], hashbrown's policy) of `capacity` grows to
-/// when it must hold `items`.
-pub(crate) fn grown_capacity(capacity: usize, items: usize) -> usize {
-    if items <= capacity {
-        return capacity;
-    }
-    let want = items.max(capacity + 1);
-    let buckets = if want < 8 {
-        (want + 1).next_power_of_two().max(4)
-    } else {
-        (want * 8 / 7).next_power_of_two()
-    };
-    if buckets < 8 {
-        buckets - 1
-    } else {
-        buckets / 8 * 7
-    }
-}
-
-/// What a feature's state keeps outside the slot.
-pub(crate) fn state_heap(st: &State) -> u64 {
-    match st {
-        State::Plain {
-            v: FeatureValue::Str(s),
-            ..
-        } => alloc_size(s.len()),
-        State::Plain { .. } => 0,
-        State::Win(b) if b.spilled() => alloc_size(b.capacity() * BUCKET_COST as usize),
-        State::Win(_) => 0,
-        State::Hll { regs, .. } => alloc_size(regs.capacity()),
-    }
-}
-
-/// What an entity's key keeps outside its slot: a name over 22 bytes ([`Key`]).
-pub(crate) fn key_heap(name: &str) -> u64 {
-    if name.len() > 22 {
-        alloc_size(name.len())
-    } else {
-        0
-    }
-}
 
 /// What an entity keeps outside its table slot.
 fn slot_heap(key: &Key, rec: &Rec) -> u64 {
@@ -99,199 +38,6 @@ fn slot_heap(key: &Key, rec: &Rec) -> u64 {
     };
     key + rec.heap()
 }
-
-/// The most a declared aggregate's state can come to (60 buckets, the dense windowed sketch,
-/// an all-time `distinct`'s 16 exact values): what the budget reserves for one before it
-/// exists, and for one event's update.
-pub(crate) fn state_max_bytes(windowed_sketch: bool) -> u64 {
-    let win = alloc_size(BUCKETS as usize * BUCKET_COST as usize);
-    let hll = if windowed_sketch {
-        alloc_size(HLL_M * HLL_LEVELS).max(alloc_size(EXACT_BYTES_MAX[1]))
-    } else {
-        alloc_size(HLL_M).max(alloc_size(EXACT_BYTES_MAX[0]))
-    };
-    win.max(hll)
-}
-
-pub(crate) type Buckets = smallvec::SmallVec<[Bucket; 1]>;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Bucket {
-    pub idx: i64,
-    pub n: u32,
-    /// Sum for sum/avg, minimum for min, maximum for max; unused for count.
-    pub a: f64,
-}
-
-/// A feature's state. The default (a plain 0) is also the placeholder a record leaves where it
-/// moved a state out ([`crate::rec::Rec::take`]).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum State {
-    /// A plain value (built-ins, counters, gauges, PUTs, `last`), with the `ts` that orders it.
-    Plain { v: FeatureValue, ts: i64 },
-    /// Buckets of count/sum/min/max/avg, sorted by index, at most [`crate::decl::BUCKETS`];
-    /// the first inline (a window over events close in time needs no allocation).
-    Win(Buckets),
-    /// `distinct`: the newest bucket index and the sketch (see [`crate::hll`]).
-    Hll { head: i64, regs: Vec<u8> },
-}
-
-impl Default for State {
-    fn default() -> Self {
-        State::Plain {
-            v: FeatureValue::Int(0),
-            ts: 0,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Feat {
-    pub name: u32,
-    /// Append time of the record that last changed it (for `ttl`).
-    pub updated_ms: i64,
-    pub st: State,
-}
-
-/// An entity's built-ins and watermarks. Each built-in counts only while its bit of `present`
-/// is set (absent: deleted, or set by nothing yet).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Head {
-    events: i64,
-    last_ts: i64,
-    /// Greatest non-future event ts: where windows end (`i64::MIN`: none yet).
-    pub wm: i64,
-    /// Greatest event ts or direct-write append time applied (`as_of` of a read).
-    pub as_of: i64,
-    present: u8,
-}
-
-/// An entity taken out of its record to change ([`crate::rec::Rec::take`]): the head and the
-/// features, each a name id and a state.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub(crate) struct Entity {
-    pub head: Head,
-    pub feats: Feats,
-}
-
-impl std::ops::Deref for Entity {
-    type Target = Head;
-    fn deref(&self) -> &Head {
-        &self.head
-    }
-}
-
-impl std::ops::DerefMut for Entity {
-    fn deref_mut(&mut self) -> &mut Head {
-        &mut self.head
-    }
-}
-
-const HAS_EVENTS: u8 = 1;
-const HAS_LAST_TS: u8 = 2;
-
-impl Default for Head {
-    fn default() -> Self {
-        Head::new()
-    }
-}
-
-impl Entity {
-    pub(crate) fn new() -> Entity {
-        Entity {
-            head: Head::new(),
-            feats: Feats::new(),
-        }
-    }
-
-    /// An entity as a snapshot holds it.
-    #[cfg(test)]
-    pub(crate) fn restored(
-        events: Option<i64>,
-        last_ts: Option<i64>,
-        feats: Feats,
-        wm: i64,
-        as_of: i64,
-    ) -> Entity {
-        let mut head = Head {
-            wm,
-            as_of,
-            ..Head::new()
-        };
-        head.set_events(events);
-        head.set_last_ts(last_ts);
-        Entity { head, feats }
-    }
-}
-
-impl Head {
-    pub(crate) fn new() -> Head {
-        Head {
-            events: 0,
-            last_ts: 0,
-            wm: i64::MIN,
-            as_of: i64::MIN,
-            present: 0,
-        }
-    }
-
-    /// The bits of the built-ins that are set (as the record's flags encode them).
-    pub(crate) fn present_flags(&self) -> u8 {
-        self.present & (HAS_EVENTS | HAS_LAST_TS)
-    }
-
-    fn get(&self, bit: u8, v: i64) -> Option<i64> {
-        (self.present & bit != 0).then_some(v)
-    }
-
-    fn flag(&mut self, bit: u8, on: bool) {
-        if on {
-            self.present |= bit;
-        } else {
-            self.present &= !bit;
-        }
-    }
-
-    pub(crate) fn events(&self) -> Option<i64> {
-        self.get(HAS_EVENTS, self.events)
-    }
-
-    pub(crate) fn last_ts(&self) -> Option<i64> {
-        self.get(HAS_LAST_TS, self.last_ts)
-    }
-
-    pub(crate) fn set_events(&mut self, v: Option<i64>) {
-        self.events = v.unwrap_or(0);
-        self.flag(HAS_EVENTS, v.is_some());
-    }
-
-    pub(crate) fn set_last_ts(&mut self, v: Option<i64>) {
-        self.last_ts = v.unwrap_or(0);
-        self.flag(HAS_LAST_TS, v.is_some());
-    }
-
-    /// The built-in `name`'s value (`events`, `last_ts`); `None` if `name` is no built-in.
-    pub(crate) fn builtin(&self, name: &str) -> Option<Option<i64>> {
-        match name {
-            EVENTS => Some(self.events()),
-            LAST_TS => Some(self.last_ts()),
-            _ => None,
-        }
-    }
-
-    /// Set the built-in `name` (`None`: delete it); false if `name` is no built-in.
-    pub(crate) fn set_builtin(&mut self, name: &str, v: Option<i64>) -> bool {
-        match name {
-            EVENTS => self.set_events(v),
-            LAST_TS => self.set_last_ts(v),
-            _ => return false,
-        }
-        true
-    }
-}
-
-/// An entity's features once taken out of its record: a few on the stack.
-pub(crate) type Feats = smallvec::SmallVec<[Feat; 4]>;
 
 /// An entity's key: up to 22 bytes inline (most ids), longer ones on the heap. Inline keys
 /// are compared without following a pointer, which on the ingest path is a cache miss per
@@ -865,7 +611,8 @@ impl Shard {
 mod tests {
     use super::*;
     use crate::Features;
-    use crate::decl::{Agg, decl};
+    use crate::decl::{Agg, FeatureValue, decl};
+    use crate::state::State;
     use crate::{LogPos, ReadAt};
     use proptest::prelude::*;
     use vx_proto::{EventView, Kind, Num};

@@ -2,7 +2,7 @@
 
 use crate::decl::FeatureValue;
 use crate::names::Names;
-use crate::table::{Entity, Feat, State};
+use crate::state::{Entity, Feat, State};
 use vx_proto::Num;
 
 /// Remove feature `id` of the entity and its name's reference; false if it has no such

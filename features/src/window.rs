@@ -14,7 +14,7 @@
 use crate::decl::MAX_FUTURE_MS;
 use crate::decl::{Agg, BUCKETS, DistinctOf, FeatureDecl, Reading};
 use crate::hll;
-use crate::table::{Bucket, Buckets, State};
+use crate::state::{Bucket, Buckets, State};
 use vx_proto::EventView;
 
 /// Update one declared aggregate with an event: `Some(true)` applied, `Some(false)` late,
@@ -187,7 +187,7 @@ mod tests {
     use super::*;
     use crate::decl::decl;
     use crate::hll::{count, valid};
-    use crate::table::Buckets;
+    use crate::state::Buckets;
     use vx_proto::{Kind, Num};
 
     #[test]

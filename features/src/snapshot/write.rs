@@ -6,7 +6,8 @@ use super::{
 };
 use crate::Features;
 use crate::decl::FeatureValue;
-use crate::table::{Shard, State};
+use crate::state::State;
+use crate::table::Shard;
 use rkyv::rancor;
 use std::io;
 

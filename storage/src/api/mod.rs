@@ -158,6 +158,13 @@ pub struct StorageConfig {
     pub vfs: Arc<dyn Vfs>,
 }
 
+/// Groups whose records take fewer bytes than this are applied to the feature tables where
+/// they are handed over (by the writer, after the groups out) rather than on the apply
+/// threads: about a hundred events, a few dozen microseconds of apply, about what waking a
+/// thread costs (the Redis protocol's `HSET` at depth 1 measured 5% fewer operations a
+/// second when every group was handed over).
+pub const APPLY_IN_PLACE_BYTES: usize = 16 << 10;
+
 /// `features.apply_threads` when none is set: half the cores this process may run on (its
 /// CPU affinity and cgroup quota, as the standard library reads them), at least 1. Half,
 /// because the other half decodes requests and answers them (the tokio workers), and the
@@ -182,7 +189,7 @@ impl StorageConfig {
             features: Vec::new(),
             max_feature_bytes: 4 << 30,
             apply_threads: default_apply_threads(),
-            apply_in_place_bytes: crate::apply::IN_PLACE_BYTES,
+            apply_in_place_bytes: APPLY_IN_PLACE_BYTES,
             features_from_events: true,
             refuse_at_limits: true,
             snapshot_interval: Duration::from_secs(300),

@@ -10,10 +10,9 @@
 //!
 //! Why the writer does not apply: applying a group's events takes longer than writing and
 //! syncing it, so the writer commits the next group meanwhile. A group of under
-//! [`IN_PLACE_BYTES`] of records (a few feature writes, small batches) is applied where it
-//! is handed over, after the groups out: waking the threads would cost more than its apply
-//! (the Redis protocol's `HSET` at depth 1 measured 5% fewer operations a second when every
-//! group was handed over).
+//! `StorageConfig::apply_in_place_bytes` of records (a few feature writes, small batches) is
+//! applied where it is handed over, after the groups out: waking the threads would cost more
+//! than its apply.
 
 mod group;
 
@@ -26,10 +25,6 @@ use crate::features::snapshot::ReplayFrom;
 use crate::log::state::Published;
 use group::LogGroup;
 use std::sync::Arc;
-
-/// Groups whose records take fewer bytes than this are applied where they are handed over:
-/// about a hundred events, a few dozen microseconds of apply, about what a wake-up costs.
-pub(crate) const IN_PLACE_BYTES: usize = 16 << 10;
 
 /// The apply threads, as the writer and start-up hand them groups.
 pub(crate) struct Applier {

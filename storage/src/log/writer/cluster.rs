@@ -60,7 +60,7 @@ impl LogWriter {
             RecordBuilder::begin_with(buf, RecordType::Events, self.next_lsn, now, Some(origin));
         let len = rb.finish(buf)?;
         self.next_lsn += 1;
-        note_origin(Some(origin), scratch);
+        scratch.note_origin(Some(origin));
         Ok((start, start + len))
     }
 
@@ -108,7 +108,7 @@ impl LogWriter {
             }
         };
         self.next_lsn += 1;
-        note_origin(Some(origin), scratch);
+        scratch.note_origin(Some(origin));
         Ok((start, start + len))
     }
 
@@ -156,16 +156,5 @@ impl LogWriter {
             self.shared.poison.set(failure.clone());
             WriteError::Poisoned(failure.into())
         })
-    }
-}
-
-/// A request with `origin` was planned: later ones of the group must be above it.
-pub(super) fn note_origin(origin: Option<Origin>, scratch: &mut Scratch) {
-    if let Some(o) = origin {
-        let at = scratch
-            .origins
-            .entry((o.topic, o.partition))
-            .or_insert(o.offset);
-        *at = (*at).max(o.offset);
     }
 }

@@ -2,7 +2,6 @@
 //! `seq` assignment, and its record built into the group buffer. Nothing here touches the
 //! disk; a group whose write fails is undone from what planning noted ([`Scratch::undo`]).
 
-use super::cluster::note_origin;
 use crate::api::*;
 use crate::apply::Applier;
 use crate::index::memory::Placed;
@@ -27,6 +26,19 @@ pub(super) struct Scratch {
     pub(super) origins: HashMap<(OriginTopic, u32), u64>,
     /// The feature budget this group's requests reserved, released once it is applied.
     pub(super) reserved: u64,
+}
+
+impl Scratch {
+    /// A request with `origin` was planned: later ones of the group must be above it.
+    pub(super) fn note_origin(&mut self, origin: Option<Origin>) {
+        if let Some(o) = origin {
+            let at = self
+                .origins
+                .entry((o.topic, o.partition))
+                .or_insert(o.offset);
+            *at = (*at).max(o.offset);
+        }
+    }
 }
 
 /// One stream's run of a planned record; offsets are relative to the group buffer until the
@@ -107,7 +119,7 @@ impl LogWriter {
             }
         };
         self.next_lsn += 1;
-        note_origin(fw.origin, scratch);
+        scratch.note_origin(fw.origin);
         Ok(((start, start + len), found))
     }
 
@@ -386,7 +398,7 @@ impl LogWriter {
             r.rec_end_rel = rec_start + len;
         }
         self.next_lsn += 1;
-        note_origin(req.origin, scratch);
+        scratch.note_origin(req.origin);
         let stored = planned_runs
             .iter()
             .filter_map(|r| {
@@ -441,7 +453,7 @@ impl LogWriter {
         rb.tombstone(buf, stream, st.last);
         rb.finish(buf)?;
         self.next_lsn += 1;
-        note_origin(origin, scratch);
+        scratch.note_origin(origin);
         self.set_state(
             stream,
             WState {
