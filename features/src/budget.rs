@@ -21,7 +21,7 @@ use crate::hll::{HLL_LEVELS, HLL_M};
 use crate::names::NAME_COST;
 use crate::rec::{FEAT_MAX, HEAD_MAX, HELD_COST, INLINE, Shell, THIN_HEADER, held};
 use crate::state::State;
-use crate::table::{EntityMap, EntityRef, SLOT_COST, SUBTABLES};
+use crate::table::{EntityMap, EntityRef, SLOT_COST};
 use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use vx_proto::{Batch, Kind};
@@ -110,9 +110,9 @@ impl Features {
         let decls = self.decls.max_per_type as u64;
         // Each event may create its entity (a slot, its key), its counter
         // (a feature and a name) and its declared aggregates, or grow each aggregate's state
-        // by at most that state's largest size; and double one index table (at most twice
-        // the largest one so far: a shard's index is 32 tables, so no doubling is a large
-        // share of the tables). Its record's encoding may leave the slot (an encoding's
+        // by at most that state's largest size; and split one index segment (a full-size
+        // segment; and per shard once, a doubling of its directory and segment list: at most
+        // the largest step of any shard so far). Its record's encoding may leave the slot (an encoding's
         // times are differences from the newest one, so each may grow to its longest: at
         // most 16 times the encoding, and for the records with a side allocation, bounded by
         // `spilled`, which also bounds the rounding of a longer list of states).
@@ -122,16 +122,16 @@ impl Features {
             + alloc_size(16 * INLINE + HEAD_MAX + (1 + decls as usize) * FEAT_MAX)
             + (1 + decls) * (2 * HELD_COST + NAME_COST + 2 * 256)
             + decls * state_max_bytes(true);
-        let tables = u64::from(self.nshards) * SUBTABLES as u64;
-        let doublings = (batch.len() as u64).min(tables) * (2 * self.max_sub_bytes() + 64);
+        let shards = (batch.len() as u64).min(u64::from(self.nshards));
+        let splits = (batch.len() as u64).saturating_mul(crate::index::seg_bytes() + 64)
+            + shards.saturating_mul(self.max_sub_bytes() + 64);
         // Each shard given new entities may also open a chunk of its arena (at most a full
-        // one, and the chunk list may grow). The largest table and the spilled bytes are read
+        // one, and the chunk list may grow). The largest step and the spilled bytes are read
         // before the records written ahead of this one are applied, as for the several
         // batches of one group: each batch is bounded as if it alone grew the tables.
-        let shards = (batch.len() as u64).min(u64::from(self.nshards));
         per_event
             .saturating_mul(batch.len() as u64)
-            .saturating_add(doublings)
+            .saturating_add(splits)
             .saturating_add(16 * self.spilled_bytes())
             .saturating_add(shards * (EntityMap::MAX_CHUNK_BYTES + 1024))
     }
@@ -139,8 +139,10 @@ impl Features {
     /// What applying the batch's events can add: new entities (with their shards' table
     /// growth), new features, and the growth of declared aggregates' states.
     fn growth(&self, batch: &Batch) -> u64 {
-        // Per shard and sub-table: entities new to it in this batch (to size its growth once).
-        let mut new_entities: HashMap<(u32, usize), hashbrown::HashSet<&str>> = HashMap::new();
+        // Per shard and index segment: entities new to it in this batch (to size its growth
+        // once), and one of them (whose tag finds the segment).
+        let mut new_entities: HashMap<(u32, usize), (EntityRef<'_>, hashbrown::HashSet<&str>)> =
+            HashMap::new();
         // Per entity: features (and held states) created in this batch, and what is reserved
         // for its record's side allocation so far (its bound follows the count).
         let mut added: HashMap<&str, (usize, usize, u64)> = HashMap::new();
@@ -158,8 +160,9 @@ impl Features {
             let ent = g.entities.get(er);
             if ent.is_none()
                 && new_entities
-                    .entry((shard, EntityMap::sub_of(er)))
-                    .or_default()
+                    .entry((shard, g.entities.seg_of(er)))
+                    .or_insert_with(|| (er, hashbrown::HashSet::new()))
+                    .1
                     .insert(entity)
             {
                 cost += key_cost(entity);
@@ -207,9 +210,9 @@ impl Features {
             *reserved = (*reserved).max(bound);
         }
         let mut per_shard: HashMap<u32, usize> = HashMap::new();
-        for ((shard, sub), names) in new_entities {
+        for ((shard, _), (er, names)) in new_entities {
             if let Some(lock) = self.shards.get(shard as usize) {
-                cost += lock.read().entities.index_growth(sub, names.len());
+                cost += lock.read().entities.index_growth(er, names.len());
                 *per_shard.entry(shard).or_insert(0) += names.len();
             }
         }
@@ -230,9 +233,7 @@ impl Features {
         let ent = g.entities.get(er);
         let mut cost = 0;
         if ent.is_none() {
-            cost += g.entities.index_growth(EntityMap::sub_of(er), 1)
-                + g.entities.arena_growth(1)
-                + key_cost(entity);
+            cost += g.entities.index_growth(er, 1) + g.entities.arena_growth(1) + key_cost(entity);
         }
         let mut feats = ent.as_ref().map_or(0, |e| e.feats.len());
         let mut states = ent

@@ -181,7 +181,7 @@ impl<'a> RecordEvents<'a> {
                 let Some(sh) = held.shard(s) else {
                     continue;
                 };
-                sh.counted(er, |sh| f.apply_event_to(sh, er, ev, decls, self.at, redo))?;
+                sh.counted(|sh| f.apply_event_to(sh, er, ev, decls, self.at, redo))?;
             }
         }
         Ok(())

@@ -36,7 +36,8 @@ pub(crate) struct Counts {
     used: AtomicI64,
     /// Bytes of the records' side allocations (table.rs `EntityMap::spill`).
     spilled: AtomicI64,
-    /// Bytes of the largest index table of any shard so far (table.rs `EntityMap::max_sub`).
+    /// The most one new entity can add to any shard's index so far (a segment and a
+    /// directory doubling: index.rs `Index::max_step`).
     max_sub: AtomicU64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
@@ -98,7 +99,7 @@ impl Features {
             spilled += sh.entities.spill();
             self.counts
                 .max_sub
-                .fetch_max(sh.entities.max_sub(), Ordering::Relaxed);
+                .fetch_max(sh.entities.max_step(), Ordering::Relaxed);
             *lock.write() = sh;
         }
         self.counts
@@ -175,7 +176,7 @@ impl Features {
     ) -> Result<R, crate::ApplyError> {
         let mut g = self.shard(e).write();
         let before = g.counts();
-        let out = g.counted(e, f);
+        let out = g.counted(f);
         self.unlock_counted(g, before);
         out
     }
@@ -186,7 +187,7 @@ impl Features {
         let after = g.counts();
         // Written only when it grows: a write of a line every apply thread reads would make
         // each of them miss it at its next shard.
-        let sub = g.entities.max_sub();
+        let sub = g.entities.max_step();
         if sub > self.counts.max_sub.load(Ordering::Relaxed) {
             self.counts.max_sub.fetch_max(sub, Ordering::Relaxed);
         }
@@ -217,7 +218,7 @@ impl Features {
         u64::try_from(self.counts.spilled.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
-    /// Bytes of the largest index table of any shard so far.
+    /// The most one new entity can add to any shard's index.
     pub(crate) fn max_sub_bytes(&self) -> u64 {
         self.counts.max_sub.load(Ordering::Relaxed)
     }

@@ -6,8 +6,8 @@
 //! snapshot interfaces, so its layout can change without touching them (issue 20 is making it
 //! more compact step by step; docs/BENCHMARKS.md "Feature memory per entity").
 
-use crate::cost::{alloc_size, grown_capacity, key_heap};
-use crate::index::PosTable;
+use crate::cost::{alloc_size, key_heap};
+use crate::index::Index;
 use crate::names::Names;
 use crate::prefetch::{Ahead, Lines};
 use crate::rec::{Rec, View};
@@ -124,9 +124,6 @@ impl<'a> EntityRef<'a> {
     }
 }
 
-/// Index tables per shard: a table grows by doubling, and many small tables double one at a
-/// time, so growth is a small step at any moment.
-pub(crate) const SUBTABLES: usize = 32;
 /// Slots per chunk of a shard's arena, once it has [`SMALL_CHUNKS`] smaller ones (4, 8, … 128
 /// slots, so that a shard with few entities holds little): the arena grows a chunk at a time
 /// and never moves a slot to grow, so no slot is paid for twice and no moment doubles the
@@ -163,13 +160,14 @@ fn chunk_bytes(k: usize) -> u64 {
 }
 
 /// The entities of a shard. The slots are packed in an arena of chunks (all full but the
-/// last; a removal moves the last slot into the hole), and [`SUBTABLES`] hash tables picked by
-/// bits 16–20 of the entity hash map each entity to its slot's position (the shard takes the
-/// hash modulo the shard count, the index tables bits 29 and up). A table holds 8-byte
-/// entries of a tag and a position ([`crate::index`]), so the room a table keeps free costs
-/// 8 bytes an entry instead of a slot.
+/// last; a removal moves the last slot into the hole), and an index ([`crate::index`]: fixed
+/// size segments under a directory, split one at a time as they fill) maps each entity to
+/// its slot's position by the high half of its hash (the shard takes the hash modulo the
+/// shard count: its low bits). An index entry is 8 bytes, a tag and a position, so the room
+/// the index keeps free costs 8 bytes an entry instead of a slot.
+#[derive(Default)]
 pub(crate) struct EntityMap {
-    index: Box<[PosTable]>,
+    index: Index,
     slots: Vec<Vec<(Key, Rec)>>,
     len: usize,
     /// Bytes of the chunks, kept as they come and go: the count is read on every apply, and a
@@ -178,27 +176,11 @@ pub(crate) struct EntityMap {
     /// Bytes of the records' side allocations ([`Rec::sizes`]), kept as they change: how
     /// much re-encoding can grow the shard at most (the budget's cheap bound).
     spill: u64,
-    /// Bytes of the largest index table so far: what one table's doubling can add at most
-    /// (the budget's cheap bound).
-    max_sub: u64,
     /// The entity a change takes its entity into ([`EntityMut`]); between changes it holds
     /// what the last one's store left (plain values, no heap), which the next take clears.
     scratch: Entity,
 }
 
-impl Default for EntityMap {
-    fn default() -> Self {
-        EntityMap {
-            index: (0..SUBTABLES).map(|_| PosTable::default()).collect(),
-            slots: Vec::new(),
-            len: 0,
-            chunk_bytes: 0,
-            spill: 0,
-            max_sub: 0,
-            scratch: Entity::default(),
-        }
-    }
-}
 
 /// The slot at `pos`, if the arena holds one there.
 fn slot_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> Option<&(Key, Rec)> {
@@ -227,37 +209,30 @@ impl EntityMap {
     /// Bytes of the index and the arena, counted from scratch (what [`Shard::measure`] checks
     /// the kept count against).
     pub fn table_bytes(&self) -> u64 {
-        self.index.iter().map(PosTable::bytes).sum::<u64>()
+        self.index.measure()
             + (0..self.slots.len()).map(chunk_bytes).sum::<u64>()
             + self.list_bytes()
     }
 
-    /// Bytes a change of an entity of index table `i` can change: that table and the arena.
-    pub fn sub_table_bytes(&self, i: usize) -> u64 {
-        self.index.get(i).map_or(0, PosTable::bytes) + self.arena_bytes()
+    /// Bytes a change of an entity can change besides the entity: the index and the arena
+    /// (as kept: read on every change).
+    pub fn index_bytes(&self) -> u64 {
+        self.index.bytes() + self.arena_bytes()
     }
 
-    /// The index table an entity is in.
-    pub fn sub_of(e: EntityRef<'_>) -> usize {
-        (e.hash >> 16) as usize % SUBTABLES
+    /// The index segment an entity is in (entities new to one segment grow it together).
+    pub fn seg_of(&self, e: EntityRef<'_>) -> usize {
+        self.index.seg_of(e.tag())
     }
 
-    /// Items index table `i` holds, and holds before it must grow.
-    pub fn sub_fill(&self, i: usize) -> (usize, usize) {
-        self.index
-            .get(i)
-            .map_or((0, 0), |t| (t.len(), t.capacity()))
+    /// What adding `n` entities to `e`'s index segment can add to the index.
+    pub fn index_growth(&self, e: EntityRef<'_>, n: usize) -> u64 {
+        self.index.growth(e.tag(), n)
     }
 
-    /// What adding `n` entities to index table `i` adds to it.
-    pub fn index_growth(&self, i: usize, n: usize) -> u64 {
-        let (len, cap) = self.sub_fill(i);
-        let grown = grown_capacity(cap, len + n);
-        if grown == cap {
-            0
-        } else {
-            crate::index::table_bytes(grown)
-        }
+    /// The most one new entity can add to the index.
+    pub fn max_step(&self) -> u64 {
+        self.index.max_step()
     }
 
     /// What adding `n` entities to the shard adds to its arena.
@@ -275,13 +250,9 @@ impl EntityMap {
         new + list
     }
 
-    /// Room for `n` more entities, spread as the hash spreads them.
+    /// Room for `n` more entities (a snapshot's load, into an empty shard).
     pub fn reserve(&mut self, n: usize) {
-        let each = n.div_ceil(SUBTABLES) + n.div_ceil(SUBTABLES) / 8;
-        for t in self.index.iter_mut() {
-            t.reserve(each);
-            self.max_sub = self.max_sub.max(t.bytes());
-        }
+        self.index.reserve(n);
         self.slots.reserve(chunks_for(self.len + n));
     }
 
@@ -289,7 +260,6 @@ impl EntityMap {
     fn position(&self, e: EntityRef<'_>) -> Option<u32> {
         let slots = &self.slots;
         self.index
-            .get(Self::sub_of(e))?
             .find(e.tag(), |p| slot_at(slots, p).is_some_and(|(k, _)| e.is(k)))
     }
 
@@ -305,19 +275,14 @@ impl EntityMap {
 
     /// Note the index entry a look-up of `e` starts at, to load.
     pub fn prefetch_index(&self, e: EntityRef<'_>, out: &mut Lines) {
-        if let Some(t) = self.index.get(Self::sub_of(e)) {
-            t.prefetch(e.tag(), out);
-        }
+        self.index.prefetch(e.tag(), out);
     }
 
     /// Note the slot of `e`, its index entry read (loaded by now): the first entry with its
     /// tag, without reading slots to compare keys (a rare wrong guess only costs a useless
     /// load).
     pub fn prefetch_slot(&self, e: EntityRef<'_>, out: &mut Lines) {
-        if let Some(p) = self
-            .index
-            .get(Self::sub_of(e))
-            .and_then(|t| t.find(e.tag(), |_| true))
+        if let Some(p) = self.index.find(e.tag(), |_| true)
             && let Some(s) = slot_at(&self.slots, p)
         {
             out.add(s, SLOT_COST as usize);
@@ -344,11 +309,6 @@ impl EntityMap {
     /// Bytes of the records' side allocations.
     pub fn spill(&self) -> u64 {
         self.spill
-    }
-
-    /// Bytes of the largest index table so far.
-    pub fn max_sub(&self) -> u64 {
-        self.max_sub
     }
 
     pub fn contains_key(&self, e: EntityRef<'_>) -> bool {
@@ -381,10 +341,7 @@ impl EntityMap {
     /// A new entity `e` (not in the map) in the next slot; that slot's position.
     fn push_new(&mut self, e: EntityRef<'_>, rec: Rec) -> u32 {
         let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
-        if let Some(t) = self.index.get_mut(Self::sub_of(e)) {
-            t.insert(e.tag(), pos);
-            self.max_sub = self.max_sub.max(t.bytes());
-        }
+        self.index.insert(e.tag(), pos);
         let (k, _) = chunk_of(self.len);
         if k == self.slots.len() {
             self.slots.push(Vec::with_capacity(chunk_len(k)));
@@ -423,7 +380,7 @@ impl EntityMap {
     /// Remove entity `e`: the entity, and the bytes it kept outside its slot (key included).
     pub fn remove(&mut self, e: EntityRef<'_>) -> Option<(Entity, u64)> {
         let pos = self.position(e)?;
-        self.index.get_mut(Self::sub_of(e))?.remove(e.tag(), pos);
+        self.index.remove(e.tag(), pos);
         // Take the last slot out, and put it in the hole unless it is the one removed.
         let last_chunk = self.slots.last_mut()?;
         let last = last_chunk.pop()?;
@@ -437,9 +394,7 @@ impl EntityMap {
             last
         } else {
             let moved = EntityRef::new(std::str::from_utf8(last.0.as_bytes()).unwrap_or(""));
-            if let Some(t) = self.index.get_mut(Self::sub_of(moved)) {
-                t.repoint(moved.tag(), last_pos, pos);
-            }
+            self.index.repoint(moved.tag(), last_pos, pos);
             let slot = self.slot_mut(pos)?;
             std::mem::replace(slot, last)
         };
@@ -570,17 +525,17 @@ impl Shard {
     /// Run `f`, a change of entity `e` (and nothing else of the shard), and add what it
     /// changed of the parts the entity shares (its table, the names) to the shard's bytes;
     /// the entity's own change is counted by `f` (see [`EntityMut`]).
-    pub(crate) fn counted<R>(&mut self, e: EntityRef<'_>, f: impl FnOnce(&mut Shard) -> R) -> R {
-        let was = self.shared_bytes(e);
+    pub(crate) fn counted<R>(&mut self, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let was = self.shared_bytes();
         let out = f(self);
-        self.bytes = (self.bytes + self.shared_bytes(e)).saturating_sub(was);
+        self.bytes = (self.bytes + self.shared_bytes()).saturating_sub(was);
         out
     }
 
-    /// The bytes of the parts a change of entity `e` may touch besides the entity: its table
-    /// and the names.
-    pub(crate) fn shared_bytes(&self, e: EntityRef<'_>) -> u64 {
-        self.entities.sub_table_bytes(EntityMap::sub_of(e)) + self.names.bytes()
+    /// The bytes of the parts a change of an entity may touch besides the entity: the index,
+    /// the arena and the names.
+    pub(crate) fn shared_bytes(&self) -> u64 {
+        self.entities.index_bytes() + self.names.bytes()
     }
 
     /// The shard's bytes and the bytes of its encodings held outside their slots.
@@ -668,7 +623,7 @@ mod tests {
     }
 
     /// The entities of one shard (whose hashes share their low bits: the hash modulo 128
-    /// picks the shard) spread over an index table's entries: look-ups stay short.
+    /// picks the shard) spread over the index's segments: look-ups stay short.
     #[test]
     fn one_shards_entities_spread_over_the_index() {
         let mut m = EntityMap::default();
@@ -679,15 +634,60 @@ mod tests {
         for n in &names {
             m.get_or_insert(EntityRef::new(n), &mut 0);
         }
-        for t in m.index.iter() {
-            assert!(t.len() > 50);
-            // Linear probing at 7/8 full averages 3.5; at 7/16 to 7/8, below that.
-            assert!(t.mean_displacement() < 4.0, "{}", t.mean_displacement());
+        // Linear probing at 7/8 full averages 3.5; at 7/16 to 7/8, below that.
+        let d = m.index.mean_displacement();
+        assert!(d < 4.0, "{d}");
+        for n in &names {
+            assert!(m.contains_key(EntityRef::new(n)));
         }
+    }
+
+    /// Growth is incremental at any size: from a small table doubling up to one segment, then
+    /// one segment split at a time, so no insert rehashes more than one segment (or copies
+    /// more than the directory); the kept byte count is the measured one throughout.
+    #[test]
+    fn the_index_grows_a_segment_at_a_time() {
+        let mut m = EntityMap::default();
+        let seg = crate::index::seg_bytes();
+        let mut largest_step = 0;
+        for i in 0..300_000u32 {
+            let name = format!("new-{i}");
+            let before = m.index.bytes();
+            m.get_or_insert(EntityRef::new(&name), &mut 0);
+            let step = m.index.bytes().saturating_sub(before);
+            largest_step = largest_step.max(step);
+            assert!(step <= m.max_step(), "insert {i} added {step}");
+            if i % 9973 == 0 {
+                assert_eq!(m.index.bytes(), m.index.measure(), "at {i}");
+            }
+        }
+        assert_eq!(m.index.bytes(), m.index.measure());
+        assert!(m.index.largest_segment() <= crate::index::SEG_BUCKETS);
+        // A split adds a segment (and now and then the directory's and the segment list's
+        // doubling: a few KiB, 4 bytes and 32 bytes a segment).
+        assert!(
+            largest_step >= seg && largest_step <= m.max_step(),
+            "{largest_step}"
+        );
+        // The largest step is a small share of what the index holds: growth never copies
+        // a sizable part of the shard.
+        assert!(m.max_step() * 20 < m.index.bytes(), "{}", m.max_step());
+        // About 2/3 full on average: 8 bytes an entry at 7/16 to 7/8.
+        let per_entity = m.index.bytes() as f64 / m.len() as f64;
+        assert!((9.0..20.0).contains(&per_entity), "{per_entity}");
+        // Reserved for a load: the same entities fit without a split.
+        let mut r = EntityMap::default();
+        r.reserve(300_000);
+        let reserved = r.index.bytes();
+        for i in 0..300_000u32 {
+            r.get_or_insert(EntityRef::new(&format!("new-{i}")), &mut 0);
+        }
+        assert_eq!(r.index.bytes(), reserved, "no growth after the reservation");
     }
 
     #[test]
     fn allocation_sizes_follow_the_allocator_and_the_table() {
+        use crate::cost::grown_capacity;
         assert_eq!(alloc_size(0), 0);
         assert_eq!(alloc_size(1), 8);
         assert_eq!(alloc_size(64), 64);
@@ -700,24 +700,17 @@ mod tests {
         assert_eq!(grown_capacity(7, 8), 14);
         assert_eq!(grown_capacity(14, 15), 28);
         assert_eq!(grown_capacity(28, 20), 28);
+        // An entity's growth bound covers what inserting it adds.
         let mut m = EntityMap::default();
-        let names: Vec<String> = (0..5000).map(|i| format!("e{i}")).collect();
-        for n in &names {
-            let e = EntityRef::new(n);
-            let i = EntityMap::sub_of(e);
-            let (len, cap) = m.sub_fill(i);
+        for i in 0..5000 {
+            let name = format!("e{i}");
+            let e = EntityRef::new(&name);
+            let bound = m.index_growth(e, 1);
+            let before = m.index.bytes();
             m.get_or_insert(e, &mut 0);
-            assert_eq!(
-                m.sub_fill(i),
-                (len + 1, grown_capacity(cap, len + 1)),
-                "at {}",
-                m.len()
-            );
+            assert!(m.index.bytes() - before <= bound, "at {i}");
         }
         assert_eq!(m.len(), 5000);
-        // The hash spreads entities over the sub-tables.
-        let fills: Vec<usize> = (0..SUBTABLES).map(|i| m.sub_fill(i).0).collect();
-        assert!(fills.iter().all(|&n| n > 5000 / SUBTABLES / 2), "{fills:?}");
     }
 
     #[derive(Clone, Debug)]
