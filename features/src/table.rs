@@ -181,7 +181,6 @@ pub(crate) struct EntityMap {
     scratch: Entity,
 }
 
-
 /// The slot at `pos`, if the arena holds one there.
 fn slot_at(slots: &[Vec<(Key, Rec)>], pos: u32) -> Option<&(Key, Rec)> {
     let (k, i) = chunk_of(pos as usize);

@@ -2,7 +2,9 @@
 //! from.
 //!
 //! - [`record`]: the on-disk record format (byte by byte there) and its decoders.
-//! - [`segment`]: the data dir, its lock and metadata, file names, the segment registry.
+//! - [`segment`]: the data dir, its lock and metadata, file names, the segment registry;
+//!   `active`: the active segment as the writer holds it; `streams`: the streams' `seq`s as
+//!   the writer assigns them; `origins`: cluster mode's applied offsets and shard resets.
 //! - [`state`]: the writer's state, and what changes it besides appending: making runs and
 //!   tombstones visible; `seal`: sealing the active segment; `retention`: retention and the
 //!   carry file.
@@ -10,6 +12,8 @@
 //! - [`source`]: the engine's input seam: a durable record at its source position, applied.
 //! - [`recovery`]: start-up, which rebuilds the writer's state from the data dir.
 
+mod active;
+mod origins;
 pub mod record;
 pub(crate) mod recovery;
 mod retention;
@@ -17,4 +21,5 @@ mod seal;
 pub(crate) mod segment;
 pub(crate) mod source;
 pub(crate) mod state;
+mod streams;
 pub(crate) mod writer;

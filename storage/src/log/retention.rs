@@ -45,6 +45,7 @@ impl LogWriter {
             let held = !upserted.contains(e.name.as_str())
                 && self
                     .streams
+                    .map
                     .get(e.name.as_str())
                     .is_some_and(|w| !w.deleted)
                 && index
@@ -56,10 +57,7 @@ impl LogWriter {
         });
         let new = Carry::write(&*self.vfs, &self.shared.carry_path(), &merged)?;
         *self.shared.carry.write() = new;
-        self.carry_orphans = merged
-            .iter()
-            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
-            .count() as u64;
+        self.streams.recount_orphans(&merged);
         Ok(())
     }
 
@@ -77,10 +75,7 @@ impl LogWriter {
         }
         let new = Carry::write(&*self.vfs, &self.shared.carry_path(), &all)?;
         *self.shared.carry.write() = new;
-        self.carry_orphans = all
-            .iter()
-            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
-            .count() as u64;
+        self.streams.recount_orphans(&all);
         Ok(())
     }
 
@@ -91,7 +86,7 @@ impl LogWriter {
             return;
         }
         while let Some(oldest) = self.shared.segments.oldest() {
-            if oldest.first_lsn == self.active_first || oldest.idx.is_none() {
+            if oldest.first_lsn == self.active.first || oldest.idx.is_none() {
                 break;
             }
             let age_ms = r
@@ -112,7 +107,7 @@ impl LogWriter {
                 .iter()
                 .map(|i| i.first_lsn)
                 .find(|&f| f > oldest.first_lsn)
-                .unwrap_or(self.active_first);
+                .unwrap_or(self.active.first);
             if !self.snapshot_covers(next_first.saturating_sub(1)) {
                 break;
             }
@@ -204,11 +199,12 @@ impl LogWriter {
             index.remove(shard_of(&o.name, shards), &o.name);
             if self
                 .streams
+                .map
                 .remove(o.name.as_str())
                 .is_some_and(|w| !w.deleted)
             {
-                self.live = self.live.saturating_sub(1);
-                self.carry_orphans += 1;
+                self.streams.live = self.streams.live.saturating_sub(1);
+                self.streams.orphans += 1;
             }
         }
         // Finally the files.

@@ -37,9 +37,13 @@ impl LogWriter {
     /// module docs). The caller has synced the segment.
     pub fn seal(&mut self, roll: bool) -> io::Result<()> {
         let started = Instant::now();
-        let seg = self.active_first;
-        let mut names: Vec<(Box<str>, u32)> =
-            self.touched.iter().map(|(n, &s)| (n.clone(), s)).collect();
+        let seg = self.active.first;
+        let mut names: Vec<(Box<str>, u32)> = self
+            .active
+            .touched
+            .iter()
+            .map(|(n, &s)| (n.clone(), s))
+            .collect();
         names.sort_unstable();
         let mut b = IdxBuilder::new();
         // Per stream: its shard, name, new head and the aggregate of the new node.
@@ -83,14 +87,14 @@ impl LogWriter {
         let summary = SegSummary {
             segment: seg,
             next_lsn: self.next_lsn,
-            log_len: self.active_len,
-            min_append_ms: self.active_append.min_ts,
-            max_append_ms: self.active_append.max_ts,
-            ids: self.active_ids,
+            log_len: self.active.len,
+            min_append_ms: self.active.append.min_ts,
+            max_append_ms: self.active.append.max_ts,
+            ids: self.active.ids,
         };
         let tables = Tables {
-            origins: self.origins_list(),
-            resets: self.resets_list(),
+            origins: self.origins.list(),
+            resets: self.origins.resets_list(),
         };
         let bytes = b.finish_with(&summary, &tables)?;
         let idx = segment::idx_path(&self.log_dir, seg);
@@ -128,9 +132,9 @@ impl LogWriter {
         self.shared.segments.update(seg, |s| {
             s.idx = Some(header);
             s.idx_len = bytes.len() as u64;
-            s.log_len = self.active_len;
-            s.min_append_ms = self.active_append.min_ts;
-            s.max_append_ms = self.active_append.max_ts;
+            s.log_len = self.active.len;
+            s.min_append_ms = self.active.append.min_ts;
+            s.max_append_ms = self.active.append.max_ts;
         });
         for (shard, name, head) in &heads {
             let Some(lock) = self.shared.index.shard(*shard) else {
@@ -151,8 +155,8 @@ impl LogWriter {
                 s.active_tombstone = None;
             }
         }
-        self.touched.clear();
-        self.active_spans = 0;
+        self.active.touched.clear();
+        self.active.spans = 0;
         if let Some(f) = next {
             self.shared.segments.insert(SegInfo {
                 first_lsn: self.next_lsn,
@@ -172,7 +176,7 @@ impl LogWriter {
         let gone: Vec<CarryEntry> = heads
             .iter()
             .filter_map(|(_, name, _)| {
-                let st = self.streams.get(&**name)?;
+                let st = self.streams.map.get(&**name)?;
                 st.deleted.then(|| CarryEntry {
                     name: name.to_string(),
                     last_seq: st.last,
@@ -187,7 +191,7 @@ impl LogWriter {
                         self.shared
                             .index
                             .remove(shard_of(&e.name, self.shards), &e.name);
-                        self.streams.remove(e.name.as_str());
+                        self.streams.map.remove(e.name.as_str());
                     }
                 }
                 Err(e) => {

@@ -77,7 +77,7 @@ impl LogWriter {
             if target == OriginTopic::Streams {
                 self.forget_streams(shard, lsn);
             }
-            self.origin_forgotten(target, shard);
+            self.origins.forgotten(target, shard);
         }
         for r in input.runs {
             self.apply_run(r.shard, r.stream, r.floor, r.placed);
@@ -90,9 +90,9 @@ impl LogWriter {
                 t.insert_newer(key, seq, input.append_ms, now);
             }
         }
-        self.active_ids += input.id_count;
+        self.active.ids += input.id_count;
         if let Some(o) = input.origin {
-            self.origin_applied(o);
+            self.origins.applied(o);
         }
         self.applied = input.pos;
     }
@@ -100,13 +100,13 @@ impl LogWriter {
     /// The active segment now ends at `end`, its newest record appended at `append_ms`:
     /// readers and retention see its new length and append times.
     pub(crate) fn appended(&mut self, end: u64, append_ms: i64) {
-        self.active_len = end;
-        self.active_append = self.active_append.merge(TsRange {
+        self.active.len = end;
+        self.active.append = self.active.append.merge(TsRange {
             min_ts: append_ms,
             max_ts: append_ms,
         });
-        let (len, append) = (self.active_len, self.active_append);
-        self.shared.segments.update(self.active_first, |s| {
+        let (len, append) = (self.active.len, self.active.append);
+        self.shared.segments.update(self.active.first, |s| {
             s.log_len = len;
             s.min_append_ms = append.min_ts;
             s.max_append_ms = append.max_ts;

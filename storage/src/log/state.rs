@@ -4,15 +4,16 @@
 //! same state by applying the log through the same entry ([`crate::log::source`]), so a
 //! restart ends where the running process was; the writer thread then owns it alone.
 
-use crate::api::{Origin, OriginTopic, PoisonCause, SourcePos, StorageConfig, WriteError};
+use crate::api::{OriginTopic, PoisonCause, SourcePos, StorageConfig, WriteError};
 use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
-use crate::index::idxfile::TsRange;
 use crate::index::memory::{Index, Placed};
+use crate::log::active::Active;
+pub(crate) use crate::log::origins::Origins;
 use crate::log::segment::{self, DataDir, Segments};
+pub(crate) use crate::log::streams::{Streams, WState};
 use crate::vfs::{VFile, Vfs};
-use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::io;
@@ -122,27 +123,6 @@ impl Poison {
 /// the snapshot thread; the log does not know how snapshots are taken).
 pub(crate) type TakeSnapshot = Box<dyn Fn() -> io::Result<()> + Send>;
 
-/// What the writer knows of a stream's `seq`s, visible or not yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WState {
-    /// Last assigned seq.
-    pub last: u64,
-    /// Every seq ≤ floor is deleted.
-    pub floor: u64,
-    /// Tombstoned and not written since.
-    pub deleted: bool,
-}
-
-impl From<&CarryEntry> for WState {
-    fn from(e: &CarryEntry) -> Self {
-        WState {
-            last: e.last_seq,
-            floor: e.floor,
-            deleted: e.is_tombstone(),
-        }
-    }
-}
-
 /// Everything the writer thread owns: its fields are the log's own (`pub(super)`); only what
 /// start-up reads before the writer runs (the feature tables' bootstrap in snapshot.rs) is
 /// visible to the rest of the crate.
@@ -153,29 +133,14 @@ pub(crate) struct LogWriter {
     pub(crate) log_dir: PathBuf,
     pub(super) shards: u32,
     pub(super) dedup_key: u64,
-    pub(super) active: Arc<dyn VFile>,
-    /// First LSN of the active segment (its name).
-    pub(super) active_first: u64,
-    pub(super) active_len: u64,
-    /// Min/max append time of the active segment's records.
-    pub(super) active_append: TsRange,
-    /// Events with an id in the active segment.
-    pub(super) active_ids: u64,
+    /// The active segment (`log/active.rs`).
+    pub(crate) active: Active,
     pub(crate) next_lsn: u64,
     /// The newest source position applied ([`crate::log::source`]).
     pub(super) applied: SourcePos,
-    /// Per stream in memory: assigned seqs (including not-yet-visible ones).
-    pub(super) streams: HashMap<Box<str>, WState>,
+    /// The streams' `seq`s as the writer assigns them (`log/streams.rs`).
+    pub(crate) streams: Streams,
     pub(super) dedup: Vec<DedupTable>,
-    /// Streams with runs or a tombstone in the active segment.
-    pub(super) touched: HashMap<Box<str>, u32>,
-    /// Spans of the active segment's index in memory.
-    pub(super) active_spans: usize,
-    /// Streams in `streams` that are not deleted; with `carry_orphans`, what
-    /// `storage.max_streams` counts.
-    pub(super) live: u64,
-    /// Orphans in the carry file that are not in memory.
-    pub(super) carry_orphans: u64,
     /// Data dir lock and metadata: held as long as the engine lives.
     pub(crate) dir: DataDir,
     /// Asks the snapshot thread for a snapshot and waits for it: retention does when the
@@ -183,14 +148,9 @@ pub(crate) struct LogWriter {
     pub(super) snapshots: Option<TakeSnapshot>,
     /// When a cluster record past a storage limit was last warned about (ms).
     pub(super) limit_warned_ms: i64,
-    /// Cluster mode: per (topic, partition), the largest origin offset applied
-    /// ([`crate::log::source`]); what the index files record and readers see once published.
-    pub(super) origins: BTreeMap<(OriginTopic, u32), u64>,
-    /// `origins` changed since it was last published.
-    pub(super) origins_changed: bool,
-    /// Per shard: the LSN of the last reset of its streams (0: never). Records before it
-    /// hold nothing of the shard that counts any more (retention, the dedup refill).
-    pub(super) streams_reset: Vec<u64>,
+    /// Cluster mode: the applied origins and the resets of shards' streams
+    /// (`log/origins.rs`).
+    pub(crate) origins: Origins,
 }
 
 impl LogWriter {
@@ -210,62 +170,21 @@ impl LogWriter {
 
     /// A stream's writer state: in memory, or in the carry file (not loaded).
     pub fn state_of(&self, stream: &str) -> io::Result<Option<WState>> {
-        if let Some(s) = self.streams.get(stream) {
+        if let Some(s) = self.streams.map.get(stream) {
             return Ok(Some(*s));
         }
         Ok(self.shared.carry_get(stream)?.map(|e| WState::from(&e)))
     }
 
-    /// Bring a stream into memory before its first write or delete: from the carry file
-    /// (`from_carry`), or new. Keeps `live` and `carry_orphans` in step. Returns its state.
-    pub fn load(&mut self, stream: &str, from_carry: Option<WState>) -> WState {
-        if let Some(s) = self.streams.get(stream) {
-            return *s;
-        }
-        let st = match from_carry {
-            Some(s) if !s.deleted => {
-                // An orphan: it moves from the carry's count to the live one.
-                self.carry_orphans = self.carry_orphans.saturating_sub(1);
-                self.live += 1;
-                s
-            }
-            Some(s) => s,
-            None => WState {
-                last: 0,
-                floor: 0,
-                deleted: true,
-            },
-        };
-        self.streams.insert(stream.into(), st);
-        st
-    }
-
-    /// Set a stream's writer state, counting it live or not.
-    pub fn set_state(&mut self, stream: &str, st: WState) {
-        let was_live = self.streams.get(stream).is_some_and(|s| !s.deleted);
-        match (was_live, st.deleted) {
-            (false, false) => self.live += 1,
-            (true, true) => self.live = self.live.saturating_sub(1),
-            _ => {}
-        }
-        if let Some(s) = self.streams.get_mut(stream) {
-            *s = st;
-        } else {
-            self.streams.insert(stream.into(), st);
-        }
-    }
-
     /// A run became visible.
     pub fn apply_run(&mut self, shard: u32, stream: &str, floor: u64, p: Placed) {
         if self.shared.index.apply_run(shard, stream, floor, p) {
-            self.active_spans += 1;
+            self.active.spans += 1;
         }
         self.shared
             .watches
             .published(stream, p.first_seq + u64::from(p.count) - 1);
-        if !self.touched.contains_key(stream) {
-            self.touched.insert(stream.into(), shard);
-        }
+        self.active.touch(stream, shard);
     }
 
     /// A tombstone became visible.
@@ -275,18 +194,16 @@ impl LogWriter {
             .index
             .with(shard, stream, |s| s.active.len())
             .unwrap_or(0);
-        self.active_spans = self.active_spans.saturating_sub(dropped);
+        self.active.spans = self.active.spans.saturating_sub(dropped);
         self.shared.index.apply_tombstone(shard, stream, last_seq);
         self.shared.watches.deleted(stream, last_seq);
-        if !self.touched.contains_key(stream) {
-            self.touched.insert(stream.into(), shard);
-        }
+        self.active.touch(stream, shard);
     }
 
     /// The active segment's spans passed the memory budget or its size the segment size.
     pub fn wants_roll(&self) -> bool {
-        self.active_len >= self.cfg.segment_bytes
-            || (self.active_spans * crate::index::memory::SPAN_BYTES) as u64
+        self.active.len >= self.cfg.segment_bytes
+            || (self.active.spans * crate::index::memory::SPAN_BYTES) as u64
                 >= self.cfg.active_index_bytes
     }
 
@@ -294,29 +211,21 @@ impl LogWriter {
     /// segment: sealing starts the next one this way, recovery each one it reads.
     pub fn start_segment(&mut self, file: Arc<dyn VFile>, first_lsn: u64) {
         self.set_active_seg(first_lsn);
-        self.active = file;
-        self.active_first = first_lsn;
-        self.active_len = 0;
-        self.active_append = TsRange::EMPTY;
-        self.active_ids = 0;
+        let touched = std::mem::take(&mut self.active.touched);
+        let spans = self.active.spans;
+        self.active = Active {
+            touched,
+            spans,
+            ..Active::new(file, first_lsn)
+        };
     }
 
     /// The active segment was cut back to `len` bytes (recovery, a torn tail).
     pub fn truncated(&mut self, len: u64) {
-        self.active_len = len;
+        self.active.len = len;
         self.shared
             .segments
-            .update(self.active_first, |s| s.log_len = len);
-    }
-
-    /// Count the live streams and the carry file's orphans again, from the streams in
-    /// memory and `carried` (every carry entry), after recovery moved streams around.
-    pub fn recount_streams(&mut self, carried: &[CarryEntry]) {
-        self.live = self.streams.values().filter(|s| !s.deleted).count() as u64;
-        self.carry_orphans = carried
-            .iter()
-            .filter(|e| !e.is_tombstone() && !self.streams.contains_key(e.name.as_str()))
-            .count() as u64;
+            .update(self.active.first, |s| s.log_len = len);
     }
 
     /// Point every shard's active spans at segment `seg`.
@@ -336,63 +245,23 @@ impl LogWriter {
     pub fn forget_streams(&mut self, shard: u32, lsn: u64) {
         let gone = self.shared.index.reset_shard(shard);
         let spans: usize = gone.iter().map(|(_, n)| n).sum();
-        self.active_spans = self.active_spans.saturating_sub(spans);
+        self.active.spans = self.active.spans.saturating_sub(spans);
         let shards = self.shards;
-        let mut live = self.live;
-        self.streams.retain(|name, st| {
+        let mut live = self.streams.live;
+        self.streams.map.retain(|name, st| {
             let keep = vx_proto::shard::shard_of(name, shards) != shard;
             if !keep && !st.deleted {
                 live = live.saturating_sub(1);
             }
             keep
         });
-        self.live = live;
-        self.touched.retain(|_, s| *s != shard);
+        self.streams.live = live;
+        self.active.touched.retain(|_, s| *s != shard);
         if let Some(t) = self.dedup.get_mut(shard as usize) {
             t.clear();
         }
-        if let Some(r) = self.streams_reset.get_mut(shard as usize) {
-            *r = (*r).max(lsn);
-        }
+        self.origins.reset(shard, lsn);
         self.shared.watches.reset_shard(shard, shards);
-    }
-
-    /// An origin was applied: its partition's offset moves on (never back).
-    pub fn origin_applied(&mut self, o: Origin) {
-        let at = self
-            .origins
-            .entry((o.topic, o.partition))
-            .or_insert(o.offset);
-        *at = (*at).max(o.offset);
-        self.origins_changed = true;
-    }
-
-    /// A reset forgets what its shard applied of its topic.
-    pub fn origin_forgotten(&mut self, topic: OriginTopic, partition: u32) {
-        if self.origins.remove(&(topic, partition)).is_some() {
-            self.origins_changed = true;
-        }
-    }
-
-    /// The applied origins as a list (what an index file records).
-    pub fn origins_list(&self) -> Vec<Origin> {
-        self.origins
-            .iter()
-            .map(|(&(topic, partition), &offset)| Origin {
-                topic,
-                partition,
-                offset,
-            })
-            .collect()
-    }
-
-    /// The shards whose streams were ever reset, with the LSN of the last reset.
-    pub fn resets_list(&self) -> Vec<(u32, u64)> {
-        (0u32..)
-            .zip(&self.streams_reset)
-            .filter(|&(_, &lsn)| lsn > 0)
-            .map(|(shard, &lsn)| (shard, lsn))
-            .collect()
     }
 
     /// Whether the streams of `stream`'s shard were reset after every record of a segment
@@ -400,9 +269,7 @@ impl LogWriter {
     /// stream belongs to a stream of the same name that no longer exists.
     pub fn reset_after(&self, stream: &str, next_lsn: u64) -> bool {
         let shard = vx_proto::shard::shard_of(stream, self.shards);
-        self.streams_reset
-            .get(shard as usize)
-            .is_some_and(|&r| r >= next_lsn)
+        self.origins.reset_after(shard, next_lsn)
     }
 
     /// Readers see the applied origins of every group applied so far; waiters are woken.
@@ -414,7 +281,7 @@ impl LogWriter {
 
     /// The applied origins, if they changed since they were last taken.
     pub(super) fn changed_origins(&mut self) -> Option<BTreeMap<(OriginTopic, u32), u64>> {
-        std::mem::take(&mut self.origins_changed).then(|| self.origins.clone())
+        self.origins.take_changed()
     }
 
     /// Publish the dedup horizons for metrics.

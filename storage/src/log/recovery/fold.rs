@@ -50,7 +50,7 @@ impl Recovery<'_> {
         // folded so far is from after it) or in one rebuilt from its records (whose scan
         // applied it): only its LSN is noted.
         for &(shard, reset_lsn) in &tables.resets {
-            let Some(known) = self.engine.streams_reset.get_mut(shard as usize) else {
+            let Some(known) = self.engine.origins.resets.get_mut(shard as usize) else {
                 continue;
             };
             if reset_lsn <= *known {
@@ -62,12 +62,12 @@ impl Recovery<'_> {
                 *known = reset_lsn;
             }
         }
-        self.engine.origins = tables
+        self.engine.origins.applied = tables
             .origins
             .iter()
             .map(|o| ((o.topic, o.partition), o.offset))
             .collect();
-        self.engine.origins_changed = true;
+        self.engine.origins.changed = true;
         for e in &entries {
             let shard = shard_of(&e.name, self.engine.shards);
             let ws = self.load(&e.name)?;
@@ -109,7 +109,7 @@ impl Recovery<'_> {
                         deleted: s.deleted,
                     };
                 });
-            self.engine.set_state(&e.name, st);
+            self.engine.streams.set(&e.name, st);
         }
         self.engine.shared.segments.update(lsn, |s| {
             s.idx = Some(h);
@@ -124,7 +124,7 @@ impl Recovery<'_> {
 
     /// The writer state of a stream that the retained index files or the carry file know of.
     pub(super) fn known(&mut self, name: &str) -> Result<Option<WState>, OpenError> {
-        if let Some(s) = self.engine.streams.get(name) {
+        if let Some(s) = self.engine.streams.map.get(name) {
             return Ok(Some(*s));
         }
         Ok(self
@@ -139,7 +139,7 @@ impl Recovery<'_> {
     pub(super) fn load(&mut self, name: &str) -> Result<WState, OpenError> {
         // `LogWriter::load` keeps a state it has already; otherwise it takes the carried one.
         let carried = self.known(name)?;
-        Ok(self.engine.load(name, carried))
+        Ok(self.engine.streams.load(name, carried))
     }
 
     /// Refill the dedup tables from the newest sealed segments within the window (`kept`:
@@ -179,7 +179,7 @@ impl Recovery<'_> {
             let mut bad = None;
             let seed = self.engine.dedup_key;
             let (now, shards) = (self.now_ms, self.engine.shards);
-            let resets = &self.engine.streams_reset;
+            let resets = &self.engine.origins.resets;
             let dedup = &mut self.engine.dedup;
             read_records(&*f, &path, len, &mut |off, item| {
                 let (h, rec) = match item {

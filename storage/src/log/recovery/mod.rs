@@ -36,11 +36,11 @@ pub(crate) use walk::{Walk, find_valid_after, read_records};
 use crate::api::{OpenError, RecoveryReport, SourcePos, StorageConfig};
 use crate::dedup::DedupTable;
 use crate::index::carry::Carry;
-use crate::index::idxfile::{IdxContents, TsRange};
+use crate::index::idxfile::IdxContents;
+use crate::log::active::Active;
 use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
 use crate::log::state::{LogWriter, Published};
 use crate::vfs::OpenMode;
-use hashbrown::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vx_proto::shard::shard_of;
@@ -70,7 +70,7 @@ pub(crate) fn open(
             Pass::Done => {
                 finish(&mut engine, removed)?;
                 report.segments = engine.shared.segments.count() as u64;
-                report.streams = engine.shared.index.listed() as u64 + engine.carry_orphans;
+                report.streams = engine.shared.index.listed() as u64 + engine.streams.orphans;
                 report.took = started.elapsed();
                 return Ok((engine, report));
             }
@@ -196,28 +196,18 @@ fn pass(
         log_dir,
         shards,
         dedup_key: dir.meta.dedup_key,
-        active,
-        active_first: first,
-        active_len: 0,
-        active_append: TsRange::EMPTY,
-        active_ids: 0,
+        active: Active::new(active, first),
         next_lsn: first,
         applied: SourcePos::Lsn(first.saturating_sub(1)),
-        streams: HashMap::new(),
+        streams: Default::default(),
         dedup: (0..shards)
             .map(|_| DedupTable::new(per_shard_mem, window_ms))
             .collect(),
-        touched: HashMap::new(),
-        active_spans: 0,
-        live: 0,
-        carry_orphans: 0,
         cfg,
         dir,
         snapshots: None,
         limit_warned_ms: 0,
-        origins: std::collections::BTreeMap::new(),
-        origins_changed: false,
-        streams_reset: vec![0; shards as usize],
+        origins: crate::log::state::Origins::new(shards),
     };
     let mut r = Recovery {
         engine: &mut engine,
@@ -237,8 +227,9 @@ fn finish(engine: &mut LogWriter, removed: bool) -> Result<(), OpenError> {
     // Deleted streams whose tombstone is in a sealed segment belong in the carry file.
     let deleted: Vec<crate::index::carry::CarryEntry> = engine
         .streams
+        .map
         .iter()
-        .filter(|(name, s)| s.deleted && !engine.touched.contains_key(&**name))
+        .filter(|(name, s)| s.deleted && !engine.active.touched.contains_key(&**name))
         .map(|(name, s)| crate::index::carry::CarryEntry {
             name: name.to_string(),
             last_seq: s.last,
@@ -254,16 +245,18 @@ fn finish(engine: &mut LogWriter, removed: bool) -> Result<(), OpenError> {
                 .shared
                 .index
                 .remove(shard_of(&e.name, shards), &e.name);
-            engine.streams.remove(e.name.as_str());
+            engine.streams.map.remove(e.name.as_str());
         }
     }
     let carry = engine.shared.carry.read().clone();
-    engine.recount_streams(&carry.all().map_err(io_err("reading the carry file"))?);
+    engine
+        .streams
+        .recount(&carry.all().map_err(io_err("reading the carry file"))?);
     // What recovery found becomes durable before anything is acknowledged on top of it
     // (after a kill -9 the page cache may still hold bytes no fsync covered).
-    engine.active.sync_data().map_err(io_err(format!(
+    engine.active.file.sync_data().map_err(io_err(format!(
         "syncing log segment {}",
-        engine.active_first
+        engine.active.first
     )))?;
     if removed {
         engine

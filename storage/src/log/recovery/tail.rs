@@ -283,7 +283,7 @@ impl Recovery<'_> {
                     Err(e) => return Ok(Err(e.into())),
                 };
                 let st = self.load(stream)?;
-                self.engine.set_state(
+                self.engine.streams.set(
                     stream,
                     WState {
                         last: st.last.max(last),
@@ -325,7 +325,7 @@ impl Recovery<'_> {
                     let shard = shard_of(run.stream, shards);
                     let st = self.load(run.stream)?;
                     let last = run.base_seq + u64::from(run.count) - 1;
-                    self.engine.set_state(
+                    self.engine.streams.set(
                         run.stream,
                         WState {
                             last,

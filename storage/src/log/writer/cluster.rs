@@ -33,7 +33,7 @@ impl LogWriter {
         let last = scratch
             .origins
             .get(&key)
-            .or_else(|| self.origins.get(&key))
+            .or_else(|| self.origins.applied.get(&key))
             .copied();
         match last {
             Some(applied) if o.offset <= applied => Err(WriteError::OriginNotAfter {

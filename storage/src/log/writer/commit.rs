@@ -44,7 +44,7 @@ impl LogWriter {
         scratch.reserved = 0;
         let undo = Undo {
             first_lsn: self.next_lsn,
-            counters: (self.live, self.carry_orphans),
+            counters: self.streams.counters(),
         };
         // One span per group, not per request: a group commit serves many requests, so it
         // is linked to each request's span (follows-from) rather than a child of one.
@@ -69,7 +69,7 @@ impl LogWriter {
             })
             .sum();
         let need_sync = self.needs_sync(&planned, scratch.buf.is_empty(), *unsynced);
-        let at = self.active_len;
+        let at = self.active.len;
         if let Err(err) = self.append(&scratch.buf, at, records, events, &mut planned) {
             self.abort_group(undo, scratch);
             refuse(&mut planned, &err);
@@ -84,8 +84,8 @@ impl LogWriter {
             Err(failure) => {
                 // Never pretend: the unsynced group is cut off and refused.
                 if !scratch.buf.is_empty() {
-                    let _ = self.active.set_len(at);
-                    self.active_len = at;
+                    let _ = self.active.file.set_len(at);
+                    self.active.len = at;
                 }
                 self.abort_group(undo, scratch);
                 refuse(&mut planned, &WriteError::Poisoned(failure.into()));
@@ -323,7 +323,7 @@ impl LogWriter {
         // seal keeps failing) stops taking writes before it outgrows them.
         if at.saturating_add(buf.len() as u64) > u64::from(u32::MAX) {
             let full = IoFailure::new(
-                format!("log segment {}", self.active_first),
+                format!("log segment {}", self.active.first),
                 std::io::Error::new(
                     std::io::ErrorKind::FileTooLarge,
                     "it cannot be rolled and has reached the 4GiB a segment can index",
@@ -335,13 +335,13 @@ impl LogWriter {
         if buf.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.active.write_all_at(buf, at) {
-            let failure = IoFailure::new(format!("write to log segment {}", self.active_first), e);
+        if let Err(e) = self.active.file.write_all_at(buf, at) {
+            let failure = IoFailure::new(format!("write to log segment {}", self.active.first), e);
             tracing::error!(error = %failure, "a group's write failed");
             // Cut off whatever part of the group reached the file; if even that fails, the
             // file's tail is unknown and nothing more may be appended. A failure other than
             // space (EIO, …) leaves the file's state unknown too.
-            if let Err(t) = self.active.set_len(at) {
+            if let Err(t) = self.active.file.set_len(at) {
                 self.shared.poison.set(IoFailure::new(
                     format!("{failure}; truncating the partial write"),
                     t,
@@ -351,7 +351,7 @@ impl LogWriter {
             }
             return Err(self.poisoned().unwrap_or(WriteError::StorageFull(failure)));
         }
-        self.active_len += buf.len() as u64;
+        self.active.len += buf.len() as u64;
         if let Some(o) = &self.cfg.observer {
             o.appended(records, events, buf.len() as u64);
         }
@@ -387,7 +387,7 @@ impl LogWriter {
     /// tables follow on the apply threads.
     fn apply_group(&mut self, planned: &mut [Planned], buf: &[u8], at: u64, now: i64) {
         if !buf.is_empty() {
-            self.appended(self.active_len, now);
+            self.appended(self.active.len, now);
         }
         for p in planned.iter_mut() {
             if let (Some((target, shard)), Some(_)) = (p.reset, p.lsn)
@@ -442,16 +442,9 @@ impl LogWriter {
     fn abort_group(&mut self, undo: Undo, scratch: &mut Scratch) {
         self.shared.features.release(scratch.reserved);
         self.next_lsn = undo.first_lsn;
-        (self.live, self.carry_orphans) = undo.counters;
+        self.streams.set_counters(undo.counters);
         for (stream, prior) in scratch.undo.drain(..).rev() {
-            match prior {
-                Some(st) => {
-                    self.streams.insert(stream, st);
-                }
-                None => {
-                    self.streams.remove(&stream);
-                }
-            }
+            self.streams.restore(stream, prior);
         }
     }
 }

@@ -31,6 +31,7 @@ mod cluster;
 mod commit;
 mod plan;
 mod planned;
+mod write_plan;
 
 use crate::api::*;
 use crate::apply::Applier;
@@ -228,7 +229,7 @@ impl LogWriter {
         last_sync: &mut Instant,
     ) -> Result<Duration, IoFailure> {
         let t = Instant::now();
-        let res = self.active.sync_data();
+        let res = self.active.file.sync_data();
         let took = t.elapsed();
         if let Some(o) = &self.cfg.observer {
             o.fsync(took);
@@ -241,7 +242,7 @@ impl LogWriter {
             }
             Err(e) => {
                 let failure =
-                    IoFailure::new(format!("fdatasync of log segment {}", self.active_first), e);
+                    IoFailure::new(format!("fdatasync of log segment {}", self.active.first), e);
                 self.shared.poison.set(failure.clone());
                 Err(failure)
             }
@@ -254,7 +255,7 @@ impl LogWriter {
             return Err(());
         }
         self.seal(true).map_err(|e| {
-            tracing::error!(segment = self.active_first, error = %e, "cannot seal the log segment; appending to it and retrying");
+            tracing::error!(segment = self.active.first, error = %e, "cannot seal the log segment; appending to it and retrying");
         })
     }
 }

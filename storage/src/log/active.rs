@@ -1,0 +1,45 @@
+//! The active segment as the writer holds it: the only file appended to, its name, how far
+//! it reaches, its records' append times, the ids and index spans it holds in memory, and the
+//! streams it touched (what its index file will list when it is sealed).
+
+use crate::index::idxfile::TsRange;
+use crate::vfs::VFile;
+use hashbrown::HashMap;
+use std::sync::Arc;
+
+pub(crate) struct Active {
+    pub(crate) file: Arc<dyn VFile>,
+    /// Its first LSN (its name).
+    pub(crate) first: u64,
+    pub(crate) len: u64,
+    /// Min/max append time of its records.
+    pub(crate) append: TsRange,
+    /// Events with an id in it.
+    pub(crate) ids: u64,
+    /// Spans of its index in memory.
+    pub(crate) spans: usize,
+    /// Streams with runs or a tombstone in it.
+    pub(crate) touched: HashMap<Box<str>, u32>,
+}
+
+impl Active {
+    /// `file`, whose first LSN is `first`, as read back from its start: nothing in it yet.
+    pub(crate) fn new(file: Arc<dyn VFile>, first: u64) -> Active {
+        Active {
+            file,
+            first,
+            len: 0,
+            append: TsRange::EMPTY,
+            ids: 0,
+            spans: 0,
+            touched: HashMap::new(),
+        }
+    }
+
+    /// A run or tombstone of `stream` (shard `shard`) is in it.
+    pub(crate) fn touch(&mut self, stream: &str, shard: u32) {
+        if !self.touched.contains_key(stream) {
+            self.touched.insert(stream.into(), shard);
+        }
+    }
+}
