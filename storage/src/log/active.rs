@@ -1,11 +1,13 @@
 //! The active segment as the writer holds it: the only file appended to, its name, how far
 //! it reaches, its records' append times, the ids and index spans it holds in memory, and the
-//! streams it touched (what its index file will list when it is sealed).
+//! streams it touched (what its index file will list when it is sealed), and whether what is
+//! written of it is synced.
 
 use crate::index::idxfile::TsRange;
 use crate::vfs::VFile;
 use hashbrown::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub(crate) struct Active {
     pub(crate) file: Arc<dyn VFile>,
@@ -20,6 +22,10 @@ pub(crate) struct Active {
     pub(crate) spans: usize,
     /// Streams with runs or a tombstone in it.
     pub(crate) touched: HashMap<Box<str>, u32>,
+    /// Bytes written since its last fdatasync.
+    pub(crate) unsynced: bool,
+    /// When it was last synced (or the sync last tried).
+    pub(crate) last_sync: Instant,
 }
 
 impl Active {
@@ -33,6 +39,8 @@ impl Active {
             ids: 0,
             spans: 0,
             touched: HashMap::new(),
+            unsynced: false,
+            last_sync: Instant::now(),
         }
     }
 

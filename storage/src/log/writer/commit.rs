@@ -32,8 +32,6 @@ impl LogWriter {
         applier: &mut Applier,
         group: &mut Vec<Msg>,
         scratch: &mut Scratch,
-        unsynced: &mut bool,
-        last_sync: &mut Instant,
     ) {
         let now = now_ms();
         let began = Instant::now();
@@ -68,7 +66,7 @@ impl LogWriter {
                 Answer::Delete(..) | Answer::Feature(..) | Answer::Done(_) => 0,
             })
             .sum();
-        let need_sync = self.needs_sync(&planned, scratch.buf.is_empty(), *unsynced);
+        let need_sync = self.needs_sync(&planned, scratch.buf.is_empty());
         let at = self.active.len;
         if let Err(err) = self.append(&scratch.buf, at, records, events, &mut planned) {
             self.abort_group(undo, scratch);
@@ -76,10 +74,10 @@ impl LogWriter {
             return;
         }
         if !scratch.buf.is_empty() {
-            *unsynced = true;
+            self.active.unsynced = true;
         }
         let written = Instant::now();
-        let fsync_took = match self.sync_group(need_sync, unsynced, last_sync) {
+        let fsync_took = match self.sync_group(need_sync) {
             Ok(took) => took,
             Err(failure) => {
                 // Never pretend: the unsynced group is cut off and refused.
@@ -301,7 +299,8 @@ impl LogWriter {
     /// group where a request asks for `fsync`. A request whose events were all duplicates
     /// wrote nothing, but `fsync` must still mean an fsync covers the originals: under
     /// `interval` they may be unsynced. A reset is always synced before it is applied.
-    fn needs_sync(&self, planned: &[Planned], empty: bool, unsynced: bool) -> bool {
+    fn needs_sync(&self, planned: &[Planned], empty: bool) -> bool {
+        let unsynced = self.active.unsynced;
         let wants_fsync = planned
             .iter()
             .any(|p| (p.want == Durability::Fsync && p.owed()) || p.reset.is_some());
@@ -369,14 +368,9 @@ impl LogWriter {
     }
 
     /// Sync step: fdatasync when the group needs it; how long it took.
-    fn sync_group(
-        &mut self,
-        need_sync: bool,
-        unsynced: &mut bool,
-        last_sync: &mut Instant,
-    ) -> Result<Duration, IoFailure> {
+    fn sync_group(&mut self, need_sync: bool) -> Result<Duration, IoFailure> {
         if need_sync {
-            self.sync(unsynced, last_sync)
+            self.sync()
         } else {
             Ok(Duration::ZERO)
         }

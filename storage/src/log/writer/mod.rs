@@ -113,8 +113,6 @@ impl LogWriter {
     /// group to the feature tables and answers it.
     pub fn run(mut self, mut applier: Applier, rx: flume::Receiver<Msg>) {
         let mode = self.cfg.fsync;
-        let mut unsynced = false;
-        let mut last_sync = Instant::now();
         let mut last_retention = Instant::now();
         let mut seal_after = Instant::now();
         let mut scratch = Scratch {
@@ -127,8 +125,8 @@ impl LogWriter {
         self.retention(now_ms());
         loop {
             let mut deadline = last_retention + RETENTION_TICK;
-            if unsynced && mode == FsyncMode::Interval {
-                deadline = deadline.min(last_sync + self.cfg.fsync_interval);
+            if self.active.unsynced && mode == FsyncMode::Interval {
+                deadline = deadline.min(self.active.last_sync + self.cfg.fsync_interval);
             }
             let first = match held.take() {
                 Some(m) => Some(m),
@@ -166,23 +164,17 @@ impl LogWriter {
                 }
             }
             if !group.is_empty() {
-                self.commit_group(
-                    &mut applier,
-                    &mut group,
-                    &mut scratch,
-                    &mut unsynced,
-                    &mut last_sync,
-                );
+                self.commit_group(&mut applier, &mut group, &mut scratch);
             }
             if mode == FsyncMode::Interval
-                && unsynced
-                && last_sync.elapsed() >= self.cfg.fsync_interval
+                && self.active.unsynced
+                && self.active.last_sync.elapsed() >= self.cfg.fsync_interval
             {
                 // A failure poisons the store and logs why; no request waits on this sync.
-                let _ = self.sync(&mut unsynced, &mut last_sync);
+                let _ = self.sync();
             }
             if self.wants_roll() && Instant::now() >= seal_after && !self.is_poisoned() {
-                if self.roll(&mut unsynced, &mut last_sync).is_err() {
+                if self.roll().is_err() {
                     seal_after = Instant::now() + SEAL_BACKOFF;
                 }
                 self.retention(now_ms());
@@ -202,9 +194,9 @@ impl LogWriter {
         // Every group handed over is applied and answered before the writer stops, and so
         // before the store's last snapshot.
         applier.stop();
-        if unsynced {
+        if self.active.unsynced {
             // A failure poisons the store and logs why; no request waits on this sync.
-            let _ = self.sync(&mut unsynced, &mut last_sync);
+            let _ = self.sync();
         }
         // Anything still queued arrived after shutdown began.
         for msg in held.into_iter().chain(rx.try_iter()) {
@@ -223,21 +215,17 @@ impl LogWriter {
 
     /// fdatasync the active segment; how long it took, or why it failed (the store is then
     /// poisoned).
-    fn sync(
-        &mut self,
-        unsynced: &mut bool,
-        last_sync: &mut Instant,
-    ) -> Result<Duration, IoFailure> {
+    fn sync(&mut self) -> Result<Duration, IoFailure> {
         let t = Instant::now();
         let res = self.active.file.sync_data();
         let took = t.elapsed();
         if let Some(o) = &self.cfg.observer {
             o.fsync(took);
         }
-        *last_sync = Instant::now();
+        self.active.last_sync = Instant::now();
         match res {
             Ok(()) => {
-                *unsynced = false;
+                self.active.unsynced = false;
                 Ok(took)
             }
             Err(e) => {
@@ -250,8 +238,8 @@ impl LogWriter {
     }
 
     /// Seal the active segment and start the next one.
-    fn roll(&mut self, unsynced: &mut bool, last_sync: &mut Instant) -> Result<(), ()> {
-        if *unsynced && self.sync(unsynced, last_sync).is_err() {
+    fn roll(&mut self) -> Result<(), ()> {
+        if self.active.unsynced && self.sync().is_err() {
             return Err(());
         }
         self.seal(true).map_err(|e| {
