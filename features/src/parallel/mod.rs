@@ -217,7 +217,11 @@ impl ApplyThreads {
         })) {
             group.panicked(features, &panic_text(&*p));
         }
-        group.finish(features);
+        if let Err(p) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.finish(features)))
+        {
+            group.panicked(features, &panic_text(&*p));
+        }
     }
 
     /// Let every group out finish, and stop the threads.
@@ -258,40 +262,43 @@ impl Shared {
         }
     }
 
-    /// The group after `g` to apply, waiting for it; `None` once stopped with none left.
-    fn next(&self, g: u64) -> Option<Arc<dyn Group>> {
+    /// Wait until group `g` is handed over; false once stopped with none left.
+    fn wait_for(&self, g: u64) -> bool {
         let mut st = self.lock();
         while st.published <= g {
             if st.stop {
-                return None;
+                return false;
             }
             st.idle += 1;
             st = self.more.wait(st).unwrap_or_else(|e| e.into_inner());
             st.idle -= 1;
         }
-        drop(st);
-        self.slots[(g % MAX_OUT as u64) as usize]
-            .group
-            .lock()
-            .clone()
+        true
     }
 
     /// One thread: every group in order, its part of each.
     fn run(&self, part: Part) {
         let mut g = 0u64;
-        while let Some(group) = self.next(g) {
+        while self.wait_for(g) {
             let features = &*self.features;
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                group.apply(features, part)
-            })) {
+            let slot = &self.slots[(g % MAX_OUT as u64) as usize];
+            // Always there: the slot is emptied only once every part, this one's included, is
+            // applied.
+            let group = slot.group.lock().clone();
+            if let Some(group) = &group
+                && let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    group.apply(features, part)
+                }))
+            {
                 group.panicked(features, &panic_text(&*p));
             }
-            let slot = &self.slots[(g % MAX_OUT as u64) as usize];
             if slot.left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 slot.group.lock().take();
-                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    group.finish(features)
-                })) {
+                if let Some(group) = &group
+                    && let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        group.finish(features)
+                    }))
+                {
                     group.panicked(features, &panic_text(&*p));
                 }
                 drop(group);
