@@ -77,9 +77,12 @@ pub fn from(seq: u64, limit: u64) -> ReadQuery {
 }
 
 /// A store configuration on the simulated disk, data dir `/data`.
+/// Four shards, applied by two threads (whatever the machine's cores: every test goes
+/// through the apply threads' split; the feature model and `applier.rs` vary the count).
 pub fn sim_cfg(fs: &SimFs) -> StorageConfig {
     let mut c = StorageConfig::new("/data");
     c.shards = Some(4);
+    c.apply_threads = 2;
     c.vfs = Arc::new(fs.clone());
     c
 }
@@ -87,6 +90,7 @@ pub fn sim_cfg(fs: &SimFs) -> StorageConfig {
 pub fn real_cfg(dir: &Path) -> StorageConfig {
     let mut c = StorageConfig::new(dir);
     c.shards = Some(4);
+    c.apply_threads = 2;
     c
 }
 
