@@ -44,7 +44,9 @@ decl3_yaml "$WORK/decl3.yaml"
 TOTAL=$(nproc)
 TICK=$(getconf CLK_TCK)
 
-# threads PID: "<kind> <ticks>" per thread, kinds: writer, apply, tokio, other.
+# threads PID: "<tid> <kind> <ticks>" per thread, kinds: writer, apply, tokio (its workers and
+# blocking pool), other (the main thread, the snapshot thread). Joined on the tid, two readings
+# give "<tid> <kind> <ticks> <kind> <ticks>".
 threads() {
   for t in /proc/"$1"/task/*; do
     local comm kind
@@ -52,7 +54,7 @@ threads() {
     case $comm in
       vx-log-writer) kind=writer ;;
       vx-apply-*) kind=apply ;;
-      tokio-runtime-w*|veltrix) kind=tokio ;;
+      tokio-rt-worker|tokio-runtime-w*) kind=tokio ;;
       *) kind=other ;;
     esac
     echo "${t##*/} $kind $(awk '{print $14+$15}' "$t/stat")"
@@ -95,7 +97,7 @@ run() {
   # Per kind: cores (ticks / tick rate / seconds), and the busiest thread of the kind.
   local cpu
   cpu=$(join <(echo "$a") <(echo "$b") | awk -v t="$TICK" -v s="$span" '
-    { d = ($4 - $3) / t / s; c[$2] += d; if (d > m[$2]) m[$2] = d }
+    { d = ($5 - $3) / t / s; c[$2] += d; if (d > m[$2]) m[$2] = d }
     END { printf "writer=%.2f apply=%.2f apply_max=%.2f tokio=%.2f tokio_max=%.2f other=%.2f",
           c["writer"], c["apply"], m["apply"], c["tokio"], m["tokio"], c["other"] }')
   local lg; lg=$(awk -v a="$l1" -v b="$l2" -v t="$TICK" -v s="$span" 'BEGIN {printf "%.2f", (b - a) / t / s}')
