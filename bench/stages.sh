@@ -73,7 +73,7 @@ for rep in $(seq 1 "$REPS"); do
         printf "%.4f %s %s\n", sum / c * 1000, med * 1000, p * 1000
       }' "$WORK/metrics")
     echo "| $s | $mean | $med | $q99 |" | tee -a "$RUNS"
-    record "$s" "$mean"
+    echo "$s $mean" >>"$RESULTS"
   done
 done
 echo
