@@ -104,32 +104,14 @@ async fn write(api: Api, w: usize, stop: Arc<AtomicBool>, acks: Arc<AtomicU64>) 
                 line(w, i, st.acked[i] + (k / ENTITIES) as u64, ts)
             })
             .collect();
-        let mut body = lines.join("\n");
-        body.push('\n');
-        let r = api
-            .try_send(
-                reqwest::Method::POST,
-                "/v1/events",
-                &[("content-type", "application/x-ndjson")],
-                Some(body.into()),
-            )
-            .await;
-        match r {
+        match api.try_post_lines(&lines).await {
             Ok(r) if r.status == 200 => {
                 assert_accepted(&r, lines.len() as u64);
                 for n in &mut st.acked {
                     *n += PER_ENTITY as u64;
                 }
                 acks.fetch_add(1, Ordering::Relaxed);
-                let got = match api
-                    .try_send(
-                        reqwest::Method::POST,
-                        "/v1/features/query",
-                        &[("content-type", "application/json")],
-                        Some(json!({ "entities": names }).to_string().into()),
-                    )
-                    .await
-                {
+                let got = match api.try_query_features(&json!({ "entities": names })).await {
                     Ok(r) if r.status == 200 => r.json(),
                     Ok(r) => panic!("writer {w}: {r}"),
                     Err(_) => return st,
@@ -160,15 +142,9 @@ async fn watch(api: Api, r: usize, stop: Arc<AtomicBool>) {
         let w = k % WRITERS;
         k += 1;
         let names: Vec<String> = (0..ENTITIES).map(|i| entity(w, i)).collect();
-        let resp = api
-            .try_send(
-                reqwest::Method::POST,
-                "/v1/features/query",
-                &[("content-type", "application/json")],
-                Some(json!({ "entities": names }).to_string().into()),
-            )
-            .await;
-        let Ok(resp) = resp else { return };
+        let Ok(resp) = api.try_query_features(&json!({ "entities": names })).await else {
+            return;
+        };
         if resp.status != 200 {
             return;
         }

@@ -605,17 +605,7 @@ async fn kill9_under_load_keeps_every_acknowledged_feature_write() {
                         )
                     })
                     .collect();
-                let mut body = lines.join("\n");
-                body.push('\n');
-                let r = api
-                    .try_send(
-                        reqwest::Method::POST,
-                        "/v1/events",
-                        &[("content-type", "application/x-ndjson")],
-                        Some(body.into()),
-                    )
-                    .await;
-                match r {
+                match api.try_post_lines(&lines).await {
                     Ok(r) if r.status == 200 => {
                         let mut a = acked.lock().unwrap();
                         for i in 0..PER_BATCH {

@@ -245,6 +245,31 @@ impl Api {
         .await
     }
 
+    /// `POST /v1/events` with NDJSON lines as given; the error if the request itself failed
+    /// (the server died: crash tests).
+    pub async fn try_post_lines(&self, lines: &[String]) -> Result<Resp, reqwest::Error> {
+        let mut body = lines.join("\n");
+        body.push('\n');
+        self.try_send(
+            reqwest::Method::POST,
+            "/v1/events",
+            &[("content-type", "application/x-ndjson")],
+            Some(body.into()),
+        )
+        .await
+    }
+
+    /// `POST /v1/features/query`; the error if the request itself failed.
+    pub async fn try_query_features(&self, body: &Value) -> Result<Resp, reqwest::Error> {
+        self.try_send(
+            reqwest::Method::POST,
+            "/v1/features/query",
+            &[("content-type", "application/json")],
+            Some(body.to_string().into()),
+        )
+        .await
+    }
+
     /// `POST /v1/events` with NDJSON lines as given.
     pub async fn post_lines(&self, lines: &[String]) -> Resp {
         let mut body = lines.join("\n");

@@ -47,6 +47,21 @@ pub struct Origin {
     pub offset: u64,
 }
 
+impl Origin {
+    /// Per (topic, partition) the largest offset applied, as origins sorted by (topic,
+    /// partition): what the writer publishes, what an index file records.
+    pub fn list(applied: &std::collections::BTreeMap<(OriginTopic, u32), u64>) -> Vec<Origin> {
+        applied
+            .iter()
+            .map(|(&(topic, partition), &offset)| Origin {
+                topic,
+                partition,
+                offset,
+            })
+            .collect()
+    }
+}
+
 /// One request to append: all of its events are stored in one record, or none is.
 pub struct WriteRequest {
     pub batch: Batch,

@@ -58,14 +58,7 @@ impl Origins {
 
     /// The applied origins as a list (what an index file records).
     pub(crate) fn list(&self) -> Vec<Origin> {
-        self.applied
-            .iter()
-            .map(|(&(topic, partition), &offset)| Origin {
-                topic,
-                partition,
-                offset,
-            })
-            .collect()
+        Origin::list(&self.applied)
     }
 
     /// The shards whose streams were ever reset, with the LSN of the last reset.

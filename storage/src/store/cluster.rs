@@ -188,17 +188,7 @@ impl Store {
     /// by (topic, partition). Updated after each group, once its records are visible and in
     /// the feature tables.
     pub fn applied_origins(&self) -> Vec<Origin> {
-        self.inner
-            .shared
-            .origins
-            .read()
-            .iter()
-            .map(|(&(topic, partition), &offset)| Origin {
-                topic,
-                partition,
-                offset,
-            })
-            .collect()
+        Origin::list(&self.inner.shared.origins.read())
     }
 
     /// The largest offset applied of one partition; `None` if none was (or since a reset).

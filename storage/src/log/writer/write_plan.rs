@@ -33,6 +33,14 @@ impl Dups {
     }
 }
 
+/// A request being planned: it, its streams' states, its duplicates, the group's clock.
+struct Planning<'a> {
+    req: &'a WriteRequest,
+    states: &'a [Option<WState>],
+    dups: &'a Dups,
+    now: i64,
+}
+
 /// The record being built for a request: what the group buffer, the undo log and the
 /// pending ids held before it, so that a refused record leaves nothing behind.
 struct Mark {
@@ -57,8 +65,14 @@ impl LogWriter {
         let batch = &req.batch;
         let states = self.states_of(batch)?;
         let dups = self.find_duplicates(batch, &states, now, scratch);
+        let p = Planning {
+            req,
+            states: &states,
+            dups: &dups,
+            now,
+        };
         if dups.fresh_total() == 0 {
-            return self.duplicates_only(req, &states, &dups, now, scratch);
+            return self.duplicates_only(&p, scratch);
         }
         check_expected(req, &states)?;
         self.check_new_streams(batch, &states, &dups)?;
@@ -70,7 +84,7 @@ impl LogWriter {
                 max: self.cfg.max_feature_bytes,
             });
         }
-        self.build_record(req, &states, &dups, now, scratch)
+        self.build_record(&p, scratch)
     }
 
     /// Each run's stream state: in memory, or in the carry file.
@@ -141,12 +155,10 @@ impl LogWriter {
     /// past it too.
     fn duplicates_only(
         &mut self,
-        req: &WriteRequest,
-        states: &[Option<WState>],
-        dups: &Dups,
-        now: i64,
+        p: &Planning<'_>,
         scratch: &mut Scratch,
     ) -> Result<WritePlan, WriteError> {
+        let (req, states, dups, now) = (p.req, p.states, p.dups, p.now);
         let batch = &req.batch;
         let last_seq = batch
             .runs()
@@ -208,12 +220,10 @@ impl LogWriter {
     /// of the request stays behind: not its bytes, not its seqs, not its pending ids.
     fn build_record(
         &mut self,
-        req: &WriteRequest,
-        states: &[Option<WState>],
-        dups: &Dups,
-        now: i64,
+        p: &Planning<'_>,
         scratch: &mut Scratch,
     ) -> Result<WritePlan, WriteError> {
+        let (req, dups) = (p.req, p.dups);
         let mark = Mark {
             rec_start: scratch.buf.len(),
             undo_len: scratch.undo.len(),
@@ -232,7 +242,7 @@ impl LogWriter {
             runs: Vec::with_capacity(req.batch.runs().len()),
             ids: Vec::new(),
         };
-        match self.copy_runs(req, states, dups, now, scratch, &mut plan) {
+        match self.copy_runs(p, scratch, &mut plan) {
             Ok(len) => {
                 for r in &mut plan.runs {
                     r.rec_end_rel = mark.rec_start + len;
@@ -266,13 +276,11 @@ impl LogWriter {
     /// duplicates), its stream's new state. Returns the record's length.
     fn copy_runs(
         &mut self,
-        req: &WriteRequest,
-        states: &[Option<WState>],
-        dups: &Dups,
-        now: i64,
+        p: &Planning<'_>,
         scratch: &mut Scratch,
         plan: &mut WritePlan,
     ) -> Result<usize, WriteError> {
+        let (req, states, dups, now) = (p.req, p.states, p.dups, p.now);
         let batch = &req.batch;
         let buf = &mut scratch.buf;
         let mut rb =
