@@ -222,12 +222,8 @@ impl Features {
                     applied: g.lsn,
                 });
             }
-            let gone = g.entities.len();
             *g = self.empty_shard();
             g.lsn = at.lsn;
-            self.counts
-                .entities
-                .fetch_sub(i64::try_from(gone).unwrap_or(i64::MAX), Ordering::Relaxed);
         }
         let after = g.counts();
         drop(g);
@@ -319,10 +315,7 @@ impl Features {
                 None => return Ok(()),
             }
         } else {
-            let (mut e, created) = entities.get_or_insert(er, bytes);
-            if created {
-                self.counts.entities.fetch_add(1, Ordering::Relaxed);
-            }
+            let (mut e, _) = entities.get_or_insert(er, bytes);
             e.as_of = e.as_of.max(ev.ts);
             if !future {
                 e.wm = e.wm.max(ev.ts);
@@ -412,9 +405,6 @@ impl Features {
             // Only deletes of an unknown entity: nothing to create.
             return Ok(out);
         }
-        if !out.found {
-            self.counts.entities.fetch_add(1, Ordering::Relaxed);
-        }
         let (mut e, _) = entities.get_or_insert(er, bytes);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
@@ -486,7 +476,6 @@ impl Features {
                 for f in e.feats {
                     names.release(f.name);
                 }
-                self.counts.entities.fetch_sub(1, Ordering::Relaxed);
             }
             return Ok(out);
         }

@@ -22,7 +22,7 @@
 use crate::Features;
 use crate::apply::{ApplyError, RecordEvents};
 use crate::prefetch::{Ahead, Lines};
-use crate::table::{EntityRef, Shard};
+use crate::table::{EntityRef, Shard, ShardCounts};
 use parking_lot::RwLockWriteGuard;
 use std::collections::VecDeque;
 use vx_proto::EventView;
@@ -43,7 +43,7 @@ const STAGES: [(usize, Ahead); 4] = [
 /// was taken (the tables' counts follow once it is released).
 struct Held<'a> {
     features: &'a Features,
-    locks: VecDeque<(u32, RwLockWriteGuard<'a, Shard>, (u64, u64))>,
+    locks: VecDeque<(u32, RwLockWriteGuard<'a, Shard>, ShardCounts)>,
 }
 
 impl<'a> Held<'a> {

@@ -7,7 +7,7 @@
 
 use crate::decl::{Decls, FeatureDecl};
 use crate::names::Names;
-use crate::table::{EntityRef, Shard};
+use crate::table::{EntityRef, Shard, ShardCounts};
 use parking_lot::{RwLock, RwLockWriteGuard};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -183,7 +183,7 @@ impl Features {
 
     /// Release a shard changed under its write lock, taken when its counts were `before`:
     /// the tables' counts follow the shard's.
-    pub(crate) fn unlock_counted(&self, g: RwLockWriteGuard<'_, Shard>, before: (u64, u64)) {
+    pub(crate) fn unlock_counted(&self, g: RwLockWriteGuard<'_, Shard>, before: ShardCounts) {
         let after = g.counts();
         // Written only when it grows: a write of a line every apply thread reads would make
         // each of them miss it at its next shard.
@@ -197,19 +197,19 @@ impl Features {
 
     /// A shard's counts ([`Shard::counts`]) went from `before` to `after`: the tables'
     /// follow.
-    pub(crate) fn add_counts(&self, after: (u64, u64), before: (u64, u64)) {
+    pub(crate) fn add_counts(&self, after: ShardCounts, before: ShardCounts) {
         let d = |a: u64, b: u64| {
             i64::try_from(a).unwrap_or(i64::MAX) - i64::try_from(b).unwrap_or(i64::MAX)
         };
-        if after.0 != before.0 {
-            self.counts
-                .used
-                .fetch_add(d(after.0, before.0), Ordering::Relaxed);
-        }
-        if after.1 != before.1 {
-            self.counts
-                .spilled
-                .fetch_add(d(after.1, before.1), Ordering::Relaxed);
+        let c = &self.counts;
+        for (counter, a, b) in [
+            (&c.used, after.bytes, before.bytes),
+            (&c.spilled, after.spill, before.spill),
+            (&c.entities, after.entities, before.entities),
+        ] {
+            if a != b {
+                counter.fetch_add(d(a, b), Ordering::Relaxed);
+            }
         }
     }
 

@@ -474,6 +474,17 @@ impl Drop for EntityMut<'_> {
     }
 }
 
+/// A shard's bytes, the bytes of its encodings held outside their slots, and its entities:
+/// read when its write lock is taken and when it is released, so that the tables' shared
+/// counters change once per release rather than once per change (they are one cache line
+/// every apply thread writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShardCounts {
+    pub bytes: u64,
+    pub spill: u64,
+    pub entities: u64,
+}
+
 /// One shard of the tables.
 pub(crate) struct Shard {
     pub entities: EntityMap,
@@ -537,9 +548,13 @@ impl Shard {
         self.entities.index_bytes() + self.names.bytes()
     }
 
-    /// The shard's bytes and the bytes of its encodings held outside their slots.
-    pub(crate) fn counts(&self) -> (u64, u64) {
-        (self.bytes, self.entities.spill())
+    /// What the tables' counters follow of the shard ([`crate::Features::add_counts`]).
+    pub(crate) fn counts(&self) -> ShardCounts {
+        ShardCounts {
+            bytes: self.bytes,
+            spill: self.entities.spill(),
+            entities: self.entities.len() as u64,
+        }
     }
 
     /// Count the shard's bytes from scratch: its table, what its entities keep outside their
