@@ -10,6 +10,9 @@
 #
 #   bench/cores.sh                        # what fits this machine
 #   CORES="1 2" MODES="off builtins" REPS=3 MEASURE_S=10 bench/cores.sh
+#   BIN=.dev/bin/veltrix LT=.dev/bin/vx-loadtest WL=.dev/wl bench/cores.sh   # on the device
+#                                         # (../shared/bench/device/README.md: .dev/ carried;
+#                                         # the table is also written to $OUT/cores.md)
 #
 # It runs what fits: a server on N cores needs N + 1 cores (one at least for the load
 # generator); the rest is skipped and said so. `features.apply_threads` is the default (half
@@ -31,12 +34,16 @@ PORT=${PORT:-17300}
 BIN=${BIN:-target/release/veltrix}
 LT=${LT:-target/release/vx-loadtest}
 WL=${WL:-loadtest/workloads}
-command -v jq >/dev/null || { as_root apt-get update >&2; as_root apt-get install -y jq >&2; }
 command -v taskset >/dev/null || { as_root apt-get update >&2; as_root apt-get install -y util-linux >&2; }
 if [[ ! -x $BIN || ! -x $LT ]]; then
   log "building release"
   cargo build --release -p veltrix -p vx-loadtest >&2
 fi
+
+# json_ev FILE: the events/s of a vx-loadtest report (python3: the device has no jq).
+json_ev() {
+  python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["operations"]["ingest"]["events_per_s"]))' "$1"
+}
 
 bench_init cores
 refuse_if_listening "$PORT"
@@ -93,7 +100,7 @@ run() {
   local b l2; b=$(threads "$PID"); l2=$(cpu_ticks "$lp")
   wait "$lp" || { cat "$WORK/lt.log" >&2; exit 1; }
   stop
-  local ev; ev=$(jqr '.operations.ingest.events_per_s | floor' "$WORK/run.json")
+  local ev; ev=$(json_ev "$WORK/run.json")
   # Per kind: cores (ticks / tick rate / seconds), and the busiest thread of the kind.
   local cpu
   cpu=$(join <(echo "$a") <(echo "$b") | awk -v t="$TICK" -v s="$span" '
@@ -107,7 +114,7 @@ run() {
   done
 }
 
-echo "# cores.sh $(date -u +%FT%TZ) on $TOTAL cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), commit $(git rev-parse --short HEAD)" | tee -a "$RUNS"
+echo "# cores.sh $(date -u +%FT%TZ) on $TOTAL cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')" | tee -a "$RUNS"
 ran=()
 for n in $CORES; do
   if ((n + 1 > TOTAL)); then
@@ -122,17 +129,21 @@ for n in $CORES; do
   done
 done
 
-echo
-echo "| server cores | mode | apply threads | events/s (median of $REPS) | of off | log writer | apply threads (busiest) | tokio workers (busiest) | other | load generator |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for n in "${ran[@]}"; do
-  off=$(med "$n.off.ev")
-  for mode in $MODES; do
-    ev=$(med "$n.$mode.ev")
-    ratio=$(awk -v a="$ev" -v b="$off" 'BEGIN { if (b > 0 && b != "nan") printf "%.2f", a / b; else print "-" }')
-    printf "| %s | %s | %s | %.2fM | %s | %.2f | %.2f (%.2f) | %.2f (%.2f) | %.2f | %.2f |\n" \
-      "$n" "$mode" "$(med "$n.$mode.apply_threads")" "$(awk -v e="$ev" 'BEGIN {print e / 1e6}')" "$ratio" \
-      "$(med "$n.$mode.writer")" "$(med "$n.$mode.apply")" "$(med "$n.$mode.apply_max")" \
-      "$(med "$n.$mode.tokio")" "$(med "$n.$mode.tokio_max")" "$(med "$n.$mode.other")" "$(med "$n.$mode.loadgen")"
+table() {
+  echo "| server cores | mode | apply threads | events/s (median of $REPS) | of off | log writer | apply threads (busiest) | tokio workers (busiest) | other | load generator |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  for n in "${ran[@]}"; do
+    off=$(med "$n.off.ev")
+    for mode in $MODES; do
+      ev=$(med "$n.$mode.ev")
+      ratio=$(awk -v a="$ev" -v b="$off" 'BEGIN { if (b > 0 && b != "nan") printf "%.2f", a / b; else print "-" }')
+      printf "| %s | %s | %s | %.2fM | %s | %.2f | %.2f (%.2f) | %.2f (%.2f) | %.2f | %.2f |\n" \
+        "$n" "$mode" "$(med "$n.$mode.apply_threads")" "$(awk -v e="$ev" 'BEGIN {print e / 1e6}')" "$ratio" \
+        "$(med "$n.$mode.writer")" "$(med "$n.$mode.apply")" "$(med "$n.$mode.apply_max")" \
+        "$(med "$n.$mode.tokio")" "$(med "$n.$mode.tokio_max")" "$(med "$n.$mode.other")" "$(med "$n.$mode.loadgen")"
+    done
   done
-done
+}
+echo
+table
+if [[ -n ${OUT:-} ]]; then table >"$OUT/cores.md"; fi

@@ -26,7 +26,6 @@ FPORT=$((PORT + 1))
 BIN=${BIN:-target/release/veltrix}
 LT=${LT:-target/release/vx-loadtest}
 read -r -a EXTRA <<<"${SERVER_ARGS:-}"
-command -v jq >/dev/null || { as_root apt-get update >&2; as_root apt-get install -y jq >&2; }
 if [[ ! -x $BIN || ! -x $LT ]]; then
   log "building release"
   cargo build --release -p veltrix -p vx-loadtest >&2
@@ -37,7 +36,7 @@ STAGES="receive decode admission queue write fsync apply answer"
 endpoint="http://127.0.0.1:$PORT"
 [[ $WL == *frames* ]] && endpoint="frames://127.0.0.1:$FPORT"
 
-echo "# stages.sh $(date -u +%FT%TZ) $WL, $CONNS connections, commit $(git rev-parse --short HEAD) ${SERVER_ARGS:-}" | tee -a "$RUNS"
+echo "# stages.sh $(date -u +%FT%TZ) $WL, $CONNS connections, commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)') ${SERVER_ARGS:-}" | tee -a "$RUNS"
 for rep in $(seq 1 "$REPS"); do
   rm -rf "$WORK/data"; sync
   la=$(load1)
@@ -49,9 +48,7 @@ for rep in $(seq 1 "$REPS"); do
     --set "connections=$CONNS" --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" >/dev/null
   curl -s "localhost:$PORT/metrics" >"$WORK/metrics"
   stop
-  ev=$(jqr '.operations.ingest.events_per_s | floor' "$WORK/run.json")
-  p50=$(jqr '.operations.ingest.latency_ms.p50' "$WORK/run.json")
-  p99=$(jqr '.operations.ingest.latency_ms.p99' "$WORK/run.json")
+  read -r ev p50 p99 < <(python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["operations"]["ingest"]; print(int(o["events_per_s"]), o["latency_ms"]["p50"], o["latency_ms"]["p99"])' "$WORK/run.json")
   echo "rep $rep: $ev events/s, request p50 ${p50} ms, p99 ${p99} ms, load1 $la" | tee -a "$RUNS"
   echo "| stage | mean ms | median ms (≤) | p99 ms (≤) |" | tee -a "$RUNS"
   for s in $STAGES; do
