@@ -2,8 +2,8 @@
 //! batches are applied there, each thread the shards it owns, while the writer commits the
 //! next group; small ones (feature writes) on the writer. With 1, 2 or 4 threads, whichever
 //! applies a group, its answers come after its apply (read-your-writes), groups apply in log
-//! order, a restart with another thread count rebuilds the same tables, and a failed apply
-//! on any thread poisons the store.
+//! order, snapshots taken while they apply restart to the same tables (on another thread
+//! count), and a failed apply on any thread poisons the store.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -132,19 +132,40 @@ fn answers_follow_the_apply_and_a_restart_rebuilds_the_same_tables() {
 fn answers_follow_the_apply(threads: usize, then: usize) {
     let fs = SimFs::new();
     let (store, _) = Store::open(cfg(&fs, threads)).unwrap();
+    // Snapshots taken while the threads apply: each shard's copy covers what its thread had
+    // applied, and the restart below starts from the last of them.
+    let writing = std::sync::atomic::AtomicBool::new(true);
+    let mut snapshots = 0;
     std::thread::scope(|s| {
-        for w in 0..WRITERS {
-            let store = &store;
-            s.spawn(move || writer(store, w));
+        let handles: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let store = &store;
+                s.spawn(move || writer(store, w))
+            })
+            .collect();
+        s.spawn(|| {
+            for h in handles {
+                h.join().unwrap();
+            }
+            writing.store(false, std::sync::atomic::Ordering::Release);
+        });
+        while writing.load(std::sync::atomic::Ordering::Acquire) {
+            store.snapshot_now().unwrap();
+            snapshots += 1;
         }
     });
+    assert!(snapshots > 0);
     let before = dump(&store);
     for (e, f) in &before {
         let f = f.as_ref().expect("every entity was written");
         assert!(f.contains_key("hits_1h"), "{e}: {f:?}");
     }
     kill(&fs, store);
-    let (store, _) = Store::open(cfg(&fs, then)).unwrap();
+    let (store, report) = Store::open(cfg(&fs, then)).unwrap();
+    assert!(
+        report.features.snapshot.is_some(),
+        "restarted from a snapshot"
+    );
     assert_eq!(dump(&store), before, "{threads} threads, then {then}");
 }
 
