@@ -121,7 +121,8 @@ impl LogWriter {
     }
 
     /// Plan step: each request checked and turned into its record in the group buffer, or
-    /// refused at once. A request that asked for no durability is answered here.
+    /// refused at once (`plan_msg.rs`). A request that asked for no durability is answered
+    /// here.
     fn plan_group(
         &mut self,
         applier: &Applier,
@@ -130,159 +131,12 @@ impl LogWriter {
         scratch: &mut Scratch,
         span: &tracing::Span,
     ) -> Vec<Planned> {
-        let visible_at = self.cfg.fsync.durability();
         let mut planned: Vec<Planned> = Vec::with_capacity(group.len());
         for msg in group.drain(..) {
             let lsn = self.next_lsn;
-            let p = match msg {
-                Msg::Write(req, reply, caller, sent) => {
-                    span.follows_from(&caller);
-                    if let Some(err) = self.poisoned() {
-                        let _ = reply.send(Err(err));
-                        continue;
-                    }
-                    let want = req.durability.unwrap_or(visible_at);
-                    let now = req.append_ms.unwrap_or(now);
-                    match self.plan_write(applier, &req, now, scratch) {
-                        Ok(plan) => Planned {
-                            batch: Some(req.batch),
-                            runs: plan.runs,
-                            rec: plan.rec,
-                            ids: plan.ids,
-                            span: caller,
-                            origin: req.origin,
-                            append_ms: Some(now),
-                            sent: Some(sent),
-                            ..Planned::new(
-                                Answer::Write(Some(reply), plan.outcome),
-                                req.guard,
-                                want,
-                            )
-                        },
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            continue;
-                        }
-                    }
-                }
-                Msg::Delete {
-                    stream,
-                    durability,
-                    origin,
-                    append_ms,
-                    reply,
-                } => {
-                    let now = append_ms.unwrap_or(now);
-                    if let Some(err) = self.poisoned() {
-                        let _ = reply.send(Err(err));
-                        continue;
-                    }
-                    let want = durability.unwrap_or(visible_at);
-                    match self.plan_delete(&stream, origin, now, scratch) {
-                        Ok((shard, last_seq)) => Planned {
-                            tombstone: Some((shard, stream, last_seq)),
-                            origin,
-                            append_ms: Some(now),
-                            ..Planned::new(
-                                Answer::Delete(
-                                    Some(reply),
-                                    DeleteOutcome {
-                                        last_seq,
-                                        durability: Durability::None,
-                                    },
-                                ),
-                                None,
-                                want,
-                            )
-                        },
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            continue;
-                        }
-                    }
-                }
-                Msg::Feature(fw, reply) => {
-                    if let Some(err) = self.poisoned() {
-                        let _ = reply.send(Err(err));
-                        continue;
-                    }
-                    let want = fw.durability.unwrap_or(visible_at);
-                    let now = fw.append_ms.unwrap_or(now);
-                    match self.plan_feature(applier, &fw, now, scratch) {
-                        Ok((rec, found)) => Planned {
-                            rec: Some(rec),
-                            origin: fw.origin,
-                            append_ms: Some(now),
-                            ..Planned::new(
-                                Answer::Feature(
-                                    Some(reply),
-                                    FeatureOutcome {
-                                        set: 0,
-                                        deleted: 0,
-                                        found,
-                                        durability: Durability::None,
-                                    },
-                                ),
-                                fw.guard,
-                                want,
-                            )
-                        },
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            continue;
-                        }
-                    }
-                }
-                Msg::EntityEvents {
-                    batch,
-                    origin,
-                    append_ms,
-                    reply,
-                } => {
-                    let now = append_ms.unwrap_or(now);
-                    if let Some(err) = self.poisoned() {
-                        let _ = reply.send(Err(err));
-                        continue;
-                    }
-                    match self.plan_entity_events(applier, &batch, origin, now, scratch) {
-                        Ok(rec) => Planned {
-                            rec: Some(rec),
-                            origin: Some(origin),
-                            append_ms: Some(now),
-                            ..Planned::new(Answer::Done(Some(reply)), None, visible_at)
-                        },
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            continue;
-                        }
-                    }
-                }
-                Msg::Reset {
-                    target,
-                    shard,
-                    reply,
-                } => {
-                    if let Some(err) = self.poisoned() {
-                        let _ = reply.send(Err(err));
-                        continue;
-                    }
-                    match self.plan_reset(target, shard, now, scratch) {
-                        // Always fsynced (`needs_sync`): the carry file it rewrites must
-                        // never be ahead of the log.
-                        Ok(rec) => Planned {
-                            rec: Some(rec),
-                            reset: Some((target, shard)),
-                            ..Planned::new(Answer::Done(Some(reply)), None, Durability::Fsync)
-                        },
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            continue;
-                        }
-                    }
-                }
-                Msg::Shutdown => continue,
+            let Some(mut p) = self.plan_msg(applier, msg, now, scratch, span) else {
+                continue;
             };
-            let mut p = p;
             // The record's LSN, if the request wrote one (a request of duplicates only
             // writes none).
             p.lsn = (self.next_lsn > lsn).then_some(lsn);

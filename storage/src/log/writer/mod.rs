@@ -30,6 +30,7 @@ mod answer;
 mod cluster;
 mod commit;
 mod plan;
+mod plan_msg;
 mod planned;
 mod write_plan;
 
