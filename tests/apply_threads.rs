@@ -63,6 +63,15 @@ fn expected(n: u64) -> Value {
     })
 }
 
+/// An entity's features as a batch query answered them, without `last_ts` (the clock's).
+fn features_of(result: &Value) -> Value {
+    let mut f = result["features"].clone();
+    if let Some(o) = f.as_object_mut() {
+        o.remove("last_ts");
+    }
+    f
+}
+
 /// The features of `entities`, as `{entity: features}` (a batch query).
 async fn read(api: &Api, entities: &[String]) -> HashMap<String, Value> {
     let r = api.query_features(&json!({ "entities": entities })).await;
@@ -73,9 +82,7 @@ async fn read(api: &Api, entities: &[String]) -> HashMap<String, Value> {
         if x.is_null() {
             continue;
         }
-        let mut f = x["features"].clone();
-        f.as_object_mut().unwrap().remove("last_ts");
-        out.insert(x["entity"].as_str().unwrap().to_string(), f);
+        out.insert(x["entity"].as_str().unwrap().to_string(), features_of(x));
     }
     out
 }
@@ -117,8 +124,7 @@ async fn write(api: Api, w: usize, stop: Arc<AtomicBool>, acks: Arc<AtomicU64>) 
                     Err(_) => return st,
                 };
                 for (i, x) in got["results"].as_array().unwrap().iter().enumerate() {
-                    let mut f = x["features"].clone();
-                    f.as_object_mut().unwrap().remove("last_ts");
+                    let f = features_of(x);
                     assert_eq!(f, expected(st.acked[i]), "writer {w}, {}", names[i]);
                 }
             }
@@ -153,8 +159,7 @@ async fn watch(api: Api, r: usize, stop: Arc<AtomicBool>) {
                 continue;
             }
             let name = x["entity"].as_str().unwrap().to_string();
-            let mut f = x["features"].clone();
-            f.as_object_mut().unwrap().remove("last_ts");
+            let f = features_of(x);
             let n = f["events"].as_u64().unwrap();
             assert_eq!(n % PER_ENTITY as u64, 0, "{name}: half a request: {f}");
             assert_eq!(f, expected(n), "{name}");

@@ -315,7 +315,7 @@ impl Features {
                 None => return Ok(()),
             }
         } else {
-            let (mut e, _) = entities.get_or_insert(er, bytes);
+            let mut e = entities.get_or_insert(er, bytes);
             e.as_of = e.as_of.max(ev.ts);
             if !future {
                 e.wm = e.wm.max(ev.ts);
@@ -405,7 +405,7 @@ impl Features {
             // Only deletes of an unknown entity: nothing to create.
             return Ok(out);
         }
-        let (mut e, _) = entities.get_or_insert(er, bytes);
+        let mut e = entities.get_or_insert(er, bytes);
         e.as_of = e.as_of.max(append_ms);
         for (name, v) in set {
             if self.decls.is_declared(name) {

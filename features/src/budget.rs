@@ -112,10 +112,11 @@ impl Features {
         // (a feature and a name) and its declared aggregates, or grow each aggregate's state
         // by at most that state's largest size; and split one index segment (a full-size
         // segment; and per shard once, a doubling of its directory and segment list: at most
-        // the largest step of any shard so far). Its record's encoding may leave the slot (an encoding's
-        // times are differences from the newest one, so each may grow to its longest: at
-        // most 16 times the encoding, and for the records with a side allocation, bounded by
-        // `spilled`, which also bounds the rounding of a longer list of states).
+        // the largest step of any shard so far). Its record's encoding may leave the slot (an
+        // encoding's times are differences from the newest one, so each may grow to its
+        // longest: at most 16 times the encoding, and for the records with a side
+        // allocation, bounded by `spilled`, which also bounds the rounding of a longer list
+        // of states).
         let per_event = 3 * (SLOT_COST + 1)
             + alloc_size(vx_proto::rules::MAX_ENTITY_LEN)
             + alloc_size((THIN_HEADER + HELD_COST) as usize)
@@ -124,7 +125,7 @@ impl Features {
             + decls * state_max_bytes(true);
         let shards = (batch.len() as u64).min(u64::from(self.nshards));
         let splits = (batch.len() as u64).saturating_mul(crate::index::seg_bytes() + 64)
-            + shards.saturating_mul(self.max_sub_bytes() + 64);
+            + shards.saturating_mul(self.max_step_bytes() + 64);
         // Each shard given new entities may also open a chunk of its arena (at most a full
         // one, and the chunk list may grow). The largest step and the spilled bytes are read
         // before the records written ahead of this one are applied, as for the several

@@ -61,7 +61,10 @@ impl PosTable {
     /// An empty table of `buckets` entries (a power of two).
     fn with_buckets(buckets: usize) -> PosTable {
         let mut e = vec![0u64; buckets].into_boxed_slice();
-        // See `grow_to`: written once now, so that a probe does not fault twice.
+        // Written once now (with a value the compiler cannot see is zero, so it stays): a
+        // zeroed allocation may be fresh pages that the kernel maps to its shared zero page
+        // until written, and an entry read there (a probe) and then written faults twice, the
+        // second time interrupting every CPU to flush its TLB.
         e.fill(std::hint::black_box(0));
         PosTable { e, len: 0 }
     }
@@ -166,13 +169,7 @@ impl PosTable {
     }
 
     fn grow_to(&mut self, capacity: usize) {
-        let mut e = vec![0u64; buckets_for(capacity)].into_boxed_slice();
-        // Written once now (with a value the compiler cannot see is zero, so it stays): a
-        // zeroed allocation may be fresh pages that the kernel maps to its shared zero page
-        // until written, and an entry read there (a probe) and then written faults twice, the
-        // second time interrupting every CPU to flush its TLB.
-        e.fill(std::hint::black_box(0));
-        let old = std::mem::replace(&mut self.e, e);
+        let old = std::mem::replace(&mut self.e, PosTable::with_buckets(buckets_for(capacity)).e);
         for x in old.iter().copied().filter(|&x| x != 0) {
             self.put(x);
         }
@@ -238,6 +235,8 @@ pub(crate) const SEG_BUCKETS: usize = 512;
 /// splitting, so a flood of such tags costs long probes, as in any one hash table, and at
 /// most a 256 KiB directory.
 const MAX_DEPTH: u32 = 16;
+/// Entities a full-size segment holds before it splits (7/8 of its entries).
+const SEG_CAPACITY: usize = SEG_BUCKETS / 8 * 7;
 /// Bytes of a full-size segment.
 pub(crate) fn seg_bytes() -> u64 {
     alloc_size(SEG_BUCKETS * std::mem::size_of::<u64>())
@@ -417,14 +416,10 @@ impl Index {
     /// Room for `n` more entities, made at once when it holds none yet (a snapshot's load):
     /// enough full-size segments, a quarter free. Once it holds entities, inserts make room.
     pub(crate) fn reserve(&mut self, n: usize) {
-        if self.len() > 0 {
+        if self.len() > 0 || n == 0 {
             return;
         }
-        let cap = PosTable::with_buckets(SEG_BUCKETS).capacity();
-        if n == 0 {
-            return;
-        }
-        if n <= cap {
+        if n <= SEG_CAPACITY {
             let mut seg = Seg::default();
             seg.t.reserve(n);
             self.segs = vec![seg];
@@ -433,7 +428,7 @@ impl Index {
             self.bytes = self.measure();
             return;
         }
-        let segs = (n + n / 3).div_ceil(cap).next_power_of_two();
+        let segs = (n + n / 3).div_ceil(SEG_CAPACITY).next_power_of_two();
         let depth = segs.ilog2().min(MAX_DEPTH);
         self.depth = depth;
         self.dir = (0..1u32 << depth).collect();
@@ -466,8 +461,7 @@ impl Index {
                 return table_bytes(grown);
             }
         }
-        let full = PosTable::with_buckets(SEG_BUCKETS).capacity();
-        let splits = (len + n).div_ceil(full / 2) as u64;
+        let splits = (len + n).div_ceil(SEG_CAPACITY / 2) as u64;
         splits * (seg_bytes() + 2 * self.measure_list())
     }
 

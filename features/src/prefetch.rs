@@ -59,8 +59,8 @@ impl Lines {
     }
 }
 
-/// The stages of the look-ahead (`ordered.rs`, and a pipeline of reads), in the order an event goes through them: each
-/// loads what the next one reads.
+/// The stages of the look-ahead (`ordered.rs`, and a pipeline of reads), in the order an
+/// event goes through them: each loads what the next one reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ahead {
     /// The index entry the look-up starts at (its address comes from the hash alone).

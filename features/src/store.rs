@@ -38,7 +38,7 @@ pub(crate) struct Counts {
     spilled: AtomicI64,
     /// The most one new entity can add to any shard's index so far (a segment and a
     /// directory doubling: index.rs `Index::max_step`).
-    max_sub: AtomicU64,
+    max_step: AtomicU64,
     /// Bytes of creations planned in the current group, not yet applied (writer only).
     pub(crate) pending: AtomicU64,
     /// Every record with an LSN ≤ this is applied to every shard.
@@ -72,7 +72,7 @@ impl Features {
             counts: Counts {
                 used: AtomicI64::new(0),
                 spilled: AtomicI64::new(0),
-                max_sub: AtomicU64::new(0),
+                max_step: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
                 applied: AtomicU64::new(0),
                 entities: AtomicI64::new(0),
@@ -98,7 +98,7 @@ impl Features {
             used += sh.bytes;
             spilled += sh.entities.spill();
             self.counts
-                .max_sub
+                .max_step
                 .fetch_max(sh.entities.max_step(), Ordering::Relaxed);
             *lock.write() = sh;
         }
@@ -187,9 +187,9 @@ impl Features {
         let after = g.counts();
         // Written only when it grows: a write of a line every apply thread reads would make
         // each of them miss it at its next shard.
-        let sub = g.entities.max_step();
-        if sub > self.counts.max_sub.load(Ordering::Relaxed) {
-            self.counts.max_sub.fetch_max(sub, Ordering::Relaxed);
+        let step = g.entities.max_step();
+        if step > self.counts.max_step.load(Ordering::Relaxed) {
+            self.counts.max_step.fetch_max(step, Ordering::Relaxed);
         }
         drop(g);
         self.add_counts(after, before);
@@ -219,8 +219,8 @@ impl Features {
     }
 
     /// The most one new entity can add to any shard's index.
-    pub(crate) fn max_sub_bytes(&self) -> u64 {
-        self.counts.max_sub.load(Ordering::Relaxed)
+    pub(crate) fn max_step_bytes(&self) -> u64 {
+        self.counts.max_step.load(Ordering::Relaxed)
     }
 
     /// Test support: make the next apply (of any record) fail with

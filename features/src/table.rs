@@ -314,25 +314,18 @@ impl EntityMap {
         self.position(e).is_some()
     }
 
-    /// The entity, created if missing (its key counted in `bytes`); and whether it was.
-    pub fn get_or_insert<'a>(
-        &'a mut self,
-        e: EntityRef<'_>,
-        bytes: &'a mut u64,
-    ) -> (EntityMut<'a>, bool) {
-        let (pos, created) = match self.position(e) {
-            Some(pos) => (pos, false),
+    /// The entity, created if missing (its key counted in `bytes`).
+    pub fn get_or_insert<'a>(&'a mut self, e: EntityRef<'_>, bytes: &'a mut u64) -> EntityMut<'a> {
+        let pos = match self.position(e) {
+            Some(pos) => pos,
             None => {
                 *bytes += key_heap(e.name);
-                (self.push_new(e, Rec::new()), true)
+                self.push_new(e, Rec::new())
             }
         };
         let (k, i) = chunk_of(pos as usize);
         match self.slots.get_mut(k).and_then(|c| c.get_mut(i)) {
-            Some((_, r)) => (
-                EntityMut::new(r, bytes, &mut self.spill, &mut self.scratch),
-                created,
-            ),
+            Some((_, r)) => EntityMut::new(r, bytes, &mut self.spill, &mut self.scratch),
             None => unreachable!("an entity just found or inserted has a slot"),
         }
     }
@@ -356,7 +349,7 @@ impl EntityMap {
     /// Put `value` in entity `e`'s slot (a snapshot's entity; the shard is recounted after).
     pub fn insert(&mut self, e: EntityRef<'_>, value: Entity) {
         let mut uncounted = 0;
-        let (mut slot, _) = self.get_or_insert(e, &mut uncounted);
+        let mut slot = self.get_or_insert(e, &mut uncounted);
         *slot = value;
     }
 
@@ -619,7 +612,7 @@ mod tests {
         let names: Vec<String> = (0..2000).map(|i| format!("e{i}")).collect();
         let mut bytes = 0;
         for n in &names {
-            m.get_or_insert(EntityRef::new(n), &mut bytes).0.as_of = n.len() as i64;
+            m.get_or_insert(EntityRef::new(n), &mut bytes).as_of = n.len() as i64;
         }
         for n in names.iter().step_by(3) {
             assert!(m.remove(EntityRef::new(n)).is_some());

@@ -487,6 +487,33 @@ pub fn events<'a>(
     })
 }
 
+/// The offset and entity (`None` without one) of each event encoded back to back in `bytes`
+/// (one run's events), read from the event headers alone ([`entity_of`]): what cutting a
+/// record into the feature apply threads' slices reads. An event that does not decode ends
+/// it, with the error.
+pub fn entities(
+    bytes: &[u8],
+) -> impl Iterator<Item = Result<(usize, Option<&[u8]>), DecodeError>> + '_ {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        let rest = bytes.get(pos..).filter(|r| !r.is_empty())?;
+        Some(match entity_of(rest) {
+            Ok((entity, n)) => {
+                let at = pos;
+                pos += n;
+                Ok((at, entity))
+            }
+            Err(e) => {
+                pos = bytes.len();
+                Err(match e {
+                    DecodeError::Incomplete(_) => DecodeError::Bad("event extends past its run"),
+                    bad => bad,
+                })
+            }
+        })
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -599,5 +626,15 @@ mod tests {
                 assert!(entity_of(&b[..cut]).is_err());
             }
         }
+        // A run's events, their offsets and entities; a cut-off last one ends it in error.
+        let mut run = Vec::new();
+        let n1 = encode_event(&mut run, &e1()).unwrap();
+        encode_event(&mut run, &e2()).unwrap();
+        let got: Vec<_> = entities(&run).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, vec![(0, Some(&b"p7"[..])), (n1, None)]);
+        let mut last = entities(&run[..run.len() - 1]).last().unwrap();
+        assert!(matches!(last, Err(DecodeError::Bad(_))), "{last:?}");
+        last = entities(&[]).last().unwrap_or(Ok((0, None)));
+        assert!(last.is_ok());
     }
 }

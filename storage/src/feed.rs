@@ -210,28 +210,21 @@ pub(crate) fn keys(rec: &[u8], h: &Header) -> (Vec<Key>, Option<Decode>) {
         let Ok(ri) = u32::try_from(i) else {
             return (keys, Some(Decode::Bad("too many runs")));
         };
-        let mut at = run.at + run.len - run.events.len();
-        let mut rest = run.events;
-        while !rest.is_empty() {
-            let (entity, len) = match vx_proto::packed::entity_of(rest) {
+        let base = run.at + run.len - run.events.len();
+        for event in vx_proto::packed::entities(run.events) {
+            let (at, entity) = match event {
                 Ok(x) => x,
-                Err(vx_proto::packed::DecodeError::Incomplete(_)) => {
-                    return (keys, Some(Decode::Bad("event extends past its run")));
-                }
                 Err(e) => return (keys, Some(e.into())),
             };
-            if let Some(entity) = entity {
-                let Ok(off) = u32::try_from(at) else {
-                    return (keys, Some(Decode::Bad("event offset past 4GiB")));
-                };
-                keys.push(Key {
-                    hash: entity_hash(entity),
-                    at: off,
-                    run: ri,
-                });
-            }
-            at += len;
-            rest = rest.get(len..).unwrap_or(&[]);
+            let Some(entity) = entity else { continue };
+            let Ok(off) = u32::try_from(base + at) else {
+                return (keys, Some(Decode::Bad("event offset past 4GiB")));
+            };
+            keys.push(Key {
+                hash: entity_hash(entity),
+                at: off,
+                run: ri,
+            });
         }
     }
     (keys, None)

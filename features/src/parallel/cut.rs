@@ -32,61 +32,27 @@ pub struct Cut {
 }
 
 impl Cut {
-    /// Cut `keys` (in record order) for `parts` threads over `features`' shards: a counting
-    /// sort by shard, one pass to count and one to place.
+    /// Cut `keys` (in record order) for `parts` threads over `features`' shards: in shard
+    /// order ([`crate::ordered::by_shard`]), split where each part's first shard starts.
     pub fn new(features: &Features, keys: Vec<Key>, parts: usize) -> Cut {
         let shards = features.shards();
-        let mut next = vec![0u32; shards as usize + 1];
-        for k in &keys {
-            if let Some(n) = next.get_mut(features.shard_of_hash(k.hash) as usize) {
-                *n += 1;
-            }
-        }
-        let mut sum = 0u32;
-        for n in &mut next {
-            (*n, sum) = (sum, sum + *n);
-        }
-        // `next[s]` is where shard s starts (and `next[shards]` the end): the parts' bounds.
+        let (keys, starts) = crate::ordered::by_shard(keys, shards as usize, |k| {
+            features.shard_of_hash(k.hash) as usize
+        });
+        // Part `parts` (one past the last) starts at `shards`: the end.
         let bounds = (0..=parts)
-            .map(|i| {
-                let first = if i == parts {
-                    shards
-                } else {
-                    Part {
-                        index: i,
-                        of: parts,
-                    }
-                    .shards(shards)
-                    .start
-                };
-                next.get(first as usize).copied().unwrap_or(sum)
+            .map(|index| {
+                let first = Part { index, of: parts }.shards(shards).start;
+                starts.get(first as usize).copied().unwrap_or(0)
             })
             .collect();
-        let mut out = keys.clone();
-        for k in keys {
-            if let Some(at) = next.get_mut(features.shard_of_hash(k.hash) as usize)
-                && let Some(slot) = out.get_mut(*at as usize)
-            {
-                *slot = k;
-                *at += 1;
-            }
-        }
-        Cut { keys: out, bounds }
+        Cut { keys, bounds }
     }
 
     /// The events of part `i`'s shards, in shard order.
     pub fn part(&self, i: usize) -> &[Key] {
         let at = |j: usize| self.bounds.get(j).map_or(0, |&b| b as usize);
         self.keys.get(at(i)..at(i + 1)).unwrap_or(&[])
-    }
-
-    /// Events in the cut, every part's.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
     }
 }
 
@@ -106,19 +72,19 @@ impl<T> Claims<T> {
         }
     }
 
-    /// Make the items no caller has claimed yet, one at a time, until none is left.
-    /// `failed(i)` stands in for an item whose `make` panicked, so that nobody waits for it
-    /// forever (the panic goes on).
-    pub fn make(&self, make: impl Fn(usize) -> T, failed: impl Fn(usize) -> T) {
+    /// Make the items no caller has claimed yet, one at a time, until none is left. An item
+    /// whose `make` panics is left at its default, so that nobody waits for it forever (the
+    /// panic goes on).
+    pub fn make(&self, make: impl Fn(usize) -> T)
+    where
+        T: Default,
+    {
         loop {
             let i = self.next.fetch_add(1, Ordering::AcqRel);
             let Some(cell) = self.cells.get(i) else {
                 return;
             };
-            let guard = Unfinished {
-                cell,
-                failed: || failed(i),
-            };
+            let guard = Unfinished(cell);
             let _ = cell.set(make(i));
             std::mem::forget(guard);
         }
@@ -128,24 +94,13 @@ impl<T> Claims<T> {
     pub fn get(&self, i: usize) -> Option<&T> {
         self.cells.get(i).map(OnceLock::wait)
     }
-
-    pub fn len(&self) -> usize {
-        self.cells.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
-    }
 }
 
-/// Sets a claimed item's stand-in if its `make` unwinds.
-struct Unfinished<'a, T, F: Fn() -> T> {
-    cell: &'a OnceLock<T>,
-    failed: F,
-}
+/// Sets a claimed item to its default if its `make` unwinds.
+struct Unfinished<'a, T: Default>(&'a OnceLock<T>);
 
-impl<T, F: Fn() -> T> Drop for Unfinished<'_, T, F> {
+impl<T: Default> Drop for Unfinished<'_, T> {
     fn drop(&mut self) {
-        let _ = self.cell.set((self.failed)());
+        let _ = self.0.set(T::default());
     }
 }

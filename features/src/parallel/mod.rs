@@ -178,10 +178,6 @@ impl ApplyThreads {
         self.shared.parts
     }
 
-    pub fn features(&self) -> &Arc<Features> {
-        &self.shared.features
-    }
-
     /// Hand a group over, once fewer than [`MAX_OUT`] are out.
     pub fn submit(&mut self, group: Arc<dyn Group>) {
         let n = self.submitted;

@@ -9,7 +9,7 @@ use crate::{ApplyError, Features, LogPos, entity_hash};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use vx_proto::packed::{decode_event, entity_of};
+use vx_proto::packed::{decode_event, entities};
 use vx_proto::{Batch, EventView};
 
 /// A record at its place in the log: a packed batch, its events' `ts` moved by `ts_shift` (so
@@ -62,11 +62,7 @@ impl Record {
     fn keys(&self) -> Vec<Key> {
         let mut keys = Vec::with_capacity(self.batch.len());
         for (ri, r) in self.batch.runs().iter().enumerate() {
-            let mut at = 0;
-            while let Some(rest) = r.events.get(at..).filter(|b| !b.is_empty()) {
-                let Ok((entity, len)) = entity_of(rest) else {
-                    break;
-                };
+            for (at, entity) in entities(&r.events).map_while(Result::ok) {
                 if let (Some(e), Ok(a), Ok(run)) = (entity, u32::try_from(at), u32::try_from(ri)) {
                     keys.push(Key {
                         hash: entity_hash(e),
@@ -74,7 +70,6 @@ impl Record {
                         run,
                     });
                 }
-                at += len;
             }
         }
         keys
@@ -112,13 +107,10 @@ impl EventGroup {
             }
             return Ok(());
         }
-        self.cuts.make(
-            |i| {
-                let keys = self.records.get(i).map_or_else(Vec::new, Record::keys);
-                Cut::new(features, keys, part.of)
-            },
-            |_| Cut::default(),
-        );
+        self.cuts.make(|i| {
+            let keys = self.records.get(i).map_or_else(Vec::new, Record::keys);
+            Cut::new(features, keys, part.of)
+        });
         let mut views = Vec::new();
         let mut hashes = Vec::new();
         for (i, r) in self.records.iter().enumerate() {

@@ -99,8 +99,7 @@ impl LogGroup {
 impl Group for LogGroup {
     fn apply(&self, features: &Features, part: Part) {
         if part.of > 1 {
-            self.cuts
-                .make(|i| self.cut(features, i, part.of), |_| Cut::default());
+            self.cuts.make(|i| self.cut(features, i, part.of));
         }
         let replay = self.replay.as_ref().map(|r| r.replay());
         for i in 0..self.recs.len() {

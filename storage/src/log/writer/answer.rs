@@ -65,24 +65,22 @@ impl Done {
     pub(super) fn into_finish(mut self, shared: Arc<Published>) -> Finish {
         Box::new(move |outcomes: Vec<Outcome>| {
             let mut outcomes = outcomes.into_iter();
+            let now = Instant::now();
             for p in &mut self.planned {
                 if p.rec.is_some() {
                     let o = outcomes.next().unwrap_or_default();
                     p.applied(o);
                 }
                 p.batch = None;
+                if let Answer::Write(_, out) = &mut p.answer {
+                    out.stages = self.times.stages(p.sent, now);
+                }
             }
             let features = &shared.features;
             features.release(self.reserved);
             features.applied_through(self.through);
             if let Some(origins) = self.origins {
                 shared.publish_origins(origins);
-            }
-            let now = Instant::now();
-            for p in &mut self.planned {
-                if let Answer::Write(_, out) = &mut p.answer {
-                    out.stages = self.times.stages(p.sent, now);
-                }
             }
             answer_group(&mut self.planned, self.synced, self.fsync_us);
         })

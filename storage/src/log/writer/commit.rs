@@ -25,8 +25,8 @@ impl LogWriter {
     /// the group's records with one write, [`sync`](Self::sync_group) if the mode or a
     /// request asks for it, [`apply`](Self::apply_group) what became durable to the reader
     /// index, and hand the group to the apply threads ([`crate::apply`]), which apply it to
-    /// the feature tables, after which its finish (`answer.rs`) answers. A failed append or sync undoes the group and refuses
-    /// every request in it.
+    /// the feature tables, after which its finish (`answer.rs`) answers. A failed append or
+    /// sync undoes the group and refuses every request in it.
     pub(super) fn commit_group(
         &mut self,
         applier: &mut Applier,
