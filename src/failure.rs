@@ -2,7 +2,7 @@
 //! the error shape carries (docs/API.md §10). Bad input ([`InputError`]), failed writes ([`WriteError`]),
 //! framing problems ([`FrameError`]), backpressure, timeouts and the service not being ready
 //! are mapped to a [`Failure`] here, once; the HTTP layer renders it as the JSON error body
-//! (`crate::http::AppError`), a frames connection as an ERROR frame ([`Failure::into_frame`],
+//! (`crate::error::AppError`), a frames connection as an ERROR frame ([`Failure::into_frame`],
 //! the only place the server builds one).
 //!
 //! This lives in the binary's crate because it joins `vx-storage`'s and `vx-proto`'s errors;
@@ -285,11 +285,11 @@ mod tests {
             };
             let (f, fill) = Failure::refused(refused());
             assert_eq!((f.code.as_str(), fill), (code, 0.5));
-            let (http, fill) = crate::http::AppError::refused(refused());
+            let (http, fill) = crate::error::AppError::refused(refused());
             assert_eq!((http.status().as_u16(), fill), (status, 0.5));
             let f = Failure::from(e.clone());
             assert_eq!((f.code.as_str(), f.code.http_status()), (code, status));
-            let http = crate::http::AppError::from(e);
+            let http = crate::error::AppError::from(e);
             assert_eq!((http.code.as_str(), http.status().as_u16()), (code, status));
             let frame = f.clone().into_frame(7);
             assert_eq!((frame.request_id, frame.code.as_str()), (7, code));

@@ -28,6 +28,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod error;
 pub mod failure;
 pub mod frames;
 pub mod http;
@@ -43,6 +44,7 @@ pub mod signals;
 pub mod state;
 pub mod status;
 pub mod telemetry;
+pub mod write;
 
 /// OTLP decoding and mapping live in `vx_otlp` (the fuzz crate uses them without linking the
 /// server); the server and its integration tests name them `veltrix::otlp`, with the request

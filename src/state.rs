@@ -33,6 +33,8 @@ pub struct AppState(Arc<StateFields>);
 struct StateFields {
     phase: AtomicU8,
     router: Arc<OnceLock<vx_router::Router>>,
+    /// The one write path, once the store is open (and in cluster mode, the node joined).
+    writes: OnceLock<crate::write::Writes>,
     metrics: Arc<Metrics>,
     limits: vx_ingest::Limits,
     budget: vx_ingest::InflightBudget,
@@ -67,6 +69,7 @@ impl AppState {
         AppState(Arc::new(StateFields {
             phase: AtomicU8::new(Phase::Starting as u8),
             router,
+            writes: OnceLock::new(),
             metrics,
             limits,
             budget,
@@ -97,6 +100,11 @@ impl AppState {
     /// The store is open: start answering. Ignored once draining (a signal during bootstrap).
     pub fn set_ready(&self, router: vx_router::Router) {
         // A second call cannot happen (the server opens the store once); keep the first.
+        let writes = match self.cluster() {
+            Some(c) => crate::write::Writes::kafka(router.clone(), Arc::clone(c)),
+            None => crate::write::Writes::local(router.clone()),
+        };
+        let _ = self.0.writes.set(writes);
         let _ = self.0.router.set(router);
         if self
             .0
@@ -145,6 +153,11 @@ impl AppState {
     /// The router, once the store is open.
     pub fn router(&self) -> Option<&vx_router::Router> {
         self.0.router.get()
+    }
+
+    /// The one write path, once the store is open: the local log, or Kafka in cluster mode.
+    pub fn writes(&self) -> Option<&crate::write::Writes> {
+        self.0.writes.get()
     }
 
     /// Ready to serve: bootstrapped, not draining, and the store accepts writes.

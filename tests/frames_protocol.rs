@@ -354,6 +354,7 @@ async fn protocol_errors_end_the_connection_with_an_error_frame() {
         durability: Durability::Write,
         queue_fill: 0,
         last_seq: Vec::new(),
+        position: None,
     })
     .encode(&mut ack_frame)
     .unwrap();

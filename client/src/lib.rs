@@ -468,6 +468,7 @@ mod tests {
                     durability: Durability::Fsync,
                     queue_fill: fill_to_basis_points(0.5),
                     last_seq: vec![("s".into(), *id)],
+                    position: None,
                 })
                 .encode(&mut out)
                 .unwrap();

@@ -239,7 +239,11 @@ impl LocalCopy for StoreCopy {
                 }))?;
                 Ok(Box::pin(async move {
                     let outcome = match ticket.await {
-                        Submitted::Feature(Ok(_)) => Outcome::Features,
+                        Submitted::Feature(Ok(o)) => Outcome::Feature {
+                            set: o.set,
+                            deleted: o.deleted,
+                            found: o.found,
+                        },
                         Submitted::Feature(Err(e)) => Outcome::Failed {
                             message: e.to_string(),
                         },

@@ -31,8 +31,11 @@ pub enum Outcome {
     Deleted { last_seq: u64 },
     /// A delete of a stream that does not exist.
     NotFound,
-    /// Entity events and feature writes: applied to the feature tables.
+    /// Entity events: applied to the feature tables.
     Features,
+    /// A feature write (`PUT`, feature `DELETE`): features set and removed, and whether the
+    /// entity (for a delete of one feature: the feature) existed, as single-node mode answers.
+    Feature { set: u64, deleted: u64, found: bool },
     /// The local store refused it (a bug or a broken disk; the node is not ready).
     Failed { message: String },
 }

@@ -144,6 +144,38 @@ fn ack() {
             durability: Durability::Fsync,
             queue_fill: 2500,
             last_seq: vec![("s".into(), 1)],
+            position: None,
+        }),
+        golden,
+    );
+}
+
+/// Cluster mode's ACK: durability `applied` (5), and the position after the streams.
+#[test]
+fn ack_with_position() {
+    #[rustfmt::skip]
+    let golden: &[u8] = &[
+        0x32, 0x00, 0x00, 0x00,    // body length 50
+        0x04,                      // ACK
+        0x01, 0, 0, 0, 0, 0, 0, 0, // request id 1
+        0x01, 0, 0, 0, 0, 0, 0, 0, // accepted 1
+        0x00, 0, 0, 0, 0, 0, 0, 0, // duplicates 0
+        0x05,                      // durability applied
+        0x00, 0x00,                // queue fill 0
+        0x01, 0x00, 0x00, 0x00,    // one stream
+        0x01, 0x00, b's',          // "s"
+        0x01, 0, 0, 0, 0, 0, 0, 0, // last seq 1
+        0x06, 0x00, b'1', b':', b'0', b'@', b'4', b'2', // position "1:0@42"
+    ];
+    check_control(
+        Frame::Ack(Ack {
+            request_id: 1,
+            accepted: 1,
+            duplicates: 0,
+            durability: Durability::Applied,
+            queue_fill: 0,
+            last_seq: vec![("s".into(), 1)],
+            position: Some("1:0@42".into()),
         }),
         golden,
     );

@@ -202,7 +202,7 @@ proptest! {
         let frames = [
             Frame::Ack(Ack {
                 request_id: id, accepted: a, duplicates: dups, durability: Durability::Write,
-                queue_fill: fill, last_seq: streams,
+                queue_fill: fill, last_seq: streams, position: None,
             }),
             Frame::Error(ErrorFrame {
                 request_id: id, code, message,

@@ -1,21 +1,10 @@
-//! Cluster mode's side of the HTTP API (docs/CLUSTER.md): writes become Kafka records
-//! produced by this node, and `X-Vx-Durability: applied` waits for the owners' outcomes; reads
-//! of a shard another node owns are forwarded to it ([`forward`]); the nodes ask each other
-//! for outcomes and local listings over internal routes ([`internal`]).
-//!
-//! The Kafka side (topics, producer, consumer group, local copy) is `vx-cluster`'s; this
-//! module only speaks HTTP for it.
+//! This node's cluster handle (docs/CLUSTER.md): the `vx-cluster` node, the HTTP client the
+//! nodes ask each other with, and how a write's outcome is awaited from the owner of its
+//! partition, here or elsewhere. It speaks no HTTP of its own: the write path
+//! (`crate::write`) produces through it, and `crate::http::cluster` forwards reads with it.
 
-pub mod forward;
-pub mod internal;
-pub mod listing;
-pub mod query;
-pub mod write;
-pub mod ws;
-
-use crate::http::AppError;
+use crate::failure::Failure;
 use axum::http::HeaderValue;
-use axum::http::header::RETRY_AFTER;
 use std::sync::Arc;
 use std::time::Duration;
 use vx_cluster::ingest::ProduceError;
@@ -23,11 +12,14 @@ use vx_cluster::outcomes::{Lookup, Outcome};
 use vx_cluster::position::Position;
 use vx_cluster::txn::{OutRecord, Topic};
 use vx_cluster::{Node, Route};
+use vx_proto::ErrorCode;
 
 /// Names the node that forwarded a request (so that the owner never forwards it again).
 pub const FORWARDED: &str = "x-vx-forwarded";
 /// Names the node that owns the shard and answered (after any forwarding).
 pub const NODE: &str = "x-vx-node";
+/// The owners' internal route: what applying a record did (served by `crate::http::cluster`).
+pub const OUTCOME: &str = "/v1/cluster/outcome";
 /// A write's position, also in its body.
 pub const POSITION: &str = "x-vx-position";
 /// On a read: wait until the shard's owner has applied this position.
@@ -82,7 +74,7 @@ impl Cluster {
         records: Vec<OutRecord>,
         applied: bool,
         auth: Option<&HeaderValue>,
-    ) -> Result<Written, AppError> {
+    ) -> Result<Written, Failure> {
         let keys: Vec<(Topic, u32)> = records.iter().map(|r| (r.topic, r.partition)).collect();
         let offsets = self
             .node
@@ -118,7 +110,7 @@ impl Cluster {
         partition: u32,
         offset: u64,
         auth: Option<&HeaderValue>,
-    ) -> Result<Outcome, AppError> {
+    ) -> Result<Outcome, Failure> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             match self.node.route(topic, partition) {
@@ -163,7 +155,7 @@ impl Cluster {
         offset: u64,
         deadline: tokio::time::Instant,
         auth: Option<&HeaderValue>,
-    ) -> Result<Option<Outcome>, AppError> {
+    ) -> Result<Option<Outcome>, Failure> {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let topic_name = match topic {
             Topic::Streams => "streams",
@@ -173,7 +165,7 @@ impl Cluster {
             .client
             .get(format!(
                 "{url}{}?topic={topic_name}&partition={partition}&offset={offset}&wait_ms={}",
-                internal::OUTCOME,
+                OUTCOME,
                 left.as_millis()
             ))
             .header(FORWARDED, self.node_header())
@@ -190,11 +182,11 @@ impl Cluster {
             }
         };
         match resp.status().as_u16() {
-            200 => resp
-                .json::<Outcome>()
-                .await
-                .map(Some)
-                .map_err(|e| AppError::internal(format!("an owner's outcome: {e}"))),
+            200 => {
+                resp.json::<Outcome>().await.map(Some).map_err(|e| {
+                    Failure::new(ErrorCode::Internal, format!("an owner's outcome: {e}"))
+                })
+            }
             404 => Err(forgotten(partition, offset)),
             // 503 pending, or not the owner any more: ask again.
             _ => Ok(None),
@@ -202,38 +194,38 @@ impl Cluster {
     }
 }
 
-fn produce_error(e: ProduceError) -> AppError {
+fn produce_error(e: ProduceError) -> Failure {
     match e {
-        ProduceError::Full => AppError::backpressure(
+        ProduceError::Full => Failure::backpressure(
             1000,
             "the Kafka producer's queue is full: retry after Retry-After",
         ),
-        ProduceError::Unavailable(m) => AppError::new(
-            vx_proto::ErrorCode::NotReady,
+        ProduceError::Unavailable(m) => Failure::new(
+            ErrorCode::NotReady,
             format!("Kafka did not take the write: {m}"),
         )
-        .with_header(RETRY_AFTER, 1),
-        ProduceError::Refused(m) => AppError::new(
-            vx_proto::ErrorCode::TooLarge,
-            format!("Kafka refused the write: {m}"),
-        ),
+        .retry_after(1000),
+        ProduceError::Refused(m) => {
+            Failure::new(ErrorCode::TooLarge, format!("Kafka refused the write: {m}"))
+        }
     }
 }
 
-fn not_applied(partition: u32) -> AppError {
-    AppError::new(
-        vx_proto::ErrorCode::NotReady,
+fn not_applied(partition: u32) -> Failure {
+    Failure::new(
+        ErrorCode::NotReady,
         format!(
-            "the write is in Kafka, but partition {partition}'s owner did not apply it within {} s \
-             (durability applied); it will be applied — read with its X-Vx-Position to see it",
+            "the write is in Kafka, but partition {partition}'s owner did not apply it within {} s; \
+             it will be applied — read with its X-Vx-Position to see it",
             WAIT.as_secs()
         ),
     )
-    .with_header(RETRY_AFTER, 1)
+    .retry_after(1000)
 }
 
-fn forgotten(partition: u32, offset: u64) -> AppError {
-    AppError::internal(format!(
-        "partition {partition} applied offset {offset} too long ago to say what it did"
-    ))
+fn forgotten(partition: u32, offset: u64) -> Failure {
+    Failure::new(
+        ErrorCode::Internal,
+        format!("partition {partition} applied offset {offset} too long ago to say what it did"),
+    )
 }

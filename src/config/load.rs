@@ -362,15 +362,6 @@ fn validate_cluster(cfg: &Config) -> Result<(), ConfigError> {
             ))),
         }
     };
-    if cfg.server.frames_listen.is_some() || cfg.server.frames_uds.is_some() {
-        // Frames over HTTP (`POST /v1/events` with the frames content type) works.
-        return bad(
-            "the binary frames listener (server.frames_listen, server.frames_uds) is not \
-             available in cluster mode yet; send frames over HTTP (POST /v1/events), see \
-             docs/CLUSTER.md"
-                .into(),
-        );
-    }
     if cfg.server.resp_listen.is_some() || cfg.server.resp_uds.is_some() {
         return bad(
             "the Redis-protocol listener (server.resp_listen, server.resp_uds) is not available \

@@ -38,6 +38,8 @@
 
 use super::{Ctx, Io, handshake};
 use crate::failure::Failure;
+use crate::write::{Asked, Events, Refusal, Writes, Written};
+use axum::http::HeaderValue;
 use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -59,8 +61,6 @@ use vx_proto::frames::{
     self, Ack, BatchDecoder, BatchHead, ErrorFrame, Frame, FrameError, FrameType, HEAD_LEN, Head,
     Progress, fill_to_basis_points,
 };
-use vx_router::{Accepted, Router, Submit, SubmitError};
-use vx_storage::Durability;
 use vx_sys::now_ms;
 
 /// Read size; also the output size at which acks are written without waiting for a pause.
@@ -74,7 +74,7 @@ struct Done {
     events: u64,
     /// When the batch was decoded (its admission starts): `vx_ingest_stage_seconds`.
     decoded: std::time::Instant,
-    result: Result<Accepted, SubmitError>,
+    result: Result<Written, Refusal>,
 }
 
 /// Where the reader is in the byte stream.
@@ -133,7 +133,9 @@ struct Conn {
     buf: BytesMut,
     out: Vec<u8>,
     ctx: Arc<Ctx>,
-    router: Router,
+    writes: Writes,
+    /// The HELLO's token as `Authorization`, for the owners asked in cluster mode.
+    auth: Option<HeaderValue>,
     stop: CancellationToken,
     reading: Reading,
     inflight: FuturesUnordered<Write>,
@@ -162,8 +164,8 @@ pub(super) async fn serve(
     let span = tracing::debug_span!("frames", peer = %peer);
     async move {
         let mut buf = BytesMut::with_capacity(CHUNK);
-        let router = match handshake::run(&mut io, &mut buf, &ctx).await {
-            Ok(Some(router)) => router,
+        let (writes, auth) = match handshake::run(&mut io, &mut buf, &ctx).await {
+            Ok(Some(granted)) => granted,
             Ok(None) => return,
             Err(e) => {
                 tracing::debug!(error = %e, "frames handshake failed");
@@ -179,7 +181,8 @@ pub(super) async fn serve(
             buf,
             out: Vec::with_capacity(CHUNK),
             ctx,
-            router,
+            writes,
+            auth,
             stop,
             reading: Reading::Head,
             inflight: FuturesUnordered::new(),
@@ -527,15 +530,31 @@ impl Conn {
             self.barrier = false;
         }
         let decoded = std::time::Instant::now();
-        let req = Submit {
-            batch,
-            durability: head.durability.map(durability),
-            expected_last_seq: head.expected_last_seq,
+        let asked = match head
+            .durability
+            .map(|d| asked(d, self.writes.cluster().is_some()))
+        {
+            None => Asked::default(),
+            Some(Ok(a)) => a,
+            Some(Err(f)) => {
+                self.ctx
+                    .state
+                    .metrics()
+                    .rejected(f.code, "frames", Some(events));
+                self.error(id, f);
+                return Ok(true);
+            }
         };
-        let router = self.router.clone();
+        let mut req = Events {
+            batch,
+            asked,
+            expected_last_seq: head.expected_last_seq,
+            auth: self.auth.clone(),
+        };
+        let writes = self.writes.clone();
         let mut write: Write = if req.batch.is_empty() {
+            let result = Ok(writes.nothing_written(asked));
             Box::pin(async move {
-                let result = router.submit(req).await;
                 Done {
                     id,
                     events,
@@ -544,12 +563,12 @@ impl Conn {
                 }
             })
         } else {
-            let shards = router.shards_of(&req.batch);
+            let shards = writes.prepare(&mut req.batch);
             let bytes = req.batch.mem_bytes() as u64;
             // Admitted at once, or the connection stalls: it stops reading (TCP flow control
             // slows the client) and keeps answering what is in flight meanwhile.
             let reservation = {
-                let admit = router.admit_or_wait(&shards, bytes);
+                let admit = writes.router().admit_or_wait(&shards, bytes);
                 tokio::pin!(admit);
                 match crate::listen::poll_once(admit.as_mut()).await {
                     Poll::Ready(r) => r,
@@ -574,13 +593,13 @@ impl Conn {
                     }
                 }
             };
+            let written = writes.write(req, reservation);
             Box::pin(async move {
-                let result = router.write_admitted(req, reservation).await;
                 Done {
                     id,
                     events,
                     decoded,
-                    result,
+                    result: written.await,
                 }
             })
         };
@@ -590,7 +609,7 @@ impl Conn {
         match crate::listen::poll_once(write.as_mut()).await {
             Poll::Ready(done) => self.complete(done),
             Poll::Pending => {
-                let store = self.router.store();
+                let store = self.writes.router().store();
                 if store.queue_len().saturating_mul(2) >= store.queue_capacity() {
                     self.barrier = true;
                 }
@@ -622,29 +641,30 @@ impl Conn {
         self.ids.remove(&done.id);
         let metrics = self.ctx.state.metrics();
         match done.result {
-            Ok(accepted) => {
-                let o = accepted.outcome;
+            Ok(w) => {
                 let measured = crate::metrics::Measured {
                     receive: None,
                     decode: None,
                     decoded: done.decoded,
                     done: std::time::Instant::now(),
                 };
-                metrics.stages.observe(&measured, &o.stages);
+                metrics.stages.observe(&measured, &w.stages);
                 let handles = metrics.format("frames");
-                handles.ingested.inc_by(o.accepted);
-                handles.duplicates.inc_by(o.duplicates);
+                handles.ingested.inc_by(w.accepted);
+                handles.duplicates.inc_by(w.duplicates.unwrap_or(0));
                 self.frame(&Frame::Ack(Ack {
                     request_id: done.id,
-                    accepted: o.accepted,
-                    duplicates: o.duplicates,
-                    durability: wire_durability(o.durability),
-                    queue_fill: fill_to_basis_points(accepted.queue_fill),
-                    last_seq: o.last_seq,
+                    accepted: w.accepted,
+                    duplicates: w.duplicates.unwrap_or(0),
+                    durability: wire_durability(w.durability),
+                    queue_fill: fill_to_basis_points(w.queue_fill),
+                    last_seq: w.last_seq.unwrap_or_default(),
+                    position: w.position.map(|p| p.to_string()),
                 }));
             }
-            Err(e) => {
-                let (failure, fill) = Failure::refused(e);
+            Err(refused) => {
+                let fill = refused.queue_fill;
+                let failure = refused.failure;
                 metrics.rejected(failure.code, "frames", Some(done.events));
                 let mut frame = failure.into_frame(done.id);
                 frame.queue_fill = Some(fill_to_basis_points(fill));
@@ -699,18 +719,18 @@ impl Conn {
     }
 }
 
-fn durability(d: frames::Durability) -> Durability {
-    match d {
-        frames::Durability::None => Durability::None,
-        frames::Durability::Write => Durability::Write,
-        frames::Durability::Fsync => Durability::Fsync,
-    }
+/// A BATCH's level as the write path asks it: one rule with `X-Vx-Durability`.
+fn asked(d: frames::Durability, clustered: bool) -> Result<Asked, Failure> {
+    crate::write::asked(Some(d.as_str()), clustered)
 }
 
-fn wire_durability(d: Durability) -> frames::Durability {
-    match d {
-        Durability::None => frames::Durability::None,
-        Durability::Write => frames::Durability::Write,
-        Durability::Fsync => frames::Durability::Fsync,
+/// The level a write reached, on the wire.
+fn wire_durability(reached: &str) -> frames::Durability {
+    match reached {
+        "none" => frames::Durability::None,
+        "write" => frames::Durability::Write,
+        "replicated" => frames::Durability::Replicated,
+        "applied" => frames::Durability::Applied,
+        _ => frames::Durability::Fsync,
     }
 }

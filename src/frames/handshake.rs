@@ -21,13 +21,13 @@ use vx_proto::frames::{
 const HELLO_MAX: u32 = 6 + u16::MAX as u32;
 
 /// Run the handshake on `io`, reading into `buf` (bytes the client sent after its HELLO stay
-/// there). `Ok(Some)` with the router once WELCOME is sent; `Ok(None)` when the connection was
+/// there). `Ok(Some)` with the write path and the client's credentials once WELCOME is sent; `Ok(None)` when the connection was
 /// refused (the ERROR is sent) or the client went away or took too long.
 pub(super) async fn run<S>(
     io: &mut S,
     buf: &mut BytesMut,
     ctx: &Ctx,
-) -> io::Result<Option<vx_router::Router>>
+) -> io::Result<Option<(crate::write::Writes, Option<axum::http::HeaderValue>)>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -58,7 +58,7 @@ where
             refuse(io, e).await?;
             Ok(None)
         }
-        Ok((version, router)) => {
+        Ok((version, writes)) => {
             let mut out = MAGIC.to_vec();
             let welcome = Frame::Welcome(Welcome {
                 version,
@@ -68,7 +68,7 @@ where
             welcome.encode(&mut out).map_err(io::Error::other)?;
             io.write_all(&out).await?;
             io.flush().await?;
-            Ok(Some(router))
+            Ok(Some(writes))
         }
     }
 }
@@ -122,8 +122,12 @@ where
     }
 }
 
-/// Version, readiness and auth; the chosen version and the router, or the refusal.
-fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Failure> {
+/// The write path and the client's token as an `Authorization` value (cluster mode passes it
+/// on when it asks an owner for a write's outcome).
+type Granted = (crate::write::Writes, Option<axum::http::HeaderValue>);
+
+/// Version, readiness and auth; the chosen version and the write path, or the refusal.
+fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, Granted), Failure> {
     let version = hello.max_version.min(MAX_VERSION);
     if version < hello.min_version.max(MIN_VERSION) {
         return Err(Failure::new(
@@ -137,14 +141,18 @@ fn check(hello: &Hello, ctx: &Ctx) -> Result<(u16, vx_router::Router), Failure> 
         .limit("protocol version", Some(u64::from(MAX_VERSION))));
     }
     let state = &ctx.state;
-    let router = match (state.phase(), state.router()) {
-        (Phase::Ready, Some(router)) => router.clone(),
+    let writes = match (state.phase(), state.writes()) {
+        (Phase::Ready, Some(writes)) => writes.clone(),
         (Phase::Draining, _) => return Err(Failure::shutting_down("the service is shutting down")),
         _ => return Err(Failure::starting()),
     };
     // A frames connection only ingests: it needs what `POST /v1/events` needs.
     crate::auth::authorize(state.tokens(), hello.token.as_deref(), Scope::Ingest)?;
-    Ok((version, router))
+    let auth = hello
+        .token
+        .as_deref()
+        .and_then(|t| axum::http::HeaderValue::from_str(&format!("Bearer {t}")).ok());
+    Ok((version, (writes, auth)))
 }
 
 /// Send the magic and a connection-level ERROR; the caller then closes.

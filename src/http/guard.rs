@@ -104,7 +104,7 @@ fn required_scope(method: &Method, route: &str) -> Option<Scope> {
         "/healthz" | "/readyz" => None,
         "/v1/events" | "/v1/traces" | "/v1/logs" => Some(Scope::Ingest),
         // Asked by the node that took a write with `applied`, with its client's token.
-        crate::cluster::internal::OUTCOME => Some(Scope::Ingest),
+        crate::cluster::OUTCOME => Some(Scope::Ingest),
         "/v1/streams/{stream}" if method == Method::DELETE => Some(Scope::Admin),
         // Feature writes are writes, like events; reads (GET, the batch query) need `read`.
         "/v1/features/{entity}" if method != Method::GET => Some(Scope::Ingest),

@@ -8,6 +8,7 @@ use super::AppError;
 use super::queue_fill::with_fill;
 use crate::metrics::Measured;
 use crate::state::AppState;
+use crate::write::{Asked, Events, Written};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -16,8 +17,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use std::time::{Duration, Instant};
-use vx_router::Submit;
-use vx_storage::Durability;
 use vx_sys::now_ms;
 
 const DURABILITY: &str = "x-vx-durability";
@@ -47,41 +46,6 @@ struct Stored<'a> {
     /// Cluster mode: the write's position (also `X-Vx-Position`).
     #[serde(skip_serializing_if = "Option::is_none")]
     position: Option<String>,
-}
-
-/// An ingest request taken: stored here (single-node), or by Kafka (cluster mode, where
-/// `duplicates` and `last_seq` are known only with `X-Vx-Durability: applied`).
-pub(crate) struct Took {
-    pub accepted: u64,
-    pub duplicates: Option<u64>,
-    pub last_seq: Option<Vec<(String, u64)>>,
-    pub durability: &'static str,
-    pub queue_fill: f64,
-    pub position: Option<vx_cluster::position::Position>,
-    /// Where its time went in the local store (unset in cluster mode).
-    pub stages: vx_storage::Stages,
-}
-
-impl Took {
-    fn local(a: vx_router::Accepted) -> Took {
-        Took {
-            accepted: a.outcome.accepted,
-            duplicates: Some(a.outcome.duplicates),
-            last_seq: Some(a.outcome.last_seq),
-            durability: a.outcome.durability.as_str(),
-            queue_fill: a.queue_fill,
-            position: None,
-            stages: a.outcome.stages,
-        }
-    }
-}
-
-/// What `X-Vx-Durability` asks: a level of the local store, or (cluster mode) `applied`.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Asked {
-    pub local: Option<Durability>,
-    /// Cluster mode: answer once the owners applied the write.
-    pub applied: bool,
 }
 
 /// The metrics label of a decoder format.
@@ -157,105 +121,49 @@ pub(super) fn body_error(e: vx_ingest::IngestError) -> AppError {
     }
 }
 
-/// The router's one admission path for every ingest route: the stored outcome, counted per
-/// format, or the refusal (429 with `Retry-After`, a write error) as a counted answer. In
-/// cluster mode the admitted batch goes to Kafka instead of the local store.
+/// The one write path ([`crate::write`]) for every ingest route: the written batch, counted
+/// per format, or the refusal (429 with `Retry-After`, a write error) as a counted answer.
 pub(super) async fn submit(
     state: &AppState,
-    router: &vx_router::Router,
     label: &'static str,
-    req: Submit,
-    asked: Asked,
-    headers: &HeaderMap,
-) -> Result<Took, Response> {
+    events: Events,
+) -> Result<Written, Response> {
     let metrics = state.metrics();
-    let events = req.batch.len() as u64;
-    if let Some(cluster) = state.cluster() {
-        let auth = headers.get(axum::http::header::AUTHORIZATION);
-        let result = crate::cluster::write::events(
-            cluster,
-            router,
-            req.batch,
-            req.expected_last_seq,
-            asked.applied,
-            auth,
-        )
-        .await;
-        return match result {
-            Ok(t) => {
-                let handles = metrics.format(label);
-                handles.ingested.inc_by(t.accepted);
-                handles.duplicates.inc_by(t.duplicates.unwrap_or(0));
-                Ok(Took {
-                    accepted: t.accepted,
-                    duplicates: t.duplicates,
-                    last_seq: t.last_seq,
-                    durability: if asked.applied {
-                        "applied"
-                    } else {
-                        "replicated"
-                    },
-                    queue_fill: t.queue_fill,
-                    position: Some(t.position),
-                    stages: vx_storage::Stages::default(),
-                })
-            }
-            Err((error, fill)) => {
-                metrics.rejected(error.code, label, Some(events));
-                Err(with_fill(error.into_response(), fill))
-            }
-        };
-    }
-    let (error, fill) = match router.submit(req).await {
-        Ok(accepted) => {
-            let handles = metrics.format(label);
-            handles.ingested.inc_by(accepted.outcome.accepted);
-            handles.duplicates.inc_by(accepted.outcome.duplicates);
-            return Ok(Took::local(accepted));
-        }
-        Err(e) => AppError::refused(e),
+    let count = events.batch.len() as u64;
+    let Some(writes) = state.writes() else {
+        let e = AppError::starting();
+        metrics.rejected(e.code, label, Some(count));
+        return Err(with_fill(e.into_response(), 0.0));
     };
-    metrics.rejected(error.code, label, Some(events));
-    Err(with_fill(error.into_response(), fill))
+    match writes.events(events).await {
+        Ok(w) => {
+            let handles = metrics.format(label);
+            handles.ingested.inc_by(w.accepted);
+            handles.duplicates.inc_by(w.duplicates.unwrap_or(0));
+            Ok(w)
+        }
+        Err(refused) => {
+            let fill = refused.queue_fill;
+            let error = refused.into_app();
+            metrics.rejected(error.code, label, Some(count));
+            Err(with_fill(error.into_response(), fill))
+        }
+    }
 }
 
-/// `X-Vx-Durability`, on writes and deletes. In cluster mode `applied` waits for the
-/// owners, and every other level is met by Kafka's acknowledgement (`replicated`).
+/// `X-Vx-Durability`, on writes and deletes ([`crate::write::asked`]).
 pub(crate) fn durability(headers: &HeaderMap, clustered: bool) -> Result<Asked, AppError> {
-    let Some(v) = header_str(headers, DURABILITY)? else {
-        return Ok(Asked::default());
-    };
-    let v = v.to_ascii_lowercase();
-    if clustered {
-        return match v.as_str() {
-            "applied" => Ok(Asked {
-                local: None,
-                applied: true,
-            }),
-            "replicated" | "none" | "write" | "fsync" => Ok(Asked::default()),
-            _ => Err(AppError::bad_request(format!(
-                "X-Vx-Durability {v:?} is not one of none, write, fsync, replicated, applied"
-            ))),
-        };
-    }
-    match Durability::parse(&v) {
-        Some(d) => Ok(Asked {
-            local: Some(d),
-            applied: false,
-        }),
-        None => Err(AppError::bad_request(format!(
-            "X-Vx-Durability {v:?} is not one of none, write, fsync{}",
-            if matches!(v.as_str(), "applied" | "replicated") {
-                " (replicated and applied are levels of cluster mode)"
-            } else {
-                ""
-            }
-        ))),
-    }
+    let level = header_str(headers, DURABILITY)?;
+    crate::write::asked(level, clustered).map_err(AppError::from)
+}
+
+/// The client's `Authorization`, passed on when another node must be asked (cluster mode).
+pub(crate) fn auth(headers: &HeaderMap) -> Option<HeaderValue> {
+    headers.get(axum::http::header::AUTHORIZATION).cloned()
 }
 
 /// The 200 of a write: its JSON body, and in cluster mode its position as a header too.
-pub(crate) fn stored(took: &Took) -> Response {
+pub(crate) fn stored(took: &Written) -> Response {
     let position = took.position.as_ref().map(ToString::to_string);
     let body = Stored {
         accepted: took.accepted,
@@ -306,9 +214,9 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         metrics.rejected(e.code, label, events);
         with_fill(e.into_response(), fill)
     };
-    let Some(router) = state.router() else {
+    if state.writes().is_none() {
         return closing(reject(AppError::starting(), None, 0.0));
-    };
+    }
 
     let began = Instant::now();
     let mut decoding = Duration::ZERO;
@@ -345,15 +253,13 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     let decoded_at = Instant::now();
     let submitted = submit(
         &state,
-        router,
         label,
-        Submit {
+        Events {
             batch,
-            durability: req.durability.local,
+            asked: req.durability,
             expected_last_seq: req.expected_last_seq,
+            auth: auth(&headers),
         },
-        req.durability,
-        &headers,
     )
     .await;
     match submitted {

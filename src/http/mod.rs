@@ -1,7 +1,8 @@
 //! The HTTP API (docs/API.md §3, §5, §7): [`app`] builds the axum router over an [`AppState`]; tests
 //! drive it with `tower::ServiceExt::oneshot`, the server serves it on TCP and a Unix socket.
 //!
-//! - [`error`]: `AppError`, the single error shape.
+//! - [`cluster`]: cluster mode's HTTP side: reads forwarded to a shard's owner, listings
+//!   and queries merged across owners, the owners' internal outcome route.
 //! - [`ingest`]: `POST /v1/events`.
 //! - [`otlp`]: `POST /v1/traces` and `POST /v1/logs` (OTLP/HTTP in), and the layer that gives
 //!   their errors OTLP's shape.
@@ -16,7 +17,7 @@
 //! - [`params`]: query-string parsing with errors in the one error shape.
 //! - [`queue_fill`]: the `X-Vx-Queue-Fill` header of every ingest answer.
 
-pub mod error;
+pub mod cluster;
 pub mod features;
 pub mod follow;
 pub mod guard;
@@ -33,11 +34,11 @@ pub mod streams;
 #[cfg(test)]
 mod tests;
 
+pub use crate::error::AppError;
 use crate::state::AppState;
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
-pub use error::AppError;
 
 /// The whole HTTP application.
 pub fn app(state: AppState) -> Router {
@@ -69,17 +70,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/status", get(status::status))
         .route("/", get(status::index))
         .route("/ui/{asset}", get(status::asset))
-        .route(
-            crate::cluster::internal::OUTCOME,
-            get(crate::cluster::internal::outcome),
-        )
+        .route(cluster::internal::OUTCOME, get(cluster::internal::outcome))
         // Route layers run after matching, so they see the route template; the later one
         // wraps the earlier, so latency includes auth. Cluster mode forwards reads of a shard
         // another node owns once they are authorized here.
-        .route_layer(from_fn_with_state(
-            state.clone(),
-            crate::cluster::forward::reads,
-        ))
+        .route_layer(from_fn_with_state(state.clone(), cluster::forward::reads))
         .route_layer(from_fn_with_state(state.clone(), guard::auth))
         .route_layer(from_fn_with_state(state.clone(), guard::latency))
         .fallback(not_found)

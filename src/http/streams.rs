@@ -85,8 +85,8 @@ pub async fn list(
     {
         // Every owner lists its own shards; the pages merge in name order.
         let auth = headers.get(axum::http::header::AUTHORIZATION);
-        let others = crate::cluster::listing::pages(cluster, uri.query(), auth).await?;
-        page = crate::cluster::listing::merge(page, others, limit);
+        let others = super::cluster::listing::pages(cluster, uri.query(), auth).await?;
+        page = super::cluster::listing::merge(page, others, limit);
     }
     Ok(Json(Page {
         streams: page.0.iter().map(StreamJson::from).collect(),
@@ -171,6 +171,9 @@ struct Deleted<'a> {
     stream: &'a str,
     last_seq: u64,
     durability: &'static str,
+    /// Cluster mode: the delete's position (also `X-Vx-Position`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<String>,
 }
 
 /// `DELETE /v1/streams/{stream}`: a tombstone record in the log. 200 with the stream's last
@@ -185,59 +188,28 @@ pub async fn delete(
     let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
     Params::parse(&uri, &[])?;
     let asked = super::ingest::durability(&headers, state.cluster().is_some())?;
-    let router = engine(&state)?;
-    let shard = router.shard_of(&stream);
-    if let Some(cluster) = state.cluster() {
-        return cluster_delete(&state, cluster, shard, &stream, asked, &headers)
-            .await
-            .map(|r| with_shard(r, shard));
-    }
-    let resp = match router.store().delete(&stream, asked.local, None).await {
-        Ok(out) => {
+    let writes = state.writes().ok_or_else(AppError::starting)?;
+    let shard = writes.router().shard_of(&stream);
+    let deleted = writes
+        .delete_stream(&stream, asked, super::ingest::auth(&headers))
+        .await;
+    let resp = match deleted {
+        Ok(d) => {
             state.metrics().streams_deleted.inc();
-            Json(Deleted {
+            let position = d.position.as_ref().map(ToString::to_string);
+            let mut resp = Json(Deleted {
                 stream: &stream,
-                last_seq: out.last_seq,
-                durability: out.durability.as_str(),
+                last_seq: d.last_seq,
+                durability: d.durability,
+                position: position.clone(),
             })
-            .into_response()
+            .into_response();
+            if let Some(p) = position.and_then(|p| HeaderValue::from_str(&p).ok()) {
+                resp.headers_mut().insert(crate::cluster::POSITION, p);
+            }
+            resp
         }
-        Err(e) => AppError::from(e).into_response(),
+        Err(refused) => refused.into_app().into_response(),
     };
     Ok(with_shard(resp, shard))
-}
-
-/// A stream delete in cluster mode: produced to the stream's partition. Without `applied`,
-/// whether the stream existed is not known yet: the answer has no `last_seq`.
-async fn cluster_delete(
-    state: &AppState,
-    cluster: &crate::cluster::Cluster,
-    shard: u32,
-    stream: &str,
-    asked: super::ingest::Asked,
-    headers: &HeaderMap,
-) -> Result<Response, AppError> {
-    let auth = headers.get(axum::http::header::AUTHORIZATION);
-    let d = crate::cluster::write::delete(cluster, shard, stream, asked.applied, auth).await?;
-    let position = d.position.to_string();
-    let body = match d.last_seq {
-        Some(None) => return Err(AppError::not_found(format!("unknown stream {stream:?}"))),
-        Some(Some(last_seq)) => serde_json::json!({
-            "stream": stream,
-            "last_seq": last_seq,
-            "durability": "applied",
-            "position": position,
-        }),
-        None => serde_json::json!({
-            "stream": stream,
-            "durability": "replicated",
-            "position": position,
-        }),
-    };
-    state.metrics().streams_deleted.inc();
-    let mut resp = Json(body).into_response();
-    if let Ok(p) = HeaderValue::from_str(&position) {
-        resp.headers_mut().insert(crate::cluster::POSITION, p);
-    }
-    Ok(resp)
 }

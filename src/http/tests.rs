@@ -1,9 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::AppError;
-use super::error::retry_after_secs;
 use super::output::{Output, negotiate};
 use crate::config::{Config, FsyncSetting, Scope, TokenDecl};
+use crate::error::retry_after_secs;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};

@@ -62,7 +62,7 @@ impl BatchHead {
             c => Some(Durability::from_code(c).ok_or_else(|| {
                 InputError::malformed(format!(
                     "unknown durability code {c} in BATCH {request_id} (0 default, 1 none, \
-                     2 write, 3 fsync)"
+                     2 write, 3 fsync, 4 replicated, 5 applied)"
                 ))
             })?),
         };

@@ -38,6 +38,9 @@ pub struct Ack {
     pub queue_fill: u16,
     /// Per stream in first-appearance order, as in the HTTP answer.
     pub last_seq: Vec<(String, u64)>,
+    /// Cluster mode: the batch's position (docs/CLUSTER.md), on the wire only at durability
+    /// `replicated` or `applied`, and always there at those levels.
+    pub position: Option<String>,
 }
 
 /// Server → client: a batch was refused (request id ≠ 0; the connection goes on), or the
@@ -138,6 +141,11 @@ impl Frame {
                     let stream = str16(&mut r, ft, "stream")?.to_string();
                     last_seq.push((stream, r.u64().ok_or_else(short)?));
                 }
+                let position = if durability >= Durability::Replicated {
+                    Some(str16(&mut r, ft, "position")?.to_string())
+                } else {
+                    None
+                };
                 Frame::Ack(Ack {
                     request_id,
                     accepted,
@@ -145,6 +153,7 @@ impl Frame {
                     durability,
                     queue_fill,
                     last_seq,
+                    position,
                 })
             }
             FrameType::Error => Frame::Error(decode_error(&mut r)?),
@@ -199,6 +208,12 @@ impl Frame {
                     // Stored stream names are at most 256 bytes; clipping never happens.
                     put_str16(out, clip(stream, usize::from(u16::MAX)));
                     put_u64(out, *seq);
+                }
+                if a.durability >= Durability::Replicated {
+                    put_str16(
+                        out,
+                        clip(a.position.as_deref().unwrap_or(""), usize::from(u16::MAX)),
+                    );
                 }
                 head::finish(out, start)
             }
@@ -373,6 +388,16 @@ mod tests {
             durability: Durability::Fsync,
             queue_fill: 1234,
             last_seq: vec![("a".into(), 3), ("b/ü".into(), 9)],
+            position: None,
+        }));
+        round_trip(Frame::Ack(Ack {
+            request_id: 8,
+            accepted: 2,
+            duplicates: 0,
+            durability: Durability::Applied,
+            queue_fill: 0,
+            last_seq: vec![("a".into(), 5)],
+            position: Some("1:3@17".into()),
         }));
         round_trip(Frame::Error(ErrorFrame::new(
             0,

@@ -88,12 +88,16 @@ impl FrameType {
 }
 
 /// A durability level on the wire (docs/API.md §3), weakest first. In a BATCH, code 0 stands for
-/// "the server mode's default" and is represented as `None` by the decoders.
+/// "the server mode's default" and is represented as `None` by the decoders. `Replicated` and
+/// `Applied` are cluster mode's (docs/CLUSTER.md): Kafka took the batch, or its owners
+/// applied it; an ACK at either level carries the batch's position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Durability {
     None = 1,
     Write = 2,
     Fsync = 3,
+    Replicated = 4,
+    Applied = 5,
 }
 
 impl Durability {
@@ -106,6 +110,8 @@ impl Durability {
             1 => Some(Durability::None),
             2 => Some(Durability::Write),
             3 => Some(Durability::Fsync),
+            4 => Some(Durability::Replicated),
+            5 => Some(Durability::Applied),
             _ => None,
         }
     }
@@ -115,6 +121,8 @@ impl Durability {
             Durability::None => "none",
             Durability::Write => "write",
             Durability::Fsync => "fsync",
+            Durability::Replicated => "replicated",
+            Durability::Applied => "applied",
         }
     }
 }

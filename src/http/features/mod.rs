@@ -13,6 +13,7 @@ use super::params::Params;
 use super::streams::{engine, with_shard};
 use crate::failure::Failure;
 use crate::state::AppState;
+use crate::write::{Change, Features as Write};
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -22,9 +23,7 @@ use axum::response::{IntoResponse, Response};
 use render::write_entity;
 use serde::Deserialize;
 use vx_proto::ErrorCode;
-use vx_router::SubmitError;
 use vx_storage::features::{self as f, FeatureValue, Features, ReadAt};
-use vx_storage::{FeatureOp, FeatureOutcome, FeatureWrite};
 use vx_sys::now_ms;
 
 /// Most entities one batch query may name.
@@ -206,7 +205,7 @@ pub async fn query(
     let remote = match state.cluster() {
         Some(cluster) if !headers.contains_key(crate::cluster::FORWARDED) => {
             let auth = headers.get(axum::http::header::AUTHORIZATION);
-            crate::cluster::query::remote(cluster, &q.entities, q.names.as_deref(), auth).await?
+            super::cluster::query::remote(cluster, &q.entities, q.names.as_deref(), auth).await?
         }
         _ => Default::default(),
     };
@@ -316,7 +315,6 @@ pub async fn put(
     Params::parse(&uri, &[])?;
     check_json_type(&headers)?;
     let asked = super::ingest::durability(&headers, state.cluster().is_some())?;
-    let durability = asked.local;
     let bytes = body_bytes(body, PUT_MAX_BODY, "features.max_put_bytes").await?;
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&bytes).map_err(|e| {
@@ -347,109 +345,44 @@ pub async fn put(
         check_value(&name, v.as_ref())?;
         set.push((name, v));
     }
-    if let Some(cluster) = state.cluster() {
-        let deleted = set.iter().filter(|(_, v)| v.is_none()).count() as u64;
-        let value = vx_cluster::wire::encode_feature_put(&entity, &set, vx_sys::now_ms());
-        return cluster_written(
-            &state,
-            cluster,
-            router,
-            &entity,
-            value,
-            asked,
-            &headers,
-            set.len() as u64 - deleted,
-            deleted,
-        )
-        .await
-        .map(|r| with_shard(r, shard));
-    }
-    if set.is_empty() {
-        return Ok(with_shard(
-            written(
-                &entity,
-                0,
-                0,
-                durability.unwrap_or_else(|| router.store().fsync_mode().durability()),
-            ),
-            shard,
-        ));
-    }
-    let res = router
-        .submit_features(FeatureWrite {
+    let writes = state.writes().ok_or_else(AppError::starting)?;
+    let written = writes
+        .features(Write {
             entity: entity.clone(),
-            op: FeatureOp::Put(set),
-            durability,
-            guard: None,
-            origin: None,
-            append_ms: None,
+            change: Change::Put(set),
+            asked,
+            auth: super::ingest::auth(&headers),
         })
         .await;
-    Ok(with_shard(outcome(&state, &entity, res, false), shard))
+    Ok(with_shard(outcome(&state, &entity, written), shard))
 }
 
-/// A feature write in cluster mode: produced to the entity's partition of `T.entities`.
-#[allow(clippy::too_many_arguments)]
-async fn cluster_written(
-    state: &AppState,
-    cluster: &crate::cluster::Cluster,
-    router: &vx_router::Router,
-    entity: &str,
-    value: Vec<u8>,
-    asked: super::ingest::Asked,
-    headers: &HeaderMap,
-    set: u64,
-    deleted: u64,
-) -> Result<Response, AppError> {
-    let auth = headers.get(axum::http::header::AUTHORIZATION);
-    match crate::cluster::write::feature(cluster, router, entity, value, asked.applied, auth).await
-    {
-        Ok((position, _fill)) => {
-            state.metrics().feature_writes.inc();
-            let body = serde_json::json!({
-                "entity": entity,
-                "set": set,
-                "deleted": deleted,
-                "durability": if asked.applied { "applied" } else { "replicated" },
-                "position": position.to_string(),
-            });
-            let mut resp = json(StatusCode::OK, body.to_string().into_bytes());
-            if let Ok(p) = axum::http::HeaderValue::from_str(&position.to_string()) {
-                resp.headers_mut().insert(crate::cluster::POSITION, p);
-            }
-            Ok(resp)
-        }
-        Err((e, _fill)) => Err(e),
-    }
-}
-
-fn written(entity: &str, set: u64, deleted: u64, d: vx_storage::Durability) -> Response {
-    let body = serde_json::json!({
-        "entity": entity,
-        "set": set,
-        "deleted": deleted,
-        "durability": d.as_str(),
-    });
-    json(StatusCode::OK, body.to_string().into_bytes())
-}
-
+/// The answer to a feature write, as both modes give it.
 fn outcome(
     state: &AppState,
     entity: &str,
-    res: Result<(FeatureOutcome, f64), SubmitError>,
-    is_delete: bool,
+    written: Result<crate::write::FeaturesWritten, crate::write::Refusal>,
 ) -> Response {
-    match res {
-        Ok((o, _)) => {
-            if is_delete && !o.found {
-                return AppError::not_found(format!("unknown entity or feature in {entity:?}"))
-                    .into_response();
-            }
-            state.metrics().feature_writes.inc();
-            written(entity, o.set, o.deleted, o.durability)
-        }
-        Err(e) => AppError::refused(e).0.into_response(),
+    let w = match written {
+        Ok(w) => w,
+        Err(refused) => return refused.into_app().into_response(),
+    };
+    state.metrics().feature_writes.inc();
+    let position = w.position.as_ref().map(ToString::to_string);
+    let mut body = serde_json::json!({
+        "entity": entity,
+        "set": w.set,
+        "deleted": w.deleted,
+        "durability": w.durability,
+    });
+    if let Some(p) = &position {
+        body["position"] = serde_json::Value::String(p.clone());
     }
+    let mut resp = json(StatusCode::OK, body.to_string().into_bytes());
+    if let Some(p) = position.and_then(|p| axum::http::HeaderValue::from_str(&p).ok()) {
+        resp.headers_mut().insert(crate::cluster::POSITION, p);
+    }
+    resp
 }
 
 /// `DELETE /v1/features/{entity}`: every feature of the entity; 404 if unknown.
@@ -490,41 +423,15 @@ async fn delete(
     headers: &HeaderMap,
 ) -> Result<Response, AppError> {
     let asked = super::ingest::durability(headers, state.cluster().is_some())?;
-    let durability = asked.local;
-    let router = engine(&state)?;
-    let shard = router.store().features().shard_of(&entity);
-    if let Some(cluster) = state.cluster() {
-        // The entity's tables may be on another node: the delete is produced as it is, and
-        // deleting what does not exist changes nothing there (docs/CLUSTER.md).
-        let value =
-            vx_cluster::wire::encode_feature_delete(&entity, name.as_deref(), vx_sys::now_ms());
-        return cluster_written(
-            &state, cluster, router, &entity, value, asked, headers, 0, 1,
-        )
-        .await
-        .map(|r| with_shard(r, shard));
-    }
-    // A delete of what does not exist writes no record.
-    if !router.store().features().exists(&entity, name.as_deref()) {
-        return Ok(with_shard(
-            AppError::not_found(format!(
-                "unknown {} {:?}",
-                if name.is_some() { "feature" } else { "entity" },
-                name.as_deref().unwrap_or(&entity)
-            ))
-            .into_response(),
-            shard,
-        ));
-    }
-    let res = router
-        .submit_features(FeatureWrite {
+    let writes = state.writes().ok_or_else(AppError::starting)?;
+    let shard = writes.router().store().features().shard_of(&entity);
+    let written = writes
+        .features(Write {
             entity: entity.clone(),
-            op: FeatureOp::Delete(vec![(entity.clone(), name)]),
-            durability,
-            guard: None,
-            origin: None,
-            append_ms: None,
+            change: Change::Delete(vec![(entity.clone(), name)]),
+            asked,
+            auth: super::ingest::auth(headers),
         })
         .await;
-    Ok(with_shard(outcome(&state, &entity, res, true), shard))
+    Ok(with_shard(outcome(&state, &entity, written), shard))
 }

@@ -26,7 +26,6 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use vx_router::Submit;
 use vx_sys::now_ms;
 
 /// The OTLP routes.
@@ -84,9 +83,9 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
         let e = AppError::bad_request("X-Vx-Expected-Last-Seq is not supported on OTLP routes");
         return closing(reject(e, None, 0.0));
     }
-    let Some(router) = state.router() else {
+    if state.writes().is_none() {
         return closing(reject(AppError::starting(), None, 0.0));
-    };
+    }
 
     let limits = state.limits();
     let budget = state.budget();
@@ -135,15 +134,13 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
     let batch = std::mem::take(&mut mapped.batch);
     let submitted = submit(
         state,
-        router,
         label,
-        Submit {
+        crate::write::Events {
             batch,
-            durability: durability.local,
+            asked: durability,
             expected_last_seq: None,
+            auth: super::ingest::auth(headers),
         },
-        durability,
-        headers,
     )
     .await;
     let accepted = match submitted {

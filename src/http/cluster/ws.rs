@@ -3,7 +3,7 @@
 //! they are), then the client's connection is upgraded here and every message is passed
 //! on, both ways, until either side closes.
 
-use super::{Cluster, FORWARDED, NODE};
+use crate::cluster::{Cluster, FORWARDED, NODE};
 use crate::http::AppError;
 use crate::http::streams::SHARD;
 use axum::body::Body;

@@ -1,11 +1,11 @@
 //! The route the nodes of a cluster ask each other on: `GET /v1/cluster/outcome`, what
 //! applying one record did, for a write whose client asked for `X-Vx-Durability: applied`
 //! on another node. It needs the `ingest` scope (the asking node passes its client's
-//! token on), waits up to `wait_ms` (at most [`super::WAIT`]) for the record to be applied,
+//! token on), waits up to `wait_ms` (at most [`crate::cluster::WAIT`]) for the record to be applied,
 //! and answers the outcome as JSON (200), 404 when it is too old to say, or 503 when this
 //! node does not apply that partition or has not applied the record yet.
 
-use super::WAIT;
+use crate::cluster::WAIT;
 use crate::http::AppError;
 use crate::http::params::Params;
 use crate::state::AppState;
@@ -18,7 +18,7 @@ use std::time::Duration;
 use vx_cluster::outcomes::Lookup;
 use vx_cluster::txn::Topic;
 
-pub const OUTCOME: &str = "/v1/cluster/outcome";
+pub use crate::cluster::OUTCOME;
 
 pub async fn outcome(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
     let params = Params::parse(&uri, &["topic", "partition", "offset", "wait_ms"])?;

@@ -3,7 +3,7 @@
 //! there); the rest are read here. An entity whose shard is moving makes the query wait
 //! (bounded) for it, then fail with 503 — a result is never made up.
 
-use super::{Cluster, FORWARDED, WAIT};
+use crate::cluster::{Cluster, FORWARDED, WAIT};
 use crate::http::AppError;
 use axum::http::HeaderValue;
 use axum::http::header::{AUTHORIZATION, RETRY_AFTER};

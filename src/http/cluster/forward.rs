@@ -9,7 +9,7 @@
 //!
 //! Writes are not forwarded: any node produces them to Kafka.
 
-use super::{Cluster, FORWARDED, MIN_POSITION, NODE, WAIT};
+use crate::cluster::{Cluster, FORWARDED, MIN_POSITION, NODE, WAIT};
 use crate::http::AppError;
 use crate::state::AppState;
 use axum::body::Body;

@@ -1,4 +1,4 @@
-//! The one error type of the HTTP layer and its rendering: docs/API.md §3's single error shape
+//! The one error type of every interface and its HTTP rendering: docs/API.md §3's single error shape
 //! `{"error": {"code", "message", …details}}`. Codes and their statuses come from
 //! [`ErrorCode`]; input, write and backpressure failures are mapped once, in
 //! [`crate::failure`], for HTTP and frames alike. Handlers only pick the constructor.

@@ -3,7 +3,7 @@
 //! listing is). Each node is asked with the client's query; what one node cannot answer
 //! fails the listing (503), since a page without it would silently miss streams.
 
-use super::{Cluster, FORWARDED};
+use crate::cluster::{Cluster, FORWARDED};
 use crate::http::AppError;
 use axum::http::HeaderValue;
 use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
@@ -49,7 +49,7 @@ pub async fn pages(
             .client()
             .get(url)
             .header(FORWARDED, cluster.node_header())
-            .timeout(super::WAIT);
+            .timeout(crate::cluster::WAIT);
         if let Some(a) = auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
