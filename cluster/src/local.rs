@@ -241,6 +241,7 @@ impl LocalCopy for StoreCopy {
                     let outcome = match ticket.await {
                         Submitted::Feature(Ok(o)) => Outcome::Feature {
                             set: o.set,
+                            added: o.added,
                             deleted: o.deleted,
                             found: o.found,
                         },

@@ -33,9 +33,15 @@ pub enum Outcome {
     NotFound,
     /// Entity events: applied to the feature tables.
     Features,
-    /// A feature write (`PUT`, feature `DELETE`): features set and removed, and whether the
-    /// entity (for a delete of one feature: the feature) existed, as single-node mode answers.
-    Feature { set: u64, deleted: u64, found: bool },
+    /// A feature write (`PUT`, feature `DELETE`): features set (`added`: of them, new ones)
+    /// and removed, and whether the entity (for a delete of one feature: the feature)
+    /// existed, as single-node mode answers.
+    Feature {
+        set: u64,
+        added: u64,
+        deleted: u64,
+        found: bool,
+    },
     /// The local store refused it (a bug or a broken disk; the node is not ready).
     Failed { message: String },
 }

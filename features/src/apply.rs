@@ -48,6 +48,8 @@ pub struct Replay<'a> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirectApplied {
     pub set: u64,
+    /// Of `set`, the features the entity did not have (Redis's `HSET` answer).
+    pub added: u64,
     pub deleted: u64,
     /// The entity (or the named feature) existed before a delete.
     pub found: bool,
@@ -57,6 +59,7 @@ pub struct DirectApplied {
 impl std::ops::AddAssign for DirectApplied {
     fn add_assign(&mut self, o: DirectApplied) {
         self.set += o.set;
+        self.added += o.added;
         self.deleted += o.deleted;
         self.found |= o.found;
     }
@@ -419,6 +422,7 @@ impl Features {
                         e.set_builtin(name, None);
                     }
                     Some(FeatureValue::Int(i)) => {
+                        out.added += u64::from(b.is_none());
                         e.set_builtin(name, Some(*i));
                         out.set += 1;
                     }
@@ -436,6 +440,8 @@ impl Features {
                 }
                 Some(v) => {
                     let id = names.id(name).unwrap_or(u32::MAX);
+                    let had = id != u32::MAX && e.feats.iter().any(|f| f.name == id);
+                    out.added += u64::from(!had);
                     let st = plain_mut(&mut e, names, id, name, append_ms);
                     let ts = match st {
                         State::Plain { ts, .. } => *ts,

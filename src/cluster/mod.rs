@@ -3,6 +3,8 @@
 //! partition, here or elsewhere. It speaks no HTTP of its own: the write path
 //! (`crate::write`) produces through it, and `crate::http::cluster` forwards reads with it.
 
+pub mod read;
+
 use crate::failure::Failure;
 use axum::http::HeaderValue;
 use std::sync::Arc;

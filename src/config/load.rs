@@ -362,14 +362,6 @@ fn validate_cluster(cfg: &Config) -> Result<(), ConfigError> {
             ))),
         }
     };
-    if cfg.server.resp_listen.is_some() || cfg.server.resp_uds.is_some() {
-        return bad(
-            "the Redis-protocol listener (server.resp_listen, server.resp_uds) is not available \
-             in cluster mode yet; read features over HTTP (GET /v1/features/{entity}), see \
-             docs/CLUSTER.md"
-                .into(),
-        );
-    }
     let brokers = required("kafka_brokers", &c.kafka_brokers)?;
     for b in brokers.split(',') {
         let ok = b

@@ -12,16 +12,17 @@ use crate::config::Scope;
 use crate::failure::Failure;
 use crate::http::features::{check_name, check_value};
 use crate::state::Phase;
+use crate::write::{Asked, Change, Features};
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use vx_cluster::position::Position;
 use vx_proto::ErrorCode;
 use vx_proto::resp::Reply;
 use vx_router::Router;
 use vx_storage::features::{FeatureValue, ReadAt};
-use vx_storage::{FeatureOp, FeatureWrite};
 use vx_sys::now_ms;
 
 /// A write's reply, once the record is written and applied (or refused).
@@ -38,8 +39,8 @@ enum Needs {
 }
 
 /// One command of the table.
-struct Spec {
-    name: &'static str,
+pub(crate) struct Spec {
+    pub(crate) name: &'static str,
     /// Redis's convention: `n` exactly n arguments (the name included), `-n` at least n.
     arity: i32,
     flags: &'static [&'static str],
@@ -117,6 +118,11 @@ fn lookup(name: &[u8]) -> Option<&'static Spec> {
         .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// The command `name` if it reads entities (cluster mode reads those from their owners).
+pub(crate) fn reads_entities(name: &[u8]) -> Option<&'static Spec> {
+    lookup(name).filter(|s| s.needs == READ)
+}
+
 /// Whether the command `name` writes: the connection keeps those in flight.
 pub(crate) fn is_write(name: &[u8]) -> bool {
     lookup(name).is_some_and(|s| s.needs == WRITE)
@@ -135,6 +141,9 @@ pub(crate) struct Session {
     /// The instant the reads of this batch see: the clock is read once a batch, at its first
     /// read, and again after the connection waited (for a write, or a slow client).
     at: Option<ReadAt>,
+    /// Cluster mode: where this connection's writes are in Kafka, so that its reads wait
+    /// for them on any owner (read-your-writes on one connection).
+    pub(crate) position: Arc<parking_lot::Mutex<Position>>,
 }
 
 /// What the connection does after a command.
@@ -160,6 +169,7 @@ impl Session {
             id: ctx.next_id.fetch_add(1, Ordering::Relaxed),
             reads: 0,
             at: None,
+            position: Arc::default(),
         }
     }
 
@@ -189,7 +199,7 @@ impl Session {
     }
 
     /// Arity, auth and readiness: the router if the command may run, else its error reply.
-    fn admit(
+    pub(crate) fn admit(
         &self,
         ctx: &Ctx,
         spec: &Spec,
@@ -577,8 +587,10 @@ impl Session {
         self.reply(out).bulk(text.as_bytes());
     }
 
-    /// Check a write command and make the future that submits it. The caller has let earlier
-    /// writes to the same entities finish, so what exists now is what the write will find.
+    /// Check a write command and make the future that submits it through the one write
+    /// path, as a `PUT`/`DELETE` would. The caller has let earlier writes to the same
+    /// entities finish, so what exists now is what the write will find. In cluster mode the
+    /// write waits for its owner's outcome, which the reply's count comes from.
     pub(crate) fn prepare_write(&self, ctx: &Arc<Ctx>, args: &[Bytes]) -> Prepared {
         let mut out = Vec::new();
         let Some(spec) = args.first().and_then(|n| lookup(n)) else {
@@ -588,127 +600,60 @@ impl Session {
         let Some(Some(router)) = self.admit(ctx, spec, args, &mut out) else {
             return Prepared::Reply(out);
         };
-        let entities: Result<Vec<String>, Failure> = match spec.name {
-            "del" => args[1..].iter().map(entity).collect(),
-            _ => entity(&args[1]).map(|e| vec![e]),
+        let Some(writes) = ctx.state.writes().cloned() else {
+            self.failure(&mut out, Failure::starting());
+            return Prepared::Reply(out);
         };
-        let entities = match entities {
-            Ok(e) => e,
+        if spec.name == "hset" && !args.len().is_multiple_of(2) {
+            self.reply(&mut out)
+                .error("ERR", "wrong number of arguments for 'hset' command");
+            return Prepared::Reply(out);
+        }
+        let change = match write_change(spec.name, args, &router) {
+            Ok(c) => c,
             Err(f) => {
                 self.failure(&mut out, f);
                 return Prepared::Reply(out);
             }
         };
-        let features = router.store().features();
-        let op: (String, FeatureOp);
-        let answer: i64;
-        match spec.name {
-            "hset" => {
-                if !args.len().is_multiple_of(2) {
-                    self.reply(&mut out)
-                        .error("ERR", "wrong number of arguments for 'hset' command");
-                    return Prepared::Reply(out);
-                }
-                let e = &entities[0];
-                let mut set: Vec<(String, Option<FeatureValue>)> = Vec::new();
-                let mut added: Vec<&str> = Vec::new();
-                for pair in args[2..].chunks_exact(2) {
-                    let checked = text(&pair[0])
-                        .ok_or_else(|| {
-                            Failure::new(ErrorCode::InvalidEvent, "a feature name must be UTF-8")
-                        })
-                        .and_then(|n| check_name(features, n).map(|()| n))
-                        .and_then(|n| {
-                            let v = value::parse(&pair[1]).ok_or_else(|| {
-                                Failure::new(
-                                    ErrorCode::InvalidEvent,
-                                    format!("feature {n:?}: a value must be UTF-8"),
-                                )
-                            })?;
-                            check_value(n, Some(&v))?;
-                            Ok((n, v))
-                        });
-                    let (n, v) = match checked {
-                        Ok(nv) => nv,
-                        Err(f) => {
-                            self.failure(&mut out, f);
-                            return Prepared::Reply(out);
-                        }
-                    };
-                    if !features.exists(e, Some(n)) && !added.contains(&n) {
-                        added.push(n);
-                    }
-                    set.push((n.to_string(), Some(v)));
-                }
-                answer = added.len() as i64;
-                op = (e.clone(), FeatureOp::Put(set));
-            }
-            "hdel" => {
-                let e = &entities[0];
-                let mut deleted: Vec<&str> = Vec::new();
-                for a in &args[2..] {
-                    if let Some(n) = text(a)
-                        && features.exists(e, Some(n))
-                        && !deleted.contains(&n)
-                    {
-                        deleted.push(n);
-                    }
-                }
-                answer = deleted.len() as i64;
-                // SPEC §6: feature DELETEs, every name in one record (stored whole or not at
-                // all, as Redis's command is atomic).
-                let targets = deleted
-                    .iter()
-                    .map(|n| (e.clone(), Some(n.to_string())))
-                    .collect();
-                op = (e.clone(), FeatureOp::Delete(targets));
-            }
-            _ => {
-                // `DEL`: a key named twice counts once, as in Redis.
-                let mut seen: Vec<&str> = Vec::new();
-                for e in &entities {
-                    if features.exists(e, None) && !seen.contains(&e.as_str()) {
-                        seen.push(e);
-                    }
-                }
-                answer = seen.len() as i64;
-                let first = seen.first().map_or_else(String::new, |e| e.to_string());
-                let targets = seen.iter().map(|e| (e.to_string(), None)).collect();
-                op = (first, FeatureOp::Delete(targets));
-            }
-        }
-        if answer == 0 && !matches!(op.1, FeatureOp::Put(_)) {
-            self.reply(&mut out).int(answer);
-            return Prepared::Reply(out);
-        }
+        let (entity, change, count) = change;
+        let asked = Asked {
+            local: None,
+            applied: writes.cluster().is_some(),
+        };
+        let written = writes.features(Features {
+            entity,
+            change,
+            asked,
+            auth: self.authorization(),
+        });
         let resp3 = self.resp3;
         let ctx = Arc::clone(ctx);
-        let (entity, op) = op;
+        let position = Arc::clone(&self.position);
         Prepared::Submit(Box::pin(async move {
             let mut out = Vec::new();
-            // The first poll hands the record to the writer (the caller polls once before
-            // taking the next command, so that writes enter the log in the order sent).
-            let written = router
-                .submit_features(FeatureWrite {
-                    entity,
-                    op,
-                    durability: None,
-                    guard: None,
-                    origin: None,
-                    append_ms: None,
-                })
-                .await;
+            // The first poll hands the record on (the caller polls once before taking the
+            // next command, so that writes are written in the order sent).
+            let written = written.await;
             let mut reply = Reply {
                 out: &mut out,
                 resp3,
             };
             match written {
-                Ok(_) => {
+                Ok(w) => {
+                    if let Some(p) = &w.position {
+                        let mut mine = position.lock();
+                        for (topic, partition, offset) in p.iter() {
+                            mine.add(topic, partition, offset);
+                        }
+                    }
                     ctx.state.metrics().feature_writes.inc();
-                    reply.int(answer);
+                    reply.int(count.of(&w));
                 }
-                Err(e) => {
-                    let f = Failure::from(e);
+                // Nothing to delete: Redis answers 0.
+                Err(r) if r.failure.code == ErrorCode::NotFound => reply.int(0),
+                Err(r) => {
+                    let f = r.failure;
                     if f.code != ErrorCode::StorageFull && f.code != ErrorCode::Backpressure {
                         tracing::warn!(code = %f.code, message = %f.message, "RESP write failed");
                     }
@@ -718,6 +663,90 @@ impl Session {
             }
             out
         }))
+    }
+
+    /// The connection's token as an `Authorization` value, for the owners cluster mode asks.
+    pub(crate) fn authorization(&self) -> Option<axum::http::HeaderValue> {
+        self.token
+            .as_deref()
+            .and_then(|t| axum::http::HeaderValue::from_str(&format!("Bearer {t}")).ok())
+    }
+}
+
+/// What a write command's reply counts (Redis's answers).
+#[derive(Clone, Copy)]
+enum Count {
+    /// `HSET`: fields that are new.
+    Added,
+    /// `HDEL`: fields removed.
+    Deleted,
+    /// `DEL`: keys that existed.
+    Found,
+}
+
+impl Count {
+    fn of(self, w: &crate::write::FeaturesWritten) -> i64 {
+        let n = match self {
+            Count::Added => w.added,
+            Count::Deleted => w.deleted,
+            Count::Found => w.found,
+        };
+        i64::try_from(n).unwrap_or(i64::MAX)
+    }
+}
+
+/// A write command's change: the entity that admits it, the change, and what its reply
+/// counts. `HSET`'s names and values are checked as a `PUT`'s are.
+fn write_change(
+    name: &str,
+    args: &[Bytes],
+    router: &Router,
+) -> Result<(String, Change, Count), Failure> {
+    let features = router.store().features();
+    match name {
+        "hset" => {
+            let e = entity(&args[1])?;
+            let mut set: Vec<(String, Option<FeatureValue>)> = Vec::new();
+            for pair in args[2..].chunks_exact(2) {
+                let n = text(&pair[0]).ok_or_else(|| {
+                    Failure::new(ErrorCode::InvalidEvent, "a feature name must be UTF-8")
+                })?;
+                check_name(features, n)?;
+                let v = value::parse(&pair[1]).ok_or_else(|| {
+                    Failure::new(
+                        ErrorCode::InvalidEvent,
+                        format!("feature {n:?}: a value must be UTF-8"),
+                    )
+                })?;
+                check_value(n, Some(&v))?;
+                set.push((n.to_string(), Some(v)));
+            }
+            Ok((e, Change::Put(set), Count::Added))
+        }
+        "hdel" => {
+            let e = entity(&args[1])?;
+            // SPEC §6: feature DELETEs, every name in one record (stored whole or not at
+            // all, as Redis's command is atomic); a name named twice counts once.
+            let mut targets: Vec<(String, Option<String>)> = Vec::new();
+            for n in args[2..].iter().filter_map(|a| text(a)) {
+                if !targets.iter().any(|(_, t)| t.as_deref() == Some(n)) {
+                    targets.push((e.clone(), Some(n.to_string())));
+                }
+            }
+            Ok((e, Change::Delete(targets), Count::Deleted))
+        }
+        _ => {
+            // `DEL`: a key named twice counts once, as in Redis.
+            let mut targets: Vec<(String, Option<String>)> = Vec::new();
+            for a in &args[1..] {
+                let e = entity(a)?;
+                if !targets.iter().any(|(t, _)| *t == e) {
+                    targets.push((e, None));
+                }
+            }
+            let first = targets.first().map(|(e, _)| e.clone()).unwrap_or_default();
+            Ok((first, Change::Delete(targets), Count::Found))
+        }
     }
 }
 

@@ -219,7 +219,16 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                     conn.settle().await;
                     session.waited();
                 }
-                if let Flow::Close = session.execute(&ctx, &args, &mut conn.out) {
+                if let Some(read) = session.cluster_read(&ctx, &args) {
+                    match read {
+                        Prepared::Reply(b) => conn.push_reply(b),
+                        Prepared::Submit(fut) => {
+                            // A later write to these entities waits for this read.
+                            conn.inflight.push_back(Slot::Write(fut));
+                            conn.entities.extend(args[1..].iter().cloned());
+                        }
+                    }
+                } else if let Flow::Close = session.execute(&ctx, &args, &mut conn.out) {
                     session.end_batch(&ctx);
                     let _ = conn.flush().await;
                     let _ = conn.wr.shutdown().await;

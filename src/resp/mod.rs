@@ -14,6 +14,7 @@
 //! - [`command`]: the command table, auth and the execution of each command.
 //! - [`value`]: feature values to and from RESP.
 
+mod cluster;
 mod command;
 mod conn;
 mod value;

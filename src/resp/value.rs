@@ -49,6 +49,17 @@ pub(crate) fn write(r: &mut Reply<'_>, v: Reading<'_>) {
     }
 }
 
+/// Write one value read on any node ([`crate::cluster::read::Val`]), as [`write`] does.
+pub(crate) fn write_val(r: &mut Reply<'_>, v: &crate::cluster::read::Val) {
+    use crate::cluster::read::Val;
+    match v {
+        Val::Int(i) => r.int(*i),
+        Val::Float(f) => r.bulk(f.to_string().as_bytes()),
+        Val::Bool(b) => r.boolean(*b),
+        Val::Str(s) => r.bulk(s.as_bytes()),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

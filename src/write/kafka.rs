@@ -191,29 +191,32 @@ pub(super) fn features(
             produced.map_err(|e| Refusal::filled(e, queue_fill))?;
         let mut written = FeaturesWritten {
             set: set.unwrap_or(0),
+            added: 0,
             deleted: 0,
+            found: 0,
             durability: level(applied.is_some()),
             position: Some(position),
         };
         let Some(outcomes) = applied else {
             return Ok(written);
         };
-        let (mut set_n, mut found) = (0, false);
+        written.set = 0;
         for o in &outcomes {
             let Outcome::Feature {
                 set: s,
-                deleted: d,
-                found: fd,
+                added,
+                deleted,
+                found,
             } = o
             else {
                 return Err(Refusal::filled(owner_failed(o), queue_fill));
             };
-            set_n += s;
-            written.deleted += d;
-            found |= fd;
+            written.set += s;
+            written.added += added;
+            written.deleted += deleted;
+            written.found += u64::from(*found);
         }
-        written.set = set_n;
-        if set.is_none() && !found {
+        if set.is_none() && written.found == 0 {
             return Err(not_found(what));
         }
         Ok(written)

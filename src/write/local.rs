@@ -41,7 +41,9 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
             return Box::pin(async move {
                 Ok(FeaturesWritten {
                     set: 0,
+                    added: 0,
                     deleted: 0,
+                    found: 0,
                     durability: d.as_str(),
                     position: None,
                 })
@@ -62,6 +64,10 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
             FeatureOp::Delete(found)
         }
     };
+    let targets = match &op {
+        FeatureOp::Delete(t) => t.len() as u64,
+        FeatureOp::Put(_) => 0,
+    };
     let delete = matches!(op, FeatureOp::Delete(_));
     Box::pin(async move {
         let written = router
@@ -79,7 +85,9 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
             Ok((o, _)) if delete && !o.found => Err(not_found("unknown entity or feature".into())),
             Ok((o, _)) => Ok(FeaturesWritten {
                 set: o.set,
+                added: o.added,
                 deleted: o.deleted,
+                found: targets,
                 durability: o.durability.as_str(),
                 position: None,
             }),

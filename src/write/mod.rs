@@ -101,7 +101,11 @@ pub enum Change {
 #[derive(Debug)]
 pub struct FeaturesWritten {
     pub set: u64,
+    /// Of `set`, the features the entity did not have (Redis's `HSET` answer).
+    pub added: u64,
     pub deleted: u64,
+    /// The delete targets that existed (Redis's `DEL` answer).
+    pub found: u64,
     pub durability: &'static str,
     pub position: Option<Position>,
 }

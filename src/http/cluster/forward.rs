@@ -9,17 +9,17 @@
 //!
 //! Writes are not forwarded: any node produces them to Kafka.
 
-use crate::cluster::{Cluster, FORWARDED, MIN_POSITION, NODE, WAIT};
+use crate::cluster::read::{moving, moving_to};
+use crate::cluster::{Cluster, FORWARDED, MIN_POSITION, NODE};
 use crate::http::AppError;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::header::{CONNECTION, HOST, RETRY_AFTER, TRANSFER_ENCODING};
+use axum::http::header::{CONNECTION, HOST, TRANSFER_ENCODING};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use percent_encoding::percent_decode_str;
-use std::time::Duration;
 use vx_cluster::Route;
 use vx_cluster::position::Position;
 use vx_cluster::txn::Topic;
@@ -56,7 +56,7 @@ pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> R
         Err(e) => return e.into_response(),
     };
     let forwarded = req.headers().contains_key(FORWARDED);
-    match serve_here(cluster, min, forwarded, topic, shard).await {
+    match cluster.here(min.as_ref(), forwarded, topic, shard).await {
         Ok(true) => with_node(next.run(req).await, cluster.node_header()),
         Ok(false) => match cluster.node.route(topic, shard) {
             Route::Remote(owner) => {
@@ -67,55 +67,10 @@ pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> R
                     .await
                     .unwrap_or_else(IntoResponse::into_response)
             }
-            _ => moving(shard).into_response(),
+            _ => AppError::from(moving(shard)).into_response(),
         },
-        Err(e) => e.into_response(),
+        Err(e) => AppError::from(e).into_response(),
     }
-}
-
-/// Whether to serve the request here: this node owns the shard and, within [`WAIT`], has
-/// caught up with it and applied the request's minimum position. `false`: another node owns
-/// it and the request was not forwarded yet.
-async fn serve_here(
-    cluster: &Cluster,
-    min: Option<Position>,
-    forwarded: bool,
-    topic: Topic,
-    shard: u32,
-) -> Result<bool, AppError> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match cluster.node.route(topic, shard) {
-            Route::Local => break,
-            Route::Remote(_) if !forwarded => return Ok(false),
-            Route::CatchingUp | Route::Remote(_) | Route::Unknown => {
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(moving(shard));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-    if let Some(offset) = min.as_ref().and_then(|p| p.get(topic, shard)) {
-        let entities = topic == Topic::Entities;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let applied = cluster
-            .node
-            .outcomes()
-            .wait_for(left, |o| o.is_applied(entities, shard, offset))
-            .await;
-        if !applied {
-            return Err(AppError::new(
-                vx_proto::ErrorCode::NotReady,
-                format!(
-                    "shard {shard} has not applied X-Vx-Min-Position within {} s",
-                    WAIT.as_secs()
-                ),
-            )
-            .with_header(RETRY_AFTER, 1));
-        }
-    }
-    Ok(true)
 }
 
 /// `X-Vx-Min-Position`, if the request has one.
@@ -133,14 +88,6 @@ pub fn min_position(req: &Request) -> Result<Option<Position>, AppError> {
                 )
             }),
     }
-}
-
-fn moving(shard: u32) -> AppError {
-    AppError::new(
-        vx_proto::ErrorCode::NotReady,
-        format!("shard {shard} is moving between nodes; retry after Retry-After"),
-    )
-    .with_header(RETRY_AFTER, 1)
 }
 
 fn with_node(mut resp: Response, node: HeaderValue) -> Response {
@@ -180,7 +127,7 @@ async fn proxy(cluster: &Cluster, req: Request, url: &str) -> Result<Response, A
     out = out.header(FORWARDED, cluster.node_header());
     let resp = out.send().await.map_err(|e| {
         tracing::debug!(url, error = %e, "forwarding a read failed");
-        moving_to(url)
+        AppError::from(moving_to(url))
     })?;
     let mut builder = Response::builder().status(resp.status().as_u16());
     for (name, value) in resp.headers() {
@@ -195,14 +142,6 @@ async fn proxy(cluster: &Cluster, req: Request, url: &str) -> Result<Response, A
     builder
         .body(Body::from_stream(resp.bytes_stream()))
         .map_err(|e| AppError::internal(format!("forwarding the answer: {e}")))
-}
-
-fn moving_to(url: &str) -> AppError {
-    AppError::new(
-        vx_proto::ErrorCode::NotReady,
-        format!("the shard's owner at {url} did not answer; retry after Retry-After"),
-    )
-    .with_header(RETRY_AFTER, 1)
 }
 
 #[cfg(test)]

@@ -161,6 +161,8 @@ pub fn delete_bytes(targets: &[(String, Option<String>)]) -> usize {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureOutcome {
     pub set: u64,
+    /// Of `set`, the features the entity did not have.
+    pub added: u64,
     pub deleted: u64,
     /// The entity (for a delete of one feature: the feature) existed.
     pub found: bool,

@@ -101,6 +101,7 @@ impl Planned {
         }
         if let Answer::Feature(_, out) = &mut self.answer {
             out.set = o.applied.set;
+            out.added = o.applied.added;
             out.deleted = o.applied.deleted;
             out.found = o.applied.found;
         }

@@ -76,6 +76,7 @@ impl LogWriter {
                 let ((rec, found), reply) = answered(res, reply)?;
                 let outcome = FeatureOutcome {
                     set: 0,
+                    added: 0,
                     deleted: 0,
                     found,
                     durability: Durability::None,
