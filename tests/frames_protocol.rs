@@ -159,7 +159,7 @@ async fn batches_over_tcp_and_uds_are_acked_stored_and_replayed() {
         assert_eq!(a.last_seq.len(), 2, "{a:?}");
         answered.insert(a.request_id);
     }
-    assert_eq!(answered, ids.iter().copied().collect());
+    assert_eq!(answered, ids.iter().copied().collect::<HashSet<u64>>());
     let (mut tx, mut rx) = client.split();
     tx.ping(42).await.unwrap();
     assert_eq!(rx.next_reply().await.unwrap(), Reply::Pong(42));

@@ -4,6 +4,8 @@ Usage: resp_client.py HOST PORT SCENARIO
   open    every command in RESP2 and RESP3, pipelining (10,000 deep), errors
   auth    AUTH and HELLO AUTH with the scoped tokens of tests/common (ingest, read, admin)
   budget  HSET until the feature budget refuses one
+  cluster PORT2 PORT3 …: nodes of one cluster; writes through one, reads through the others,
+          read-your-writes on one connection (docs/RESP.md, "Cluster mode")
 
 Each scenario asserts what it sees (a failed assert exits non-zero with the traceback) and
 prints one JSON object on stdout for the Rust side to check against HTTP.
@@ -149,9 +151,49 @@ def budget(host, port):
     return {"stored": stored, "refused": refused}
 
 
+def cluster(host, port, others):
+    nodes = [redis.Redis(host=host, port=p, protocol=proto)
+             for p, proto in zip([port] + others, [2, 3, 2, 3])]
+    w, readers = nodes[0], nodes[1:]
+    # Writes through one node: their counts are the owners'.
+    assert w.hset("rp-1", mapping={"damage": "42", "ratio": "0.25", "name": "zed"}) == 3
+    assert w.hset("rp-1", mapping={"damage": "43", "level": "9"}) == 1
+    assert w.hdel("rp-1", "name", "nope", "name") == 1
+    assert w.hdel("rp-1", "nope") == 0
+    for k in range(20):
+        assert w.hset(f"rp-many-{k}", "n", str(k)) == 1
+    assert w.delete("rp-many-0", "rp-many-1", "rp-nobody") == 2
+    assert w.delete("rp-nobody") == 0
+    # Reads through every other node, whichever owns each entity.
+    for r in readers:
+        assert r.hget("rp-1", "damage") == 43, r.hget("rp-1", "damage")
+        assert r.hget("rp-1", "ratio") == b"0.25"
+        assert r.hget("rp-1", "name") is None
+        assert r.hmget("rp-1", ["level", "nope", "damage"]) == [9, None, 43]
+        assert r.hgetall("rp-1") == {b"damage": 43, b"ratio": b"0.25", b"level": 9}
+        assert r.hexists("rp-1", "level") is True
+        assert r.hexists("rp-1", "name") is False
+        assert r.exists(*[f"rp-many-{k}" for k in range(20)], "rp-nobody") == 18
+        assert r.hgetall("rp-nobody") == {}
+    # Read-your-writes on one connection, whichever node owns the entity: a pipeline of
+    # writes and reads, on every node.
+    for i, r in enumerate(nodes):
+        p = r.pipeline(transaction=False)
+        for k in range(20):
+            e = f"ryw-{i}-{k}"
+            p.hset(e, "v", str(k))
+            p.hget(e, "v")
+        got = p.execute()
+        assert got == [x for k in range(20) for x in (1, k)], got
+    return {"ok": True}
+
+
 def main():
     host, port, scenario = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    out = {"open": both_protocols, "auth": auth, "budget": budget}[scenario](host, port)
+    if scenario == "cluster":
+        out = cluster(host, port, [int(p) for p in sys.argv[4:]])
+    else:
+        out = {"open": both_protocols, "auth": auth, "budget": budget}[scenario](host, port)
     print(json.dumps(out))
 
 

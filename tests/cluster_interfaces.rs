@@ -1,0 +1,236 @@
+//! Cluster mode is the same product (docs/CLUSTER.md, "Every interface" and "Truthful
+//! answers"), against a real Apache Kafka broker and real `veltrix` processes: every answer
+//! equals single-node mode's, and the binary frames and Redis-protocol listeners work on
+//! every node.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::cluster::*;
+use common::*;
+use serde_json::{Value, json};
+use std::process::Command;
+use vx_client::{BatchOptions, Client, Durability, Kind, Num, Options, Reply, WireEvent};
+use vx_cluster::testing::Broker;
+
+/// A conditional write is never answered 200 and then dropped; a 404 and a count are the
+/// owner's, whatever node was asked and whatever durability was asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn answers_equal_single_node_modes() {
+    let broker = Broker::start();
+    let nodes = start_nodes(&broker, "truthful", 2);
+    for n in &nodes {
+        wait_ready(api(n)).await;
+    }
+    let (a, b) = (api(&nodes[0]), api(&nodes[1]));
+
+    // Conditional writes, with the default durability: the apply outcome, never a guess.
+    let first = ok_json(&post(a, events("cond", 0, 1), &[]).await);
+    assert_eq!(first["durability"], "replicated", "{first}");
+    let wrong = post(b, events("cond", 1, 1), &[("x-vx-expected-last-seq", "7")]).await;
+    let e = assert_error(&wrong, 409, "conflict");
+    assert_eq!(e["last_seq"], 1, "{e:?}");
+    let right = ok_json(&post(b, events("cond", 1, 1), &[("x-vx-expected-last-seq", "1")]).await);
+    assert_eq!(right["durability"], "applied", "{right}");
+    assert_eq!(right["last_seq"]["cond"], 2, "{right}");
+    assert_eq!(right["accepted"], 1, "{right}");
+    let pos = right["position"].as_str().unwrap().to_string();
+    let (ids, _) = replay_ids(a, "cond", &pos).await;
+    assert_eq!(
+        ids,
+        ["cond-0", "cond-1"],
+        "the refused write was not stored"
+    );
+
+    // Feature deletes: 404 for what does not exist, `deleted` counts what was removed.
+    let r = b.delete_features("nobody", None).await;
+    assert_error(&r, 404, "not_found");
+    let r = a.delete_features("nobody", Some("x")).await;
+    assert_error(&r, 404, "not_found");
+    let put = ok_json(&a.put_features("p-1", &json!({"a": 1, "b": "x"})).await);
+    assert_eq!(
+        (put["set"].clone(), put["deleted"].clone()),
+        (json!(2), json!(0))
+    );
+    let put = ok_json(
+        &b.put_features("p-1", &json!({"a": null, "zz": null, "c": 3}))
+            .await,
+    );
+    assert_eq!(put["set"], 1, "{put}");
+    assert_eq!(put["deleted"], 1, "only `a` existed: {put}");
+    assert_eq!(put["durability"], "applied", "{put}");
+    let r = b.delete_features("p-1", Some("b")).await;
+    let d = ok_json(&r);
+    assert_eq!(d["deleted"], 1, "{d}");
+    let r = a.delete_features("p-1", Some("b")).await;
+    assert_error(&r, 404, "not_found");
+    let got = features_on(a, "p-1", d["position"].as_str().unwrap()).await;
+    assert_eq!(got["features"], json!({"c": 3}), "{got}");
+
+    // Stream deletes: 404 for an unknown stream, the last seq for a known one.
+    let r = a
+        .send(reqwest::Method::DELETE, "/v1/streams/never", &[], None)
+        .await;
+    assert_error(&r, 404, "not_found");
+    let r = b
+        .send(reqwest::Method::DELETE, "/v1/streams/cond", &[], None)
+        .await;
+    let d = ok_json(&r);
+    assert_eq!(d["last_seq"], 2, "{d}");
+    assert!(r.header("x-vx-position").is_some());
+}
+
+/// The frames listener and the Redis-protocol listener on every node of a three-node
+/// cluster: frames acked with their position, replayable from any node; redis-py writes
+/// through one node and reads through the others, and reads its own writes on one
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frames_and_resp_on_every_node() {
+    let broker = Broker::start();
+    let nodes = start_nodes_with(
+        &broker,
+        "ifaces",
+        3,
+        &[
+            "--frames-listen",
+            "127.0.0.1:0",
+            "--resp-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    for n in &nodes {
+        wait_ready(api(n)).await;
+    }
+    let servers: Vec<&Server> = nodes.iter().map(|n| n.server.as_ref().unwrap()).collect();
+
+    // Frames: a batch on every node, across streams (and so partitions).
+    let mut acked = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        let client = Client::connect_tcp(frames_addr(s), &Options::default())
+            .await
+            .unwrap();
+        let (mut tx, mut rx) = client.split();
+        let streams = [format!("fr-{i}-a"), format!("fr-{i}-b")];
+        let ids: Vec<String> = (0..10).map(|k| format!("id-{k}")).collect();
+        let evs: Vec<WireEvent<'_>> = (0..10).map(|k| wire(&streams[k % 2], &ids[k])).collect();
+        tx.send_batch(&evs, None).await.unwrap();
+        let a = ack(rx.next_reply().await.unwrap());
+        assert_eq!(a.durability, Durability::Replicated, "{a:?}");
+        assert_eq!(a.accepted, 10, "{a:?}");
+        let position = a
+            .position
+            .clone()
+            .expect("a cluster ACK carries its position");
+        // The same batch again, waiting for the owners: all duplicates, with last seqs.
+        let opts = BatchOptions {
+            durability: Some(Durability::Applied),
+            expected_last_seq: None,
+        };
+        tx.send_batch_with(&evs, opts).await.unwrap();
+        let a = ack(rx.next_reply().await.unwrap());
+        assert_eq!(a.durability, Durability::Applied, "{a:?}");
+        assert_eq!((a.accepted, a.duplicates), (0, 10), "{a:?}");
+        assert_eq!(
+            a.last_seq,
+            vec![(streams[0].clone(), 5), (streams[1].clone(), 5)]
+        );
+        // A conditional batch that fails is refused, never acked.
+        let cond = [wire(&streams[0], "late")];
+        let opts = BatchOptions {
+            durability: None,
+            expected_last_seq: Some(1),
+        };
+        tx.send_batch_with(&cond, opts).await.unwrap();
+        match rx.next_reply().await.unwrap() {
+            Reply::Rejected(e) => {
+                assert_eq!(
+                    (e.code.as_str(), e.last_seq),
+                    ("conflict", Some(5)),
+                    "{e:?}"
+                );
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        acked.push((streams, position));
+    }
+    for (streams, position) in &acked {
+        for s in servers.iter() {
+            for stream in streams {
+                let (ids, _) = replay_ids(&s.api, stream, position).await;
+                assert_eq!(ids.len(), 5, "{stream} from every node");
+            }
+        }
+    }
+
+    // Redis protocol: redis-py against all three nodes.
+    let ports: Vec<String> = servers
+        .iter()
+        .map(|s| resp_addr(s).port().to_string())
+        .collect();
+    let report = redis_py_cluster(&ports).await;
+    assert_eq!(report["ok"], true, "{report}");
+    // What RESP wrote, HTTP reads on any node.
+    let got = features_on(&servers[2].api, "rp-1", "").await;
+    assert_eq!(got["features"]["level"], 9, "{got}");
+}
+
+fn wire<'a>(stream: &'a str, id: &'a str) -> WireEvent<'a> {
+    WireEvent {
+        stream,
+        entity: Some("fr-entity"),
+        ty: "t",
+        ts: None,
+        kind: Kind::Counter,
+        value: Some(Num::Int(1)),
+        id: Some(id),
+        data: None,
+    }
+}
+
+fn ack(r: Reply) -> vx_client::Ack {
+    match r {
+        Reply::Ack(a) => a,
+        other => panic!("expected an ACK, got {other:?}"),
+    }
+}
+
+/// An entity's features read on `api` once `position` (if any) is applied there.
+async fn features_on(api: &Api, entity: &str, position: &str) -> Value {
+    let headers: Vec<(&str, &str)> = if position.is_empty() {
+        Vec::new()
+    } else {
+        vec![("x-vx-min-position", position)]
+    };
+    let r = api
+        .get_with(&format!("/v1/features/{entity}"), &headers)
+        .await;
+    ok_json(&r)
+}
+
+/// tests/clients/resp_client.py's `cluster` scenario against the nodes' RESP ports.
+async fn redis_py_cluster(ports: &[String]) -> Value {
+    let python = tokio::task::spawn_blocking(|| {
+        python_with("VX_PYTHON_REDIS", "py-redis", &["redis==5.2.1"], "redis")
+    })
+    .await
+    .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/resp_client.py");
+    let mut args = vec![script.to_string(), "127.0.0.1".into(), ports[0].clone()];
+    args.push("cluster".into());
+    args.extend(ports[1..].iter().cloned());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args(&args)
+            .output()
+            .expect("run the redis-py client")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the redis-py client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -1,0 +1,147 @@
+//! Cluster-mode nodes for the tests on Kafka (tests/cluster*.rs): real `veltrix` processes
+//! beside a real broker, and the requests those tests share.
+
+use super::*;
+use serde_json::Value;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use vx_cluster::testing::Broker;
+
+pub const SHARDS: u32 = 8;
+
+/// A node of a test cluster: its data dir, its configuration (to restart it) and its server.
+pub struct Node {
+    pub cfg: ServerConfig,
+    pub server: Option<Server>,
+    pub _dir: TempDir,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn node_config(broker: &Broker, topic: &str, id: &str, dir: &TempDir) -> ServerConfig {
+    let port = free_port();
+    ServerConfig::new(dir.path().join("data"))
+        .listen(format!("127.0.0.1:{port}"))
+        .args([
+            "--cluster",
+            "kafka",
+            "--kafka-brokers",
+            &broker.bootstrap(),
+            "--kafka-topic",
+            topic,
+            "--node-id",
+            id,
+            "--advertise",
+            &format!("http://127.0.0.1:{port}"),
+            "--shards",
+            &SHARDS.to_string(),
+        ])
+        .env("VX_CLUSTER_SESSION_TIMEOUT", "3s")
+}
+
+pub fn start_nodes(broker: &Broker, topic: &str, n: usize) -> Vec<Node> {
+    start_nodes_with(broker, topic, n, &[])
+}
+
+/// [`start_nodes`], each node with `extra` arguments too (listeners on `127.0.0.1:0`).
+pub fn start_nodes_with(broker: &Broker, topic: &str, n: usize, extra: &[&str]) -> Vec<Node> {
+    (0..n)
+        .map(|i| {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = node_config(broker, topic, &format!("n{i}"), &dir).args(extra.to_vec());
+            let server = cfg.start();
+            Node {
+                cfg,
+                server: Some(server),
+                _dir: dir,
+            }
+        })
+        .collect()
+}
+
+pub fn api(n: &Node) -> &Api {
+    &n.server.as_ref().unwrap().api
+}
+
+/// NDJSON of `n` events of `stream`, ids `{stream}-{i}` for i in `from..from + n`.
+pub fn events(stream: &str, from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| {
+            format!(
+                "{{\"stream\":\"{stream}\",\"type\":\"t\",\"id\":\"{stream}-{i}\",\"entity\":\"e{}\",\"kind\":\"counter\",\"value\":1}}\n",
+                i % 5
+            )
+        })
+        .collect()
+}
+
+/// A 200 with a JSON body (cluster mode's answers: `duplicates` and `last_seq` only with
+/// `applied`).
+pub fn ok_json(r: &Resp) -> Value {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+pub async fn post(api: &Api, body: String, headers: &[(&str, &str)]) -> Resp {
+    let mut h = vec![("content-type", "application/x-ndjson")];
+    h.extend_from_slice(headers);
+    api.send(
+        reqwest::Method::POST,
+        "/v1/events",
+        &h,
+        Some(reqwest::Body::from(body)),
+    )
+    .await
+}
+
+/// Every id of `stream` as replayed by `api`, in seq order, once `position` is applied
+/// (retrying a 503 as its `Retry-After` says: the shard may be moving).
+pub async fn replay_ids(api: &Api, stream: &str, position: &str) -> (Vec<String>, Resp) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let r = loop {
+        let r = api
+            .get_with(
+                &format!("/v1/streams/{stream}/events?limit=10000"),
+                &[("x-vx-min-position", position)],
+            )
+            .await;
+        if r.status != 503 || Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert_eq!(r.status, 200, "{}", r.text());
+    let lines = parse_ndjson(&r);
+    let seqs: Vec<u64> = lines.iter().map(Line::seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "gapless seqs"
+    );
+    (
+        lines.iter().map(|l| l.id().unwrap().to_string()).collect(),
+        r,
+    )
+}
+
+/// Wait (at most 90 s) until the node answers `/readyz` with 200: joined and caught up.
+pub async fn wait_ready(api: &Api) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while api
+        .try_send(reqwest::Method::GET, "/readyz", &[], None)
+        .await
+        .map(|r| r.status)
+        .unwrap_or(0)
+        != 200
+    {
+        assert!(Instant::now() < deadline, "a node never got ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
