@@ -396,6 +396,7 @@ async fn join_cluster(
         txn_timeout: c.session_timeout.max(Duration::from_secs(5)),
         // A request is one record per partition: room for the largest body and its header.
         max_record_bytes: config.ingest.max_body_bytes + (1 << 20),
+        agreed: agreed(config, store.shards()),
     };
     let node = vx_cluster::Node::start(settings, store, tokio::runtime::Handle::current())
         .await
@@ -403,6 +404,33 @@ async fn join_cluster(
     let cluster = crate::cluster::Cluster::new(node)
         .map_err(|e| StartError::Cluster(format!("the HTTP client between nodes: {e}")))?;
     Ok(Arc::new(cluster))
+}
+
+/// The settings every node of a cluster must share, as `T.members` publishes them: replicas
+/// of a partition decide dedup and compute features alike only if these are equal. The
+/// declarations are published as their count and a digest of their canonical form.
+fn agreed(config: &Config, shards: u32) -> std::collections::BTreeMap<String, String> {
+    let decls = &config.features.declare;
+    let canonical = format!("{decls:?}");
+    let digest = xxhash_rust::xxh3::xxh3_64(canonical.as_bytes());
+    [
+        ("storage.shards", shards.to_string()),
+        (
+            "ingest.dedup_window",
+            crate::config::units::format_duration(config.ingest.dedup_window),
+        ),
+        (
+            "ingest.dedup_memory",
+            config.ingest.dedup_memory.to_string(),
+        ),
+        (
+            "features.declare",
+            format!("{} declarations (digest {digest:016x})", decls.len()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// How long, at most, open connections may keep sending requests (answered 503 with

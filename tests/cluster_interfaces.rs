@@ -79,6 +79,25 @@ async fn answers_equal_single_node_modes() {
     let d = ok_json(&r);
     assert_eq!(d["last_seq"], 2, "{d}");
     assert!(r.header("x-vx-position").is_some());
+
+    // A node whose shared settings differ from the cluster's refuses to start, naming the key.
+    for key in ["ingest.dedup_window", "features.declare"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = node_config(&broker, "truthful", "odd", &dir);
+        let cfg = if key == "ingest.dedup_window" {
+            cfg.env("VX_INGEST_DEDUP_WINDOW", "1m")
+        } else {
+            cfg.with_config(
+                dir.path(),
+                "features:\n  - {name: n, from: t, agg: count}\n",
+            )
+        };
+        let (status, logs) = cfg.run_to_exit(std::time::Duration::from_secs(60));
+        let status = status.expect("the odd node exits");
+        assert!(!status.success(), "{logs}");
+        assert!(logs.contains(&format!("{key} is ")), "{key}: {logs}");
+        assert!(logs.contains("does not start"), "{logs}");
+    }
 }
 
 /// The frames listener and the Redis-protocol listener on every node of a three-node

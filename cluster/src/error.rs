@@ -26,6 +26,18 @@ pub enum ClusterError {
     /// A topic could not be created.
     #[error("creating topic {topic}: {reason}")]
     CreateTopic { topic: String, reason: String },
+    /// This node's value of a setting every node must share differs from a member's.
+    #[error(
+        "{key} is {ours} on this node but {theirs} on node {node} of the cluster; every node \
+         must have the same {key} (docs/CLUSTER.md, \"Every node must share\"), so this node \
+         does not start"
+    )]
+    Disagree {
+        key: String,
+        ours: String,
+        theirs: String,
+        node: String,
+    },
     /// Kafka did not answer in time.
     #[error("{what}: no answer from Kafka within {secs} s")]
     Timeout { what: String, secs: u64 },

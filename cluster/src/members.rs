@@ -31,6 +31,10 @@ pub struct Member {
     pub streams: BTreeSet<u32>,
     /// Partitions of `T.entities` it owns.
     pub entities: BTreeSet<u32>,
+    /// The settings every node must share (config key → value), checked by each node
+    /// before it joins ([`Members::disagreement`]). Absent in records of older versions.
+    #[serde(default)]
+    pub agreed: BTreeMap<String, String>,
 }
 
 /// A member as last read, with the offset of its record (later claims win).
@@ -116,6 +120,37 @@ impl Members {
                 url: s.member.url.clone(),
             })
             .collect()
+    }
+
+    /// The first shared setting in which `ours` differs from a node that owns partitions
+    /// now (a record a killed node left behind, whose partitions others claimed since, is
+    /// not asked; nor is this node's own). A key a member does not publish is not compared.
+    pub fn disagreement(
+        &self,
+        node: &str,
+        ours: &BTreeMap<String, String>,
+    ) -> Option<ClusterError> {
+        let owning: BTreeSet<String> = self.owners().into_iter().map(|o| o.node).collect();
+        let table = self.inner.read();
+        let members = table
+            .values()
+            .map(|s| &s.member)
+            .filter(|m| m.node != node && owning.contains(&m.node));
+        for m in members {
+            for (key, value) in ours {
+                if let Some(theirs) = m.agreed.get(key)
+                    && theirs != value
+                {
+                    return Some(ClusterError::Disagree {
+                        key: key.clone(),
+                        ours: value.clone(),
+                        theirs: theirs.clone(),
+                        node: m.node.clone(),
+                    });
+                }
+            }
+        }
+        None
     }
 
     pub fn caught_up(&self) -> bool {
@@ -257,5 +292,75 @@ impl Announcer {
             .map_err(ClusterError::kafka(
                 "announcing this node in the members topic",
             ))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn record(node: &str, streams: &[u32], agreed: &[(&str, &str)]) -> Vec<u8> {
+        serde_json::to_vec(&Member {
+            node: node.into(),
+            url: format!("http://{node}"),
+            streams: streams.iter().copied().collect(),
+            entities: BTreeSet::new(),
+            agreed: agreed
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+        .unwrap()
+    }
+
+    fn ours(window: &str) -> BTreeMap<String, String> {
+        [("storage.shards", "8"), ("ingest.dedup_window", window)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_node_that_differs_from_an_owner_is_named_with_the_key() {
+        let m = Members::default();
+        m.apply(
+            "a",
+            Some(&record(
+                "a",
+                &[0, 1],
+                &[("storage.shards", "8"), ("ingest.dedup_window", "10m")],
+            )),
+            1,
+        );
+        assert!(m.disagreement("b", &ours("10m")).is_none());
+        let e = m.disagreement("b", &ours("1m")).unwrap().to_string();
+        assert!(
+            e.contains("ingest.dedup_window is 1m on this node but 10m on node a"),
+            "{e}"
+        );
+        // Its own record (an earlier run with other settings) is not asked.
+        assert!(m.disagreement("a", &ours("1m")).is_none());
+        // A key an older member does not publish is not compared.
+        m.apply("c", Some(&record("c", &[2], &[])), 2);
+        assert!(m.disagreement("b", &ours("10m")).is_none());
+    }
+
+    #[test]
+    fn a_dead_nodes_record_whose_partitions_moved_is_not_asked() {
+        let m = Members::default();
+        m.apply(
+            "dead",
+            Some(&record("dead", &[0], &[("ingest.dedup_window", "1h")])),
+            1,
+        );
+        assert!(m.disagreement("b", &ours("10m")).is_some());
+        // Its partition claimed again by a node with the new settings.
+        m.apply(
+            "new",
+            Some(&record("new", &[0], &[("ingest.dedup_window", "10m")])),
+            2,
+        );
+        assert!(m.disagreement("b", &ours("10m")).is_none());
     }
 }

@@ -38,6 +38,10 @@ pub struct NodeSettings {
     pub txn_timeout: Duration,
     /// The largest record a request makes (`ingest.max_body_bytes` and some).
     pub max_record_bytes: u64,
+    /// The settings every node must share, config key → value (the shard count, dedup,
+    /// feature declarations): published in `T.members`, and a node that differs from the
+    /// cluster refuses to start, naming the key.
+    pub agreed: std::collections::BTreeMap<String, String>,
 }
 
 /// Where a shard is served from.
@@ -68,6 +72,28 @@ pub struct Node {
     stop_reader: Arc<AtomicBool>,
 }
 
+/// How long a joining node waits to have read `T.members` before it checks the settings.
+const READ_MEMBERS: Duration = Duration::from_secs(15);
+
+/// Read the members table to its end, then check this node's shared settings against the
+/// nodes that own partitions.
+async fn agree(members: &Members, settings: &NodeSettings) -> Result<(), ClusterError> {
+    let deadline = tokio::time::Instant::now() + READ_MEMBERS;
+    while !members.caught_up() {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClusterError::Timeout {
+                what: "reading the members topic".into(),
+                secs: READ_MEMBERS.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match members.disagreement(&settings.node, &settings.agreed) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 impl Node {
     /// Create or check the topics, then join: announce, read the members, start producing
     /// and applying. `shards` is the local store's shard count (the topics' partitions).
@@ -89,6 +115,10 @@ impl Node {
         let members = Members::default();
         let stop_reader = Arc::new(AtomicBool::new(false));
         members.start_reader(&settings.brokers, &names, Arc::clone(&stop_reader))?;
+        if let Err(e) = agree(&members, &settings).await {
+            stop_reader.store(true, Ordering::Release);
+            return Err(e);
+        }
         let txn = |id: String| TxnSettings {
             brokers: settings.brokers.clone(),
             names: names.clone(),
@@ -102,6 +132,7 @@ impl Node {
         let on_assignment = {
             let announcer = Arc::clone(&announcer);
             let (node, url) = (settings.node.clone(), settings.advertise.clone());
+            let agreed = settings.agreed.clone();
             Box::new(
                 move |streams: &std::collections::BTreeSet<u32>,
                       entities: &std::collections::BTreeSet<u32>| {
@@ -110,6 +141,7 @@ impl Node {
                         url: url.clone(),
                         streams: streams.clone(),
                         entities: entities.clone(),
+                        agreed: agreed.clone(),
                     };
                     if let Err(e) = announcer.announce(&member) {
                         tracing::error!(error = %e, "cannot announce this node's partitions");

@@ -18,6 +18,7 @@ fn member(node: &str, streams: &[u32], entities: &[u32]) -> Member {
         url: format!("http://{node}:7100"),
         streams: streams.iter().copied().collect::<BTreeSet<_>>(),
         entities: entities.iter().copied().collect::<BTreeSet<_>>(),
+        agreed: Default::default(),
     }
 }
 
