@@ -35,6 +35,32 @@ pub struct Member {
     /// before it joins ([`Members::disagreement`]). Absent in records of older versions.
     #[serde(default)]
     pub agreed: BTreeMap<String, String>,
+    /// What its local copy holds against its limits, republished as it changes: ingest
+    /// nodes refuse with 507 from it before they produce (docs/CLUSTER.md, "Limits").
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// A node's local copy against its limits (`storage.max_streams`,
+/// `storage.max_feature_bytes`); zeros in records of older versions (no limit known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub streams: u64,
+    pub max_streams: u64,
+    pub feature_bytes: u64,
+    pub max_feature_bytes: u64,
+}
+
+impl Usage {
+    /// At or past `storage.max_streams`: a write that creates a stream is refused.
+    pub fn streams_full(&self) -> bool {
+        self.max_streams > 0 && self.streams >= self.max_streams
+    }
+
+    /// At or past `storage.max_feature_bytes`: a write that reaches the tables is refused.
+    pub fn features_full(&self) -> bool {
+        self.max_feature_bytes > 0 && self.feature_bytes >= self.max_feature_bytes
+    }
 }
 
 /// A member as last read, with the offset of its record (later claims win).
@@ -50,6 +76,8 @@ pub struct Members {
     inner: Arc<RwLock<BTreeMap<String, Seen>>>,
     /// The reader has read the topic up to its end at least once.
     caught_up: Arc<AtomicBool>,
+    /// Some record says its node is at a limit: the ingest side looks closer only then.
+    any_full: Arc<AtomicBool>,
 }
 
 /// Where a partition is served from.
@@ -62,6 +90,24 @@ pub struct Owner {
 impl Members {
     /// The owner of `partition` of `T` (`entities: false`) or `T.entities`: the latest claim.
     pub fn owner(&self, partition: u32, entities: bool) -> Option<Owner> {
+        self.claimant(partition, entities, |m| Owner {
+            node: m.node.clone(),
+            url: m.url.clone(),
+        })
+    }
+
+    /// The usage the owner of `partition` last published (see [`Members::owner`]).
+    pub fn usage_of(&self, partition: u32, entities: bool) -> Option<Usage> {
+        self.claimant(partition, entities, |m| m.usage)
+    }
+
+    /// `what` of the latest claim of `partition`.
+    fn claimant<T>(
+        &self,
+        partition: u32,
+        entities: bool,
+        what: impl Fn(&Member) -> T,
+    ) -> Option<T> {
         let table = self.inner.read();
         table
             .values()
@@ -74,10 +120,7 @@ impl Members {
                 set.contains(&partition)
             })
             .max_by_key(|s| s.offset)
-            .map(|s| Owner {
-                node: s.member.node.clone(),
-                url: s.member.url.clone(),
-            })
+            .map(|s| what(&s.member))
     }
 
     /// The nodes that own at least one partition now (the latest claim of it): a node that
@@ -157,8 +200,27 @@ impl Members {
         self.caught_up.load(Ordering::Acquire)
     }
 
+    /// Whether any node published usage at one of its limits.
+    pub fn any_full(&self) -> bool {
+        self.any_full.load(Ordering::Acquire)
+    }
+
     fn apply(&self, key: &str, value: Option<&[u8]>, offset: i64) {
         let mut table = self.inner.write();
+        self.apply_to(&mut table, key, value, offset);
+        let full = table
+            .values()
+            .any(|s| s.member.usage.streams_full() || s.member.usage.features_full());
+        self.any_full.store(full, Ordering::Release);
+    }
+
+    fn apply_to(
+        &self,
+        table: &mut BTreeMap<String, Seen>,
+        key: &str,
+        value: Option<&[u8]>,
+        offset: i64,
+    ) {
         match value {
             None => {
                 table.remove(key);
@@ -310,6 +372,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            usage: Usage::default(),
         })
         .unwrap()
     }

@@ -11,7 +11,7 @@ use crate::apply::{ApplyLoop, ApplySettings, Ownership, PartitionState};
 use crate::error::ClusterError;
 use crate::ingest::{IngestProducer, ProduceError, ProducerStats};
 use crate::local::StoreCopy;
-use crate::members::{Announcer, Member, Members, Owner};
+use crate::members::{Announcer, Member, Members, Owner, Usage};
 use crate::names::Names;
 use crate::outcomes::Outcomes;
 use crate::txn::{OutRecord, Topic, TxnSettings};
@@ -72,6 +72,54 @@ pub struct Node {
     stop_reader: Arc<AtomicBool>,
 }
 
+/// How often a node looks whether its usage changed, to publish it.
+const USAGE_EVERY: Duration = Duration::from_secs(1);
+
+/// The local copy against its limits.
+fn usage_of(store: &Store) -> Usage {
+    let f = store.features().stats();
+    Usage {
+        streams: store.stream_count() as u64,
+        max_streams: store.max_streams(),
+        feature_bytes: f.bytes,
+        max_feature_bytes: f.max_bytes,
+    }
+}
+
+/// Republish this node's record whenever its usage changed, every [`USAGE_EVERY`] at most,
+/// on a thread of its own (announcing blocks until Kafka has it), until `stop`.
+fn publish_usage(
+    announcer: Arc<Announcer>,
+    announced: Arc<Mutex<Member>>,
+    store: Store,
+    stop: Arc<AtomicBool>,
+) {
+    let run = move || {
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(USAGE_EVERY);
+            let usage = usage_of(&store);
+            let member = {
+                let mut m = announced.lock();
+                // Not announced yet (no assignment), or nothing new to say.
+                if m.usage == usage || (m.streams.is_empty() && m.entities.is_empty()) {
+                    continue;
+                }
+                m.usage = usage;
+                m.clone()
+            };
+            if let Err(e) = announcer.announce(&member) {
+                tracing::warn!(error = %e, "cannot publish this node's usage");
+            }
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("vx-kafka-usage".into())
+        .spawn(run)
+    {
+        tracing::error!(error = %e, "cannot start the usage publisher: limits are not checked before producing");
+    }
+}
+
 /// How long a joining node waits to have read `T.members` before it checks the settings.
 const READ_MEMBERS: Duration = Duration::from_secs(15);
 
@@ -129,19 +177,27 @@ impl Node {
         };
         let producer =
             IngestProducer::start(txn(names.ingest_txn_id(&settings.node)), runtime.clone());
+        let announced = Arc::new(Mutex::new(Member {
+            node: settings.node.clone(),
+            url: settings.advertise.clone(),
+            streams: Default::default(),
+            entities: Default::default(),
+            agreed: settings.agreed.clone(),
+            usage: usage_of(&store),
+        }));
         let on_assignment = {
             let announcer = Arc::clone(&announcer);
-            let (node, url) = (settings.node.clone(), settings.advertise.clone());
-            let agreed = settings.agreed.clone();
+            let announced = Arc::clone(&announced);
+            let store = store.clone();
             Box::new(
                 move |streams: &std::collections::BTreeSet<u32>,
                       entities: &std::collections::BTreeSet<u32>| {
-                    let member = Member {
-                        node: node.clone(),
-                        url: url.clone(),
-                        streams: streams.clone(),
-                        entities: entities.clone(),
-                        agreed: agreed.clone(),
+                    let member = {
+                        let mut m = announced.lock();
+                        m.streams = streams.clone();
+                        m.entities = entities.clone();
+                        m.usage = usage_of(&store);
+                        m.clone()
                     };
                     if let Err(e) = announcer.announce(&member) {
                         tracing::error!(error = %e, "cannot announce this node's partitions");
@@ -149,6 +205,12 @@ impl Node {
                 },
             )
         };
+        publish_usage(
+            Arc::clone(&announcer),
+            Arc::clone(&announced),
+            store.clone(),
+            Arc::clone(&stop_reader),
+        );
         let apply = ApplyLoop::start(
             ApplySettings {
                 brokers: settings.brokers.clone(),

@@ -19,6 +19,7 @@ fn member(node: &str, streams: &[u32], entities: &[u32]) -> Member {
         streams: streams.iter().copied().collect::<BTreeSet<_>>(),
         entities: entities.iter().copied().collect::<BTreeSet<_>>(),
         agreed: Default::default(),
+        usage: Default::default(),
     }
 }
 

@@ -137,6 +137,43 @@ impl Cluster {
         }
     }
 
+    /// Whether `stream` exists at its owner (asked only at the owner's stream limit).
+    pub async fn stream_exists(
+        &self,
+        router: &Router,
+        stream: &str,
+        auth: Option<&HeaderValue>,
+    ) -> Result<bool, Failure> {
+        let shard = router.shard_of(stream);
+        if self.here(None, false, Topic::Streams, shard).await? {
+            return Ok(router.store().stream(stream).is_some());
+        }
+        let Route::Remote(owner) = self.node.route(Topic::Streams, shard) else {
+            return Err(moving(shard));
+        };
+        let url = owner.url;
+        let mut req = self
+            .client()
+            .get(format!(
+                "{url}/v1/streams/{}",
+                crate::remote::segment(stream)
+            ))
+            .header(FORWARDED, self.node_header())
+            .timeout(WAIT + Duration::from_secs(2));
+        if let Some(a) = auth {
+            req = req.header(axum::http::header::AUTHORIZATION, a.clone());
+        }
+        let resp = req.send().await.map_err(|_| moving_to(&url))?;
+        match resp.status().as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            status => {
+                let body = resp.text().await.unwrap_or_default();
+                Err(owner_refused(status, &body))
+            }
+        }
+    }
+
     async fn remote_entity(
         &self,
         url: &str,

@@ -563,6 +563,15 @@ impl Conn {
                 }
             })
         } else {
+            if let Err(refused) = writes.check_limits(&req.batch, req.auth.as_ref()).await {
+                self.complete(Done {
+                    id,
+                    events,
+                    decoded,
+                    result: Err(refused),
+                });
+                return Ok(true);
+            }
             let shards = writes.prepare(&mut req.batch);
             let bytes = req.batch.mem_bytes() as u64;
             // Admitted at once, or the connection stalls: it stops reading (TCP flow control

@@ -129,6 +129,64 @@ fn stored(
     Ok(())
 }
 
+/// Refuse a batch with 507 before it is produced, as single-node mode would, from the
+/// owners' published usage (docs/CLUSTER.md, "Limits"): a new stream on an owner at
+/// `storage.max_streams`, or events with an entity whose owner is at
+/// `storage.max_feature_bytes`. What is in flight when an owner reaches a limit still
+/// lands: the overshoot is bounded by that, and by one publication interval.
+pub(super) async fn limits(
+    cluster: &Cluster,
+    router: &Router,
+    batch: &vx_proto::Batch,
+    auth: Option<&axum::http::HeaderValue>,
+) -> Result<(), Refusal> {
+    let members = cluster.node.members();
+    if !members.any_full() {
+        return Ok(());
+    }
+    for run in batch.runs() {
+        let stream = batch.stream(run);
+        let Some(usage) = members.usage_of(router.shard_of(stream), false) else {
+            continue;
+        };
+        if usage.streams_full()
+            && !cluster
+                .stream_exists(router, stream, auth)
+                .await
+                .map_err(Refusal::new)?
+        {
+            let max = usage.max_streams;
+            return Err(Refusal::new(Failure::from(WriteError::TooManyStreams {
+                max,
+            })));
+        }
+    }
+    let shards = router.store().shards();
+    for ev in batch.iter() {
+        let Some(entity) = ev.entity else { continue };
+        let q = vx_proto::shard::shard_of(entity, shards);
+        if let Some(u) = members.usage_of(q, true).filter(|u| u.features_full()) {
+            let max = u.max_feature_bytes;
+            return Err(Refusal::new(Failure::from(WriteError::FeatureBudget {
+                max,
+            })));
+        }
+    }
+    Ok(())
+}
+
+/// A feature write that sets values, refused when the entity's owner is at its budget.
+fn feature_budget(cluster: &Cluster, shard: u32) -> Result<(), Refusal> {
+    match cluster.node.members().usage_of(shard, true) {
+        Some(u) if u.features_full() => {
+            Err(Refusal::new(Failure::from(WriteError::FeatureBudget {
+                max: u.max_feature_bytes,
+            })))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn features(
     cluster: Arc<Cluster>,
     router: Router,
@@ -139,6 +197,11 @@ pub(super) fn features(
     let (records, set, what) = match &f.change {
         Change::Put(set) => {
             let shard = vx_proto::shard::shard_of(&f.entity, shards);
+            if set.iter().any(|(_, v)| v.is_some())
+                && let Err(r) = feature_budget(&cluster, shard)
+            {
+                return Box::pin(async move { Err(r) });
+            }
             let value = wire::encode_feature_put(&f.entity, set, at);
             let n = set.iter().filter(|(_, v)| v.is_some()).count() as u64;
             (vec![(shard, value)], Some(n), String::new())

@@ -240,11 +240,27 @@ impl Writes {
         }
     }
 
+    /// Refuse a batch at a limit before admission: in cluster mode from the owners'
+    /// published usage (the local store checks its own as it writes). Awaited on the
+    /// caller's task, so a connection's order is kept.
+    pub async fn check_limits(
+        &self,
+        batch: &Batch,
+        auth: Option<&HeaderValue>,
+    ) -> Result<(), Refusal> {
+        match &self.target {
+            Target::Local => Ok(()),
+            Target::Kafka(c) => kafka::limits(c, &self.router, batch, auth).await,
+        }
+    }
+
     /// Prepare, admit at once (or refuse) and write a batch.
     pub async fn events(&self, mut events: Events) -> Result<Written, Refusal> {
         if events.batch.is_empty() {
             return Ok(self.nothing_written(events.asked));
         }
+        self.check_limits(&events.batch, events.auth.as_ref())
+            .await?;
         let shards = self.prepare(&mut events.batch);
         let bytes = events.batch.mem_bytes() as u64;
         let reservation = self.try_admit(&shards, bytes)?;

@@ -39,6 +39,8 @@ struct Running {
     snap_status: Arc<snapshot::SnapStatus>,
     /// Threads applying the feature tables (`features.apply_threads`, as started).
     apply_threads: usize,
+    /// `storage.max_streams`, for cluster mode's published usage.
+    max_streams: u64,
 }
 
 impl Store {
@@ -48,6 +50,7 @@ impl Store {
         let capacity = cfg.channel_capacity.max(1);
         let mode = cfg.fsync;
         let snapshot_interval = cfg.snapshot_interval;
+        let max_streams = cfg.max_streams;
         let (mut engine, mut report) = recovery::open(cfg.clone(), vx_sys::now_ms())?;
         let mut applier =
             Applier::start(Arc::clone(&engine.shared.features), &cfg).map_err(|source| {
@@ -117,6 +120,7 @@ impl Store {
                     snap_thread: Mutex::new(Some(snap_thread)),
                     snap_status,
                     apply_threads,
+                    max_streams,
                 }),
             },
             report,
@@ -130,6 +134,11 @@ impl Store {
     /// Threads applying the feature tables (`features.apply_threads`, at most one per shard).
     pub fn apply_threads(&self) -> usize {
         self.inner.apply_threads
+    }
+
+    /// `storage.max_streams`.
+    pub fn max_streams(&self) -> u64 {
+        self.inner.max_streams
     }
 
     pub fn fsync_mode(&self) -> FsyncMode {
