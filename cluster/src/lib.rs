@@ -21,6 +21,7 @@
 //! - [`members`]: who owns which partition at which URL (the compacted `T.members`).
 //! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
+//! - [`fence`]: a departed node's open transactions aborted at once, for a fast failover.
 //! - `testing` (feature `testing`): a real single-node Kafka for the tests.
 
 #[cfg(feature = "kafka")]
@@ -29,6 +30,8 @@ pub mod admin;
 pub mod apply;
 #[cfg(feature = "kafka")]
 pub mod error;
+#[cfg(feature = "kafka")]
+pub mod fence;
 #[cfg(feature = "kafka")]
 pub mod ingest;
 #[cfg(feature = "kafka")]

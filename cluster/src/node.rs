@@ -9,6 +9,7 @@
 use crate::admin;
 use crate::apply::{ApplyLoop, ApplySettings, Ownership, PartitionState};
 use crate::error::ClusterError;
+use crate::fence::Fencer;
 use crate::ingest::{IngestProducer, ProduceError, ProducerStats};
 use crate::local::StoreCopy;
 use crate::members::{Announcer, Member, Members, Owner, Usage};
@@ -185,15 +186,31 @@ impl Node {
             agreed: settings.agreed.clone(),
             usage: usage_of(&store),
         }));
+        let fencer = Fencer {
+            brokers: settings.brokers.clone(),
+            names: names.clone(),
+            node: settings.node.clone(),
+            txn: txn(names.ingest_txn_id(&settings.node)),
+            runtime: runtime.clone(),
+        };
         let on_assignment = {
             let announcer = Arc::clone(&announcer);
             let announced = Arc::clone(&announced);
+            let members = members.clone();
             let store = store.clone();
             Box::new(
                 move |streams: &std::collections::BTreeSet<u32>,
                       entities: &std::collections::BTreeSet<u32>| {
                     let member = {
                         let mut m = announced.lock();
+                        // Before this claim is announced, the table still names the
+                        // partitions' previous owners.
+                        let gained: Vec<(bool, u32)> = streams
+                            .difference(&m.streams)
+                            .map(|&p| (false, p))
+                            .chain(entities.difference(&m.entities).map(|&p| (true, p)))
+                            .collect();
+                        fencer.fence_departed(fencer.previous_owners(&members, &gained));
                         m.streams = streams.clone();
                         m.entities = entities.clone();
                         m.usage = usage_of(&store);

@@ -368,16 +368,16 @@ sections! {
             The base URL at which the other nodes (and clients told by `X-Vx-Node`) reach this \
             node's HTTP API, `http://host:port`. Required with `cluster.mode: kafka`.";
         /// The consumer group's session timeout (and the producers' transaction timeout).
-        session_timeout: Duration = Duration::from_secs(10), via Dur,
+        session_timeout: Duration = Duration::from_secs(6), via Dur,
         de "super::units::duration",
         help "cluster: a node silent this long loses its partitions to the others",
         doc "\
             The consumer group's `session.timeout.ms`: a node that is silent for this long \
             (killed, frozen, cut off) loses its partitions, which move to the other nodes; \
-            also the producers' `transaction.timeout.ms`, after which the broker aborts a dead \
-            node's open transaction (until then it holds back `read_committed` readers of its \
-            partitions). With the default 10s a dead node's shards are served again within \
-            about 15s. 1s–5m; the broker's `group.min.session.timeout.ms` (default 6s) and \
+            the new owners fence the dead node's open transactions at once (docs/CLUSTER.md, \
+            \"Failure modes\"). With the default 6s a dead node's shards are served again \
+            within 15s (measured: 7–12s). Also the producers' `transaction.timeout.ms` (at \
+            least 5s). 1s–5m; the broker's `group.min.session.timeout.ms` (default 6s) and \
             `group.max.session.timeout.ms` bound it too.";
         /// A partition whose local copy lags the topic by more than this much replay time is
         /// discarded and rebuilt.

@@ -598,6 +598,10 @@ fn cluster_keys_are_required_and_checked_in_kafka_mode() {
     validate(&c).unwrap();
     kafka(&mut c);
     validate(&c).unwrap();
+    // Every interface works in cluster mode: its listeners are not refused.
+    c.server.resp_listen = Some("127.0.0.1:6380".into());
+    c.server.frames_listen = Some("127.0.0.1:7101".into());
+    validate(&c).unwrap();
     let bad = |edit: &dyn Fn(&mut Config), needle: &str| {
         let mut c = Config::default();
         kafka(&mut c);
@@ -606,10 +610,6 @@ fn cluster_keys_are_required_and_checked_in_kafka_mode() {
         assert!(msg.contains(needle), "{msg} lacks {needle}");
     };
     bad(&|c| c.cluster.kafka_brokers = None, "--kafka-brokers");
-    bad(
-        &|c| c.server.resp_listen = Some("127.0.0.1:6380".into()),
-        "server.resp_listen",
-    );
     bad(&|c| c.cluster.topic = Some(" ".into()), "--kafka-topic");
     bad(&|c| c.cluster.node_id = None, "--node-id");
     bad(&|c| c.cluster.advertise = None, "cluster.advertise");
