@@ -24,7 +24,7 @@
 //! Before a partition is taken away, the loop waits for its records in flight and commits
 //! their routing, so that the next owner starts exactly after it.
 
-use crate::error::ClusterError;
+use crate::error::{ClusterError, LocalError};
 use crate::names::Names;
 use crate::outcomes::{Outcome, Outcomes};
 use crate::txn::{OutRecord, Topic, Txn, TxnSettings};
@@ -57,7 +57,7 @@ pub trait LocalCopy: Send + Sync + 'static {
     /// The last offset of the partition applied locally, if any.
     fn applied(&self, topic: Topic, partition: u32) -> Option<u64>;
     /// Discard the local copy of this shard (blocking).
-    fn reset(&self, topic: Topic, partition: u32) -> Result<(), String>;
+    fn reset(&self, topic: Topic, partition: u32) -> Result<(), LocalError>;
     /// Start applying one record, in offset order per partition: enqueued before this
     /// returns, applied when the future resolves. `route`: also return its entity records.
     fn submit(
@@ -67,7 +67,7 @@ pub trait LocalCopy: Send + Sync + 'static {
         offset: u64,
         value: &[u8],
         route: bool,
-    ) -> Result<Applying, String>;
+    ) -> Result<Applying, LocalError>;
     /// The entity records of records of partition `partition` of `T` already applied
     /// locally at offsets `from..=through` (blocking): what a crash kept from being routed.
     fn stored_since(
@@ -75,7 +75,7 @@ pub trait LocalCopy: Send + Sync + 'static {
         partition: u32,
         from: u64,
         through: u64,
-    ) -> Result<Vec<OutRecord>, String>;
+    ) -> Result<Vec<OutRecord>, LocalError>;
 }
 
 /// Settings of the apply loop.

@@ -49,3 +49,26 @@ impl ClusterError {
         move |source| ClusterError::Kafka { what, source }
     }
 }
+
+/// What the node's local copy (its `vx-storage` store) could not do for the apply loop
+/// ([`crate::apply::LocalCopy`]); the loop logs it and takes the partition again later.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The store refused the record, or a reset (shutting down, a broken disk, an origin
+    /// applied already).
+    #[error("the local store refused it: {0}")]
+    Store(#[from] vx_storage::WriteError),
+    /// Reading records back from the local log failed.
+    #[error("reading the local log: {0}")]
+    Read(#[from] vx_storage::ReadError),
+    /// An event too large for a record to route (the store holds larger ones only if its
+    /// limits changed).
+    #[error("an event cannot be routed: {0}")]
+    Pack(#[from] vx_proto::packed::PackError),
+    /// Events the local log holds that do not decode: a corrupt copy.
+    #[error("a stored event does not decode: {0:?}")]
+    Decode(vx_proto::packed::DecodeError),
+    /// A stream whose events were being read back was deleted meanwhile.
+    #[error("stream {0:?} vanished while its events were read back")]
+    Vanished(String),
+}

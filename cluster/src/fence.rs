@@ -107,7 +107,9 @@ impl Fencer {
                     txn_id,
                     "fenced the transactions of a node that left the group"
                 ),
-                Err(e) => tracing::warn!(node, txn_id, error = %e, "fencing a departed node failed"),
+                Err(e) => {
+                    tracing::warn!(node, txn_id, error = %e, "fencing a departed node failed")
+                }
             }
         }
     }

@@ -5,6 +5,7 @@
 //! route to `T.entities`.
 
 use crate::apply::{Applied, Applying, LocalCopy};
+use crate::error::LocalError;
 use crate::outcomes::Outcome;
 use crate::txn::{OutRecord, Topic};
 use crate::wire::{self, Body};
@@ -41,15 +42,11 @@ fn collect_entities<'a>(
     by_shard: &mut BTreeMap<u32, Batch>,
     shards: u32,
     events: impl Iterator<Item = EventView<'a>>,
-) -> Result<(), String> {
+) -> Result<(), LocalError> {
     for ev in events {
         let Some(entity) = ev.entity else { continue };
         let q = vx_proto::shard::shard_of(entity, shards);
-        by_shard
-            .entry(q)
-            .or_default()
-            .push(&ev)
-            .map_err(|e| e.to_string())?;
+        by_shard.entry(q).or_default().push(&ev)?;
     }
     Ok(())
 }
@@ -111,10 +108,10 @@ impl LocalCopy for StoreCopy {
         self.store.applied_offset(origin_topic(topic), partition)
     }
 
-    fn reset(&self, topic: Topic, partition: u32) -> Result<(), String> {
-        self.runtime
-            .block_on(self.store.reset_shard(origin_topic(topic), partition))
-            .map_err(|e| e.to_string())
+    fn reset(&self, topic: Topic, partition: u32) -> Result<(), LocalError> {
+        Ok(self
+            .runtime
+            .block_on(self.store.reset_shard(origin_topic(topic), partition))?)
     }
 
     fn submit(
@@ -124,7 +121,7 @@ impl LocalCopy for StoreCopy {
         offset: u64,
         value: &[u8],
         route: bool,
-    ) -> Result<Applying, String> {
+    ) -> Result<Applying, LocalError> {
         let record = match wire::decode(value) {
             Ok(r) => r,
             // A record nobody can apply: said as such, never skipped silently.
@@ -137,7 +134,7 @@ impl LocalCopy for StoreCopy {
         };
         let append_ms = record.append_ms;
         let shards = self.store.shards();
-        let submit = |s| self.store.submit(s).map_err(|e| e.to_string());
+        let submit = |s| self.store.submit(s).map_err(LocalError::from);
         match (topic, record.body) {
             (
                 Topic::Streams,
@@ -271,19 +268,18 @@ impl LocalCopy for StoreCopy {
         partition: u32,
         from: u64,
         through: u64,
-    ) -> Result<Vec<OutRecord>, String> {
+    ) -> Result<Vec<OutRecord>, LocalError> {
         let shards = self.store.shards();
-        let records = self
-            .store
-            .records_by_origin(OriginTopic::Streams, partition, from, through)
-            .map_err(|e| e.to_string())?;
+        let records =
+            self.store
+                .records_by_origin(OriginTopic::Streams, partition, from, through)?;
         let mut out = Vec::new();
         for r in records {
             let mut by_shard = BTreeMap::new();
             for (stream, events) in &r.runs {
                 let evs = packed::events(events, stream)
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("{e:?}"))?;
+                    .map_err(LocalError::Decode)?;
                 collect_entities(&mut by_shard, shards, evs.into_iter())?;
             }
             // At the time the first routing would have used: the record's own.
@@ -299,7 +295,7 @@ fn read_back(
     shards: u32,
     stored: &[vx_storage::StoredRun],
     by_shard: &mut BTreeMap<u32, Batch>,
-) -> Result<(), String> {
+) -> Result<(), LocalError> {
     for run in stored {
         let q = ReadQuery {
             from: Some(run.first_seq),
@@ -308,19 +304,19 @@ fn read_back(
             ..ReadQuery::default()
         };
         let Some(mut cursor) = store.read(&run.stream, q) else {
-            return Err(format!("stream {} vanished", run.stream));
+            return Err(LocalError::Vanished(run.stream.clone()));
         };
         let mut evs: Vec<Vec<u8>> = Vec::new();
-        while let Some((_, ev)) = cursor.next_event().map_err(|e| e.to_string())? {
+        while let Some((_, ev)) = cursor.next_event()? {
             let mut buf = Vec::new();
-            packed::encode_event(&mut buf, &ev).map_err(|e| e.to_string())?;
+            packed::encode_event(&mut buf, &ev)?;
             evs.push(buf);
         }
         let views = evs
             .iter()
             .map(|b| packed::decode_event(b, &run.stream).map(|(ev, _)| ev))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{e:?}"))?;
+            .map_err(LocalError::Decode)?;
         collect_entities(by_shard, shards, views.into_iter())?;
     }
     Ok(())

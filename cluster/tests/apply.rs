@@ -10,11 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vx_cluster::apply::{Applied, ApplyLoop, ApplySettings, Applying, LocalCopy};
+use vx_cluster::error::LocalError;
 use vx_cluster::ingest::IngestProducer;
 use vx_cluster::outcomes::Outcome;
 use vx_cluster::testing::Broker;
 use vx_cluster::txn::{OutRecord, Topic, TxnSettings};
 use vx_cluster::{Names, admin};
+use vx_storage::{OriginTopic, WriteError};
 
 /// Applied records of one partition: (offset, value).
 type Applies = Vec<(u64, Vec<u8>)>;
@@ -51,7 +53,7 @@ impl LocalCopy for Fake {
             .and_then(|v| v.last())
             .map(|(o, _)| *o)
     }
-    fn reset(&self, topic: Topic, partition: u32) -> Result<(), String> {
+    fn reset(&self, topic: Topic, partition: u32) -> Result<(), LocalError> {
         self.parts.lock().remove(&(topic, partition));
         Ok(())
     }
@@ -62,11 +64,19 @@ impl LocalCopy for Fake {
         offset: u64,
         value: &[u8],
         route: bool,
-    ) -> Result<Applying, String> {
+    ) -> Result<Applying, LocalError> {
         let mut parts = self.parts.lock();
         let v = parts.entry((topic, partition)).or_default();
         if v.last().is_some_and(|(o, _)| *o >= offset) {
-            return Err(format!("{topic:?}/{partition}: {offset} out of order"));
+            return Err(LocalError::Store(WriteError::OriginNotAfter {
+                topic: match topic {
+                    Topic::Streams => OriginTopic::Streams,
+                    Topic::Entities => OriginTopic::Entities,
+                },
+                partition,
+                offset,
+                applied: v.last().map_or(0, |(o, _)| *o),
+            }));
         }
         v.push((offset, value.to_vec()));
         let routed = if route && topic == Topic::Streams {
@@ -86,7 +96,7 @@ impl LocalCopy for Fake {
         partition: u32,
         from: u64,
         through: u64,
-    ) -> Result<Vec<OutRecord>, String> {
+    ) -> Result<Vec<OutRecord>, LocalError> {
         Ok(self
             .parts
             .lock()
