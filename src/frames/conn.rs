@@ -38,7 +38,7 @@
 
 use super::{Ctx, Io, handshake};
 use crate::failure::Failure;
-use crate::write::{Asked, Events, Refusal, Writes, Written};
+use crate::write::{Asked, Events, Reached, Refusal, Writes, Written};
 use axum::http::HeaderValue;
 use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
@@ -734,12 +734,12 @@ fn asked(d: frames::Durability, clustered: bool) -> Result<Asked, Failure> {
 }
 
 /// The level a write reached, on the wire.
-fn wire_durability(reached: &str) -> frames::Durability {
+fn wire_durability(reached: Reached) -> frames::Durability {
     match reached {
-        "none" => frames::Durability::None,
-        "write" => frames::Durability::Write,
-        "replicated" => frames::Durability::Replicated,
-        "applied" => frames::Durability::Applied,
-        _ => frames::Durability::Fsync,
+        Reached::Local(vx_storage::Durability::None) => frames::Durability::None,
+        Reached::Local(vx_storage::Durability::Write) => frames::Durability::Write,
+        Reached::Local(vx_storage::Durability::Fsync) => frames::Durability::Fsync,
+        Reached::Replicated => frames::Durability::Replicated,
+        Reached::Applied => frames::Durability::Applied,
     }
 }

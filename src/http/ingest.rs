@@ -169,7 +169,7 @@ pub(crate) fn stored(took: &Written) -> Response {
         accepted: took.accepted,
         duplicates: took.duplicates,
         last_seq: took.last_seq.as_deref().map(LastSeq),
-        durability: took.durability,
+        durability: took.durability.as_str(),
         position: position.clone(),
     };
     match serde_json::to_vec(&body) {

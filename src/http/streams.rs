@@ -200,7 +200,7 @@ pub async fn delete(
             let mut resp = Json(Deleted {
                 stream: &stream,
                 last_seq: d.last_seq,
-                durability: d.durability,
+                durability: d.durability.as_str(),
                 position: position.clone(),
             })
             .into_response();

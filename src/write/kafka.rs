@@ -10,8 +10,8 @@
 //! owner's. Other writes wait only with `X-Vx-Durability: applied`.
 
 use super::{
-    Change, Events, Features, FeaturesWritten, Pending, Refusal, StreamDeleted, Written, not_found,
-    unknown_target,
+    Change, Events, Features, FeaturesWritten, Pending, Reached, Refusal, StreamDeleted, Written,
+    not_found, unknown_target,
 };
 use crate::cluster::{Cluster, Written as Produced};
 use crate::failure::Failure;
@@ -25,8 +25,12 @@ use vx_storage::WriteError;
 use vx_sys::now_ms;
 
 /// The level a write reached, for its answer.
-fn level(applied: bool) -> &'static str {
-    if applied { "applied" } else { "replicated" }
+fn level(applied: bool) -> Reached {
+    if applied {
+        Reached::Applied
+    } else {
+        Reached::Replicated
+    }
 }
 
 pub(super) fn write(

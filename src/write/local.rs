@@ -1,8 +1,8 @@
 //! Single-node mode's writes: the router's admitted requests into the local log.
 
 use super::{
-    Change, Events, Features, FeaturesWritten, Pending, Refusal, StreamDeleted, Written, not_found,
-    unknown_target,
+    Change, Events, Features, FeaturesWritten, Pending, Reached, Refusal, StreamDeleted, Written,
+    not_found, unknown_target,
 };
 use vx_router::{Reservation, Router, Submit};
 use vx_storage::{FeatureOp, FeatureWrite};
@@ -19,7 +19,7 @@ pub(super) fn write(router: Router, events: Events, reservation: Reservation) ->
                 accepted: a.outcome.accepted,
                 duplicates: Some(a.outcome.duplicates),
                 last_seq: Some(a.outcome.last_seq),
-                durability: a.outcome.durability.as_str(),
+                durability: Reached::Local(a.outcome.durability),
                 queue_fill: a.queue_fill,
                 position: None,
                 stages: a.outcome.stages,
@@ -44,7 +44,7 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
                     added: 0,
                     deleted: 0,
                     found: 0,
-                    durability: d.as_str(),
+                    durability: Reached::Local(d),
                     position: None,
                 })
             });
@@ -88,7 +88,7 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
                 added: o.added,
                 deleted: o.deleted,
                 found: targets,
-                durability: o.durability.as_str(),
+                durability: Reached::Local(o.durability),
                 position: None,
             }),
             Err(e) => Err(Refusal::from_router(e)),
@@ -104,7 +104,7 @@ pub(super) async fn delete_stream(
     match router.store().delete(stream, asked.local, None).await {
         Ok(out) => Ok(StreamDeleted {
             last_seq: out.last_seq,
-            durability: out.durability.as_str(),
+            durability: Reached::Local(out.durability),
             position: None,
         }),
         Err(error) => Err(Refusal::from_write(error)),

@@ -52,6 +52,28 @@ pub struct Asked {
     pub applied: bool,
 }
 
+/// The level a write reached, for its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reached {
+    /// Single-node mode: a level of the local store.
+    Local(Durability),
+    /// Cluster mode: in Kafka, on every in-sync replica.
+    Replicated,
+    /// Cluster mode: applied by the owners.
+    Applied,
+}
+
+impl Reached {
+    /// Its name in answers (docs/API.md §3, §12).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reached::Local(d) => d.as_str(),
+            Reached::Replicated => "replicated",
+            Reached::Applied => "applied",
+        }
+    }
+}
+
 /// A batch of events to write.
 pub struct Events {
     pub batch: Batch,
@@ -69,8 +91,7 @@ pub struct Written {
     /// Known in single-node mode, and in cluster mode once the owners applied the write.
     pub duplicates: Option<u64>,
     pub last_seq: Option<Vec<(String, u64)>>,
-    /// The level reached: `none`, `write`, `fsync`, `replicated` or `applied`.
-    pub durability: &'static str,
+    pub durability: Reached,
     pub queue_fill: f64,
     /// Cluster mode: where the write is in Kafka (also `X-Vx-Position`).
     pub position: Option<Position>,
@@ -106,7 +127,7 @@ pub struct FeaturesWritten {
     pub deleted: u64,
     /// The delete targets that existed (Redis's `DEL` answer).
     pub found: u64,
-    pub durability: &'static str,
+    pub durability: Reached,
     pub position: Option<Position>,
 }
 
@@ -114,7 +135,7 @@ pub struct FeaturesWritten {
 #[derive(Debug)]
 pub struct StreamDeleted {
     pub last_seq: u64,
-    pub durability: &'static str,
+    pub durability: Reached,
     pub position: Option<Position>,
 }
 
@@ -270,12 +291,13 @@ impl Writes {
     /// The answer to an empty batch: nothing to store, at the level asked.
     pub fn nothing_written(&self, asked: Asked) -> Written {
         let durability = match (&self.target, asked.applied) {
-            (Target::Local, _) => asked
-                .local
-                .unwrap_or_else(|| self.router.store().fsync_mode().durability())
-                .as_str(),
-            (Target::Kafka(_), false) => "replicated",
-            (Target::Kafka(_), true) => "applied",
+            (Target::Local, _) => Reached::Local(
+                asked
+                    .local
+                    .unwrap_or_else(|| self.router.store().fsync_mode().durability()),
+            ),
+            (Target::Kafka(_), false) => Reached::Replicated,
+            (Target::Kafka(_), true) => Reached::Applied,
         };
         Written {
             accepted: 0,

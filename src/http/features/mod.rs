@@ -373,7 +373,7 @@ fn outcome(
         "entity": entity,
         "set": w.set,
         "deleted": w.deleted,
-        "durability": w.durability,
+        "durability": w.durability.as_str(),
     });
     if let Some(p) = &position {
         body["position"] = serde_json::Value::String(p.clone());
