@@ -5,24 +5,34 @@
 //! `Connection: close` for up to `DRAIN_GRACE` (1 s; less once every connection has closed);
 //! then idle connections are closed and requests in flight finish within
 //! `server.shutdown_timeout`; finally the store drains its queue and fsyncs, and `run` returns.
+//! In cluster mode the node joins its cluster once the store is open, and leaves it after the
+//! drain, before the store closes.
 //!
-//! The binary-frames listeners (`server.frames_listen`, `server.frames_uds`) and the
-//! Redis-protocol ones (`server.resp_listen`, `server.resp_uds`) are bound with the HTTP ones
-//! and close on the same signal; their connections answer what is in flight and close (see
-//! [`crate::frames`], [`crate::resp`]), within the same `server.shutdown_timeout`.
+//! The listeners come from one table, `KINDS`, a row per protocol: HTTP (`server.listen`,
+//! `server.uds`), binary frames (`server.frames_listen`, `server.frames_uds`) and the Redis
+//! protocol (`server.resp_listen`, `server.resp_uds`), each with its `listener` label, what a
+//! connection refused past `server.max_connections` is told, its warning for a non-loopback
+//! address without `auth.tokens`, and its log line. They are bound together, share one bound on
+//! connections, and close on the same signal; frames and RESP connections answer what is in
+//! flight and close (see [`crate::frames`], [`crate::resp`]), within the same
+//! `server.shutdown_timeout`. Every exit from [`Server::run`] (the store failing to open, the
+//! cluster refusing the node, a normal stop) closes them the same way and removes the Unix
+//! socket files.
 //!
 //! Tests start the real server in-process with [`Server::bind`] on `127.0.0.1:0`, read
 //! [`Server::local_addr`], and run it with any future as the shutdown signal.
 
-use crate::config::Config;
+use crate::config::{ClusterMode, Config, ServerConfig};
 use crate::frames;
 use crate::http;
 use crate::http_conn;
 use crate::listen::{self, Acceptor, Connections, Socket, UnixSocket};
 use crate::resp;
 use crate::state::AppState;
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -47,17 +57,98 @@ pub enum StartError {
     Cluster(String),
 }
 
+/// The protocol a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    Http,
+    Frames,
+    Resp,
+}
+
+/// One protocol's listeners: a row of [`KINDS`].
+struct Kind {
+    protocol: Protocol,
+    /// Its TCP address key, `host:port` (resolved when bound); `None` when unset.
+    tcp: fn(&ServerConfig) -> Option<&str>,
+    /// Its Unix socket key, bound with `server.uds_mode`; `None` when unset.
+    uds: fn(&ServerConfig) -> Option<&Path>,
+    /// The `listener` label of its connections (refusals are counted under it).
+    label: &'static str,
+    /// What a connection refused past `server.max_connections` (the argument) is told.
+    refusal: fn(u64) -> Arc<[u8]>,
+    /// The warning for a non-loopback TCP address without `auth.tokens`, in two parts:
+    /// "{0} on a non-loopback address without auth.tokens: anyone who can reach {addr} can {1}".
+    exposed: (&'static str, &'static str),
+    /// The log line of each of its listeners, before `{addr}` or `unix:{path}`: tests and tools
+    /// parse these.
+    accepting: &'static str,
+}
+
+/// Every listener, in the order they are bound, logged and served: a protocol's TCP address,
+/// then its Unix socket.
+static KINDS: [Kind; 3] = [
+    Kind {
+        protocol: Protocol::Http,
+        // Required: HTTP's TCP listener is always bound.
+        tcp: |s| Some(s.listen.as_str()),
+        uds: |s| s.uds.as_deref(),
+        label: listen::HTTP,
+        refusal,
+        exposed: ("listening", "write and read events"),
+        accepting: "listening on",
+    },
+    Kind {
+        protocol: Protocol::Frames,
+        tcp: |s| s.frames_listen.as_deref(),
+        uds: |s| s.frames_uds.as_deref(),
+        label: listen::FRAMES,
+        // A frames client would read a refusal as the answer to its HELLO.
+        refusal: closed_only,
+        exposed: ("binary frames", "write events"),
+        // Not "listening on": that phrase names the HTTP address, which tools parse.
+        accepting: "frames: accepting on",
+    },
+    Kind {
+        protocol: Protocol::Resp,
+        tcp: |s| s.resp_listen.as_deref(),
+        uds: |s| s.resp_uds.as_deref(),
+        label: listen::RESP,
+        refusal: closed_only,
+        exposed: ("the Redis-protocol listener", "read and write features"),
+        accepting: "resp: accepting on",
+    },
+];
+
+/// Where a listener is bound, as its log line writes it.
+enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Tcp(addr) => write!(f, "{addr}"),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// A bound listener, not yet serving.
+struct Bound {
+    kind: &'static Kind,
+    socket: Socket,
+    address: Address,
+}
+
 /// A bound server, not yet serving.
 pub struct Server {
     config: Config,
     started: Instant,
-    tcp: TcpListener,
+    /// HTTP's TCP address (`server.listen`, the real port when it asked for port 0).
     addr: SocketAddr,
-    uds: Option<UnixSocket>,
-    frames_tcp: Option<(TcpListener, SocketAddr)>,
-    frames_uds: Option<UnixSocket>,
-    resp_tcp: Option<(TcpListener, SocketAddr)>,
-    resp_uds: Option<UnixSocket>,
+    /// In the order of [`KINDS`]; HTTP's TCP listener is always among them.
+    listeners: Vec<Bound>,
 }
 
 /// Bind and run until `shutdown` resolves: what `veltrix serve` does.
@@ -79,38 +170,47 @@ async fn bind_tcp(listen: &str) -> Result<(TcpListener, SocketAddr), StartError>
     Ok((l, a))
 }
 
-/// The Unix socket at `path`, if one is configured.
-fn bind_uds(path: Option<&std::path::Path>, mode: u32) -> Result<Option<UnixSocket>, StartError> {
-    Ok(path.map(|p| UnixSocket::bind(p, mode)).transpose()?)
-}
-
 impl Server {
-    /// Bind the TCP listener (and the Unix socket, if configured). Nothing is served yet.
+    /// Bind every listener the table `KINDS` names: HTTP's TCP one always (`server.listen` is
+    /// required), the others if their keys are set. Nothing is served yet.
     pub async fn bind(config: Config) -> Result<Server, StartError> {
         let started = Instant::now();
-        let (tcp, addr) = bind_tcp(&config.server.listen).await?;
-        let mode = config.server.uds_mode;
-        let uds = bind_uds(config.server.uds.as_deref(), mode)?;
-        let frames_tcp = match &config.server.frames_listen {
-            Some(listen) => Some(bind_tcp(listen).await?),
-            None => None,
-        };
-        let frames_uds = bind_uds(config.server.frames_uds.as_deref(), mode)?;
-        let resp_tcp = match &config.server.resp_listen {
-            Some(listen) => Some(bind_tcp(listen).await?),
-            None => None,
-        };
-        let resp_uds = bind_uds(config.server.resp_uds.as_deref(), mode)?;
+        let server = &config.server;
+        let mut listeners = Vec::new();
+        for kind in &KINDS {
+            if let Some(listen) = (kind.tcp)(server) {
+                let (l, addr) = bind_tcp(listen).await?;
+                let (socket, address) = (Socket::Tcp(l), Address::Tcp(addr));
+                listeners.push(Bound {
+                    kind,
+                    socket,
+                    address,
+                });
+            }
+            if let Some(path) = (kind.uds)(server) {
+                let uds = UnixSocket::bind(path, server.uds_mode)?;
+                let address = Address::Unix(uds.path().to_path_buf());
+                let socket = uds.into_socket();
+                listeners.push(Bound {
+                    kind,
+                    socket,
+                    address,
+                });
+            }
+        }
+        // `server.listen` is required, so the table always binds it.
+        let addr = listeners
+            .iter()
+            .find_map(|b| match b.address {
+                Address::Tcp(a) if b.kind.protocol == Protocol::Http => Some(a),
+                _ => None,
+            })
+            .ok_or_else(|| StartError::Task("server.listen bound no TCP listener".into()))?;
         Ok(Server {
             config,
             started,
-            tcp,
             addr,
-            uds,
-            frames_tcp,
-            frames_uds,
-            resp_tcp,
-            resp_uds,
+            listeners,
         })
     }
 
@@ -121,16 +221,25 @@ impl Server {
 
     /// The bound binary-frames TCP address, if `server.frames_listen` is set.
     pub fn frames_addr(&self) -> Option<SocketAddr> {
-        self.frames_tcp.as_ref().map(|(_, a)| *a)
+        self.tcp_addr(Protocol::Frames)
     }
 
     /// The bound Redis-protocol TCP address, if `server.resp_listen` is set.
     pub fn resp_addr(&self) -> Option<SocketAddr> {
-        self.resp_tcp.as_ref().map(|(_, a)| *a)
+        self.tcp_addr(Protocol::Resp)
+    }
+
+    /// `protocol`'s bound TCP address, if it has a TCP listener.
+    fn tcp_addr(&self, protocol: Protocol) -> Option<SocketAddr> {
+        self.listeners.iter().find_map(|l| match l.address {
+            Address::Tcp(addr) if l.kind.protocol == protocol => Some(addr),
+            _ => None,
+        })
     }
 
     /// Serve until `shutdown` resolves, then drain and stop. Returns an error if the store
-    /// cannot be opened (the listeners are closed first).
+    /// cannot be opened or, in cluster mode, the node cannot join its cluster (the listeners
+    /// are closed first).
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -138,245 +247,309 @@ impl Server {
         let Server {
             config,
             started,
-            tcp,
-            addr,
-            uds,
-            frames_tcp,
-            frames_uds,
-            resp_tcp,
-            resp_uds,
+            listeners,
+            ..
         } = self;
         let state = AppState::new(&config);
-        let app = http::app(state.clone());
-        // `stop`: the shutdown signal; listeners close on it. `close`: the connections'
-        // graceful shutdown, which ends idle ones, fired once the drain grace is over.
-        let stop = CancellationToken::new();
-        let close = CancellationToken::new();
-        // One bound for the connections of every listener.
-        let connections = Connections::new(
-            config.server.max_connections,
-            state.metrics().connections().clone(),
-        );
-        let http_refusal = refusal(config.server.max_connections);
-        let acceptor = |socket, listener, refusal: &Arc<[u8]>| {
-            Acceptor::new(socket, listener, connections.clone(), Arc::clone(refusal))
-        };
-        let timeouts = http_conn::Timeouts {
-            header: config.server.header_timeout,
-            keepalive: config.server.keepalive_timeout,
-        };
-        // The serving tasks; dropping the set aborts whatever still runs at the deadline.
-        let mut listeners = JoinSet::new();
-
-        if !addr.ip().is_loopback() && config.auth.tokens.is_empty() {
-            tracing::warn!(
-                "listening on a non-loopback address without auth.tokens: anyone who can reach \
-                 {addr} can write and read events"
-            );
-        }
-        let http = acceptor(Socket::Tcp(tcp), listen::HTTP, &http_refusal);
-        let serve_http = |acceptor| {
-            let (app, stop, close) = (app.clone(), stop.clone(), close.clone());
-            http_conn::serve(acceptor, app, timeouts, stop, close)
-        };
-        listeners.spawn(serve_http(http));
-        tracing::info!("listening on {addr}");
-        let uds_path = uds.as_ref().map(|u| u.path().to_path_buf());
-        if let Some(uds) = uds {
-            tracing::info!("listening on unix:{}", uds.path().display());
-            listeners.spawn(serve_http(acceptor(
-                uds.into_socket(),
-                listen::HTTP,
-                &http_refusal,
-            )));
-        }
-        // A frames client would read a refusal as the answer to its HELLO: it is closed only.
-        let no_refusal: Arc<[u8]> = Arc::from(&b""[..]);
-        let frames_ctx = frames::Ctx::new(
-            state.clone(),
-            config.server.frames_idle_timeout,
-            config.server.header_timeout,
-        );
-        if let Some((l, frames_addr)) = frames_tcp {
-            if !frames_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
-                tracing::warn!(
-                    "binary frames on a non-loopback address without auth.tokens: anyone who \
-                     can reach {frames_addr} can write events"
-                );
-            }
-            // Not "listening on": that phrase names the HTTP address, which tools parse.
-            tracing::info!("frames: accepting on {frames_addr}");
-            let l = acceptor(Socket::Tcp(l), listen::FRAMES, &no_refusal);
-            listeners.spawn(frames::serve(l, Arc::clone(&frames_ctx), stop.clone()));
-        }
-        let frames_path = frames_uds.as_ref().map(|u| u.path().to_path_buf());
-        if let Some(u) = frames_uds {
-            tracing::info!("frames: accepting on unix:{}", u.path().display());
-            let l = acceptor(u.into_socket(), listen::FRAMES, &no_refusal);
-            listeners.spawn(frames::serve(l, frames_ctx, stop.clone()));
-        }
-        let resp_ctx = resp::Ctx::new(
-            state.clone(),
-            config.server.resp_idle_timeout,
-            config.server.header_timeout,
-        );
-        if let Some((l, resp_addr)) = resp_tcp {
-            if !resp_addr.ip().is_loopback() && config.auth.tokens.is_empty() {
-                tracing::warn!(
-                    "the Redis-protocol listener on a non-loopback address without auth.tokens: \
-                     anyone who can reach {resp_addr} can read and write features"
-                );
-            }
-            tracing::info!("resp: accepting on {resp_addr}");
-            let l = acceptor(Socket::Tcp(l), listen::RESP, &no_refusal);
-            listeners.spawn(resp::serve(l, Arc::clone(&resp_ctx), stop.clone()));
-        }
-        let resp_path = resp_uds.as_ref().map(|u| u.path().to_path_buf());
-        if let Some(u) = resp_uds {
-            tracing::info!("resp: accepting on unix:{}", u.path().display());
-            let l = acceptor(u.into_socket(), listen::RESP, &no_refusal);
-            listeners.spawn(resp::serve(l, resp_ctx, stop.clone()));
-        }
-
-        {
-            let (state, stop) = (state.clone(), stop.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = shutdown => {
-                        tracing::info!("shutdown requested: draining");
-                        state.begin_drain();
-                        stop.cancel();
-                    }
-                    () = stop.cancelled() => {}
-                }
-            });
-        }
-
-        // Sealed segments are opened on demand through a bounded cache, but sockets and
-        // followers need descriptors too: take the hard limit rather than the soft default.
-        let nofile = match vx_sys::raise_nofile_limit() {
-            Ok((soft, hard)) => {
-                tracing::debug!(soft, hard, "RLIMIT_NOFILE");
-                soft
-            }
+        let mut serving = Serving::start(&config, &state, listeners);
+        watch_shutdown(shutdown, state.clone(), serving.stop.clone());
+        let store = match open_store(storage_config(&config, &state)).await {
+            Ok(store) => store,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot raise the soft RLIMIT_NOFILE");
-                1024
-            }
-        };
-        // Recovery reads the active segment and the index files: keep it off the async workers.
-        let mut storage = config.storage_config();
-        // A quarter of the descriptors at most for cached log files: the rest is for
-        // connections. Under a low limit the cache only reopens files more often.
-        let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
-        storage.open_files = storage.open_files.min(quarter).max(16);
-        storage.observer = Some(state.metrics().observer());
-        let clustered = config.cluster.mode == crate::config::ClusterMode::Kafka;
-        if clustered {
-            // Features come from T.entities, and a record Kafka acknowledged is always
-            // applied (docs/CLUSTER.md).
-            storage.features_from_events = false;
-            storage.refuse_at_limits = false;
-        }
-        let opened = tokio::task::spawn_blocking(move || vx_storage::Store::open(storage)).await;
-        let opened = match opened {
-            Ok(Ok(opened)) => Ok(opened),
-            Ok(Err(e)) => Err(StartError::Open(e)),
-            Err(e) => Err(StartError::Task(format!("opening the store failed: {e}"))),
-        };
-        let store = match opened {
-            Ok((store, report)) => {
-                tracing::info!(
-                    segments = report.segments,
-                    records = report.records,
-                    events = report.events,
-                    streams = report.streams,
-                    truncated_bytes = report.truncated_bytes,
-                    index_files = report.index_files,
-                    scanned_segments = report.scanned_segments,
-                    removed_strays = report.removed_strays,
-                    recovery_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
-                    shards = store.shards(),
-                    fsync = store.fsync_mode().as_str(),
-                    "storage opened"
-                );
-                store
-            }
-            Err(e) => {
-                stop.cancel();
-                close.cancel();
-                while listeners.join_next().await.is_some() {}
-                remove_socket(uds_path.as_deref());
-                remove_socket(frames_path.as_deref());
-                remove_socket(resp_path.as_deref());
+                serving.abort(None).await;
                 return Err(e);
             }
         };
-        if clustered {
+        if clustered(&config) {
             match join_cluster(&config, store.clone()).await {
                 Ok(cluster) => state.set_cluster(cluster),
                 Err(e) => {
-                    stop.cancel();
-                    close.cancel();
-                    while listeners.join_next().await.is_some() {}
-                    let closing = store.clone();
-                    let _ = tokio::task::spawn_blocking(move || closing.shutdown()).await;
-                    remove_socket(uds_path.as_deref());
-                    remove_socket(frames_path.as_deref());
-                    remove_socket(resp_path.as_deref());
+                    serving.abort(Some(&store)).await;
                     return Err(e);
                 }
             }
         }
-        let router = vx_router::Router::new(config.admission_config(store.shards()), store.clone());
-        state.set_ready(router);
-        let took = started.elapsed();
-        state.metrics().set_bootstrap(took);
-        if !stop.is_cancelled() {
-            tracing::info!(
-                bootstrap_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-                "ready"
-            );
-        }
-
-        stop.cancelled().await;
+        become_ready(&config, &state, &store, started, &serving.stop);
+        serving.stop.cancelled().await;
         state.begin_drain();
+        serving.drain(config.server.shutdown_timeout).await;
+        leave_cluster(&state).await;
+        close_store(&store).await?;
+        serving.remove_sockets();
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// What each protocol's listeners serve their connections with.
+struct Services {
+    app: axum::Router,
+    timeouts: http_conn::Timeouts,
+    frames: Arc<frames::Ctx>,
+    resp: Arc<resp::Ctx>,
+}
+
+impl Services {
+    fn new(config: &Config, state: &AppState) -> Services {
+        let s = &config.server;
+        Services {
+            app: http::app(state.clone()),
+            timeouts: http_conn::Timeouts {
+                header: s.header_timeout,
+                keepalive: s.keepalive_timeout,
+            },
+            frames: frames::Ctx::new(state.clone(), s.frames_idle_timeout, s.header_timeout),
+            resp: resp::Ctx::new(state.clone(), s.resp_idle_timeout, s.header_timeout),
+        }
+    }
+}
+
+/// The listeners being served, and what stops them: every exit from [`Server::run`] ends
+/// through [`Serving::abort`] or [`Serving::drain`], then [`Serving::remove_sockets`].
+struct Serving {
+    /// The shutdown signal; listeners close on it.
+    stop: CancellationToken,
+    /// The connections' graceful shutdown, which ends idle ones, fired once the drain grace is
+    /// over.
+    close: CancellationToken,
+    /// The serving tasks; dropping the set aborts whatever still runs at the deadline.
+    listeners: JoinSet<()>,
+    /// The Unix socket files, removed at the end.
+    sockets: Vec<PathBuf>,
+    /// One bound for the connections of every listener.
+    connections: Connections,
+}
+
+impl Serving {
+    /// Serve every bound listener, each with its protocol's serve function.
+    fn start(config: &Config, state: &AppState, bound: Vec<Bound>) -> Serving {
+        let max = config.server.max_connections;
+        let mut serving = Serving {
+            stop: CancellationToken::new(),
+            close: CancellationToken::new(),
+            listeners: JoinSet::new(),
+            sockets: Vec::new(),
+            connections: Connections::new(max, state.metrics().connections().clone()),
+        };
+        let services = Services::new(config, state);
+        for listener in bound {
+            announce(&listener, config.auth.tokens.is_empty());
+            serving.serve(&services, listener, max);
+        }
+        serving
+    }
+
+    /// Accept on `listener` within the shared bound of `max` connections, on a task of its own.
+    fn serve(&mut self, services: &Services, listener: Bound, max: u64) {
+        let Bound {
+            kind,
+            socket,
+            address,
+        } = listener;
+        if let Address::Unix(path) = address {
+            self.sockets.push(path);
+        }
+        let refusal = (kind.refusal)(max);
+        let acceptor = Acceptor::new(socket, kind.label, self.connections.clone(), refusal);
+        let stop = self.stop.clone();
+        match kind.protocol {
+            Protocol::Http => {
+                let (app, close) = (services.app.clone(), self.close.clone());
+                self.listeners.spawn(http_conn::serve(
+                    acceptor,
+                    app,
+                    services.timeouts,
+                    stop,
+                    close,
+                ))
+            }
+            Protocol::Frames => {
+                let ctx = Arc::clone(&services.frames);
+                self.listeners.spawn(frames::serve(acceptor, ctx, stop))
+            }
+            Protocol::Resp => {
+                let ctx = Arc::clone(&services.resp);
+                self.listeners.spawn(resp::serve(acceptor, ctx, stop))
+            }
+        };
+    }
+
+    /// Start-up failed: close the listeners and every connection at once and wait for them,
+    /// shut `store` down if it was opened, then remove the Unix socket files.
+    async fn abort(mut self, store: Option<&vx_storage::Store>) {
+        self.stop.cancel();
+        self.close.cancel();
+        while self.listeners.join_next().await.is_some() {}
+        if let Some(store) = store {
+            let closing = store.clone();
+            let _ = tokio::task::spawn_blocking(move || closing.shutdown()).await;
+        }
+        self.remove_sockets();
+    }
+
+    /// Once `stop` fired (the listeners are closed now): requests still arriving on open
+    /// connections get 503 `not_ready` with `Connection: close` for a short grace, after which
+    /// idle connections are closed; requests in flight run on until `deadline`
+    /// (`server.shutdown_timeout`), when what is still open is aborted.
+    async fn drain(&mut self, deadline: Duration) {
         let drain_started = Instant::now();
-        let deadline = config.server.shutdown_timeout;
-        // Listeners are closed now. Requests still arriving on open connections get 503
-        // `not_ready` with `Connection: close` for a short grace, after which idle
-        // connections are closed; requests in flight run on until the deadline.
         let grace = DRAIN_GRACE.min(deadline);
-        while connections.open() > 0 && drain_started.elapsed() < grace {
+        while self.connections.open() > 0 && drain_started.elapsed() < grace {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        close.cancel();
+        self.close.cancel();
         let left = deadline.saturating_sub(drain_started.elapsed());
+        let listeners = &mut self.listeners;
         let drained = async { while listeners.join_next().await.is_some() {} };
         if tokio::time::timeout(left, drained).await.is_err() {
             tracing::warn!(
                 timeout = %crate::config::units::format_duration(deadline),
-                connections = connections.open(),
+                connections = self.connections.open(),
                 "requests still open at server.shutdown_timeout; closing their connections"
             );
-            listeners.abort_all();
+            self.listeners.abort_all();
         }
-        // A cluster node leaves first: what it applied is committed, its partitions move.
-        if let Some(cluster) = state.cluster() {
-            let node = std::sync::Arc::clone(&cluster.node);
-            let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
-        }
-        // Whatever is still queued for the writer is written and fsynced before this returns.
-        let closing = store.clone();
-        tokio::task::spawn_blocking(move || closing.shutdown())
-            .await
-            .map_err(|e| StartError::Task(format!("stopping the store failed: {e}")))?;
-        remove_socket(uds_path.as_deref());
-        remove_socket(frames_path.as_deref());
-        remove_socket(resp_path.as_deref());
-        tracing::info!("stopped");
-        Ok(())
     }
+
+    /// Remove the Unix socket files: the last step of every exit.
+    fn remove_sockets(self) {
+        for path in &self.sockets {
+            remove_socket(path);
+        }
+    }
+}
+
+/// Log where `listener` accepts; first a warning if it is a non-loopback TCP address and
+/// `no_tokens` (`auth.tokens` is empty): anyone who can reach it can use it.
+fn announce(listener: &Bound, no_tokens: bool) {
+    let kind = listener.kind;
+    if let Address::Tcp(addr) = &listener.address
+        && no_tokens
+        && !addr.ip().is_loopback()
+    {
+        let (what, can) = kind.exposed;
+        tracing::warn!(
+            "{what} on a non-loopback address without auth.tokens: anyone who can reach {addr} \
+             can {can}"
+        );
+    }
+    tracing::info!("{} {}", kind.accepting, listener.address);
+}
+
+/// On `shutdown`, begin the drain (`/readyz` turns 503) and fire `stop`; a `stop` fired first
+/// (start-up failed) ends the watch.
+fn watch_shutdown(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    state: AppState,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        tokio::select! {
+            () = shutdown => {
+                tracing::info!("shutdown requested: draining");
+                state.begin_drain();
+                stop.cancel();
+            }
+            () = stop.cancelled() => {}
+        }
+    });
+}
+
+fn clustered(config: &Config) -> bool {
+    config.cluster.mode == ClusterMode::Kafka
+}
+
+/// The store's settings: `config`'s, with the cache of open log files fitted to the
+/// descriptors this process may hold, the metrics observer, and cluster mode's changes.
+fn storage_config(config: &Config, state: &AppState) -> vx_storage::StorageConfig {
+    // Sealed segments are opened on demand through a bounded cache, but sockets and
+    // followers need descriptors too: take the hard limit rather than the soft default.
+    let nofile = match vx_sys::raise_nofile_limit() {
+        Ok((soft, hard)) => {
+            tracing::debug!(soft, hard, "RLIMIT_NOFILE");
+            soft
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the soft RLIMIT_NOFILE");
+            1024
+        }
+    };
+    let mut storage = config.storage_config();
+    // A quarter of the descriptors at most for cached log files: the rest is for
+    // connections. Under a low limit the cache only reopens files more often.
+    let quarter = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
+    storage.open_files = storage.open_files.min(quarter).max(16);
+    storage.observer = Some(state.metrics().observer());
+    if clustered(config) {
+        // Features come from T.entities, and a record Kafka acknowledged is always
+        // applied (docs/CLUSTER.md).
+        storage.features_from_events = false;
+        storage.refuse_at_limits = false;
+    }
+    storage
+}
+
+/// Open the store and log what recovery found. Recovery reads the active segment and the
+/// index files: it runs on the blocking pool, off the async workers.
+async fn open_store(storage: vx_storage::StorageConfig) -> Result<vx_storage::Store, StartError> {
+    let opened = tokio::task::spawn_blocking(move || vx_storage::Store::open(storage)).await;
+    let (store, report) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) => return Err(StartError::Open(e)),
+        Err(e) => return Err(StartError::Task(format!("opening the store failed: {e}"))),
+    };
+    tracing::info!(
+        segments = report.segments,
+        records = report.records,
+        events = report.events,
+        streams = report.streams,
+        truncated_bytes = report.truncated_bytes,
+        index_files = report.index_files,
+        scanned_segments = report.scanned_segments,
+        removed_strays = report.removed_strays,
+        recovery_ms = u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
+        shards = store.shards(),
+        fsync = store.fsync_mode().as_str(),
+        "storage opened"
+    );
+    Ok(store)
+}
+
+/// Route requests to `store` (`/readyz` answers 200 until the drain), record the bootstrap
+/// time, and log "ready" unless the stop came first.
+fn become_ready(
+    config: &Config,
+    state: &AppState,
+    store: &vx_storage::Store,
+    started: Instant,
+    stop: &CancellationToken,
+) {
+    let router = vx_router::Router::new(config.admission_config(store.shards()), store.clone());
+    state.set_ready(router);
+    let took = started.elapsed();
+    state.metrics().set_bootstrap(took);
+    if !stop.is_cancelled() {
+        tracing::info!(
+            bootstrap_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            "ready"
+        );
+    }
+}
+
+/// A cluster node leaves first: what it applied is committed, its partitions move.
+async fn leave_cluster(state: &AppState) {
+    if let Some(cluster) = state.cluster() {
+        let node = Arc::clone(&cluster.node);
+        let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
+    }
+}
+
+/// Whatever is still queued for the writer is written and fsynced before this returns.
+async fn close_store(store: &vx_storage::Store) -> Result<(), StartError> {
+    let closing = store.clone();
+    tokio::task::spawn_blocking(move || closing.shutdown())
+        .await
+        .map_err(|e| StartError::Task(format!("stopping the store failed: {e}")))
 }
 
 /// Cluster mode: create or check the topics, join the group, start producing and applying.
@@ -437,9 +610,8 @@ fn agreed(config: &Config, shards: u32) -> std::collections::BTreeMap<String, St
 /// `Connection: close`) after the listeners closed and before idle ones are closed.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
-fn remove_socket(path: Option<&std::path::Path>) {
-    if let Some(path) = path
-        && let Err(e) = std::fs::remove_file(path)
+fn remove_socket(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path)
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), error = %e, "cannot remove the unix socket");
@@ -464,6 +636,12 @@ fn refusal(max: u64) -> Arc<[u8]> {
         body.len()
     );
     Arc::from(answer.into_bytes())
+}
+
+/// The "refusal" of the frames and Redis-protocol listeners: none, the connection is closed
+/// only.
+fn closed_only(_max: u64) -> Arc<[u8]> {
+    Arc::from(&b""[..])
 }
 
 #[cfg(test)]
