@@ -57,7 +57,8 @@ sections! {
             Redis-protocol listener of the feature store (RESP2 and RESP3: `HGET`, `HSET`, … \
             docs/RESP.md), `host:port`; off by default. Port `0` picks a free port; the log line \
             `resp: accepting on <addr>` gives the real one. A non-loopback address without \
-            `auth.tokens` logs a warning. Not available in cluster mode.";
+            `auth.tokens` logs a warning. In cluster mode it serves every entity, reading from \
+            its owner (docs/RESP.md, \"Cluster mode\").";
         resp_uds: Option<PathBuf> = None, via Opt<Path>,
         flag("--resp-uds", "PATH", clap::value_parser!(PathBuf)),
         help "Redis-protocol feature listener on a Unix socket (mode server.uds_mode)",
@@ -376,7 +377,7 @@ sections! {
             (killed, frozen, cut off) loses its partitions, which move to the other nodes; \
             the new owners fence the dead node's open transactions at once (docs/CLUSTER.md, \
             \"Failure modes\"). With the default 6s a dead node's shards are served again \
-            within 15s (measured: 7–12s). Also the producers' `transaction.timeout.ms` (at \
+            within 15s. Also the producers' `transaction.timeout.ms` (at \
             least 5s). 1s–5m; the broker's `group.min.session.timeout.ms` (default 6s) and \
             `group.max.session.timeout.ms` bound it too.";
         /// A partition whose local copy lags the topic by more than this much replay time is
