@@ -65,11 +65,12 @@ impl Veltrix {
             stop: Some(tx),
             runtime: Some(runtime),
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A cluster node is ready once it joined its group and caught up.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while get(v.http, "/readyz", None).0 != 200 {
             assert!(
                 Instant::now() < deadline,
-                "the server is not ready after 10 s"
+                "the server is not ready after 60 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1244,4 +1245,72 @@ fn fanout_followers_and_producers_send_the_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("401"), "{err}");
+}
+
+/// A free TCP port on loopback (a cluster node must know its address before it binds).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The frames lane against a three-node cluster on a real Kafka broker (docs/CLUSTER.md):
+/// the run completes against every node's frames listener, and the cluster stores exactly
+/// the events the report counts, once each.
+#[test]
+fn the_frames_lane_runs_against_a_three_node_cluster() {
+    let broker = vx_cluster::testing::Broker::start();
+    let nodes: Vec<Veltrix> = (0..3)
+        .map(|i| {
+            Veltrix::start_with(|c| {
+                let port = free_port();
+                c.server.listen = format!("127.0.0.1:{port}");
+                c.cluster.mode = veltrix::config::ClusterMode::Kafka;
+                c.cluster.kafka_brokers = Some(broker.bootstrap());
+                c.cluster.topic = Some("lt-frames".into());
+                c.cluster.node_id = Some(format!("n{i}"));
+                c.cluster.advertise = Some(format!("http://127.0.0.1:{port}"));
+                c.cluster.session_timeout = Duration::from_secs(3);
+            })
+        })
+        .collect();
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while get(n.http, "/readyz", None).0 != 200 {
+            assert!(Instant::now() < deadline, "a node is not ready after 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoints: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("\"frames://{}\"", n.frames))
+        .collect();
+    let endpoints = format!("endpoints=[{}]", endpoints.join(","));
+    let wl = write_workload(
+        tmp.path(),
+        "frames.toml",
+        "scenario = \"ingest\"\nbatch = 50\nstreams = 8\nconnections = 3\npipeline_depth = 4\n\
+         ids = true\nwarmup_s = 0\nmeasure_s = 2\nstream_prefix = \"cf-\"\n",
+    );
+    let r = run_report(&wl, &[&endpoints], &tmp.path().join("frames.json"));
+    let events = check_report(&r, "ingest");
+    assert_eq!(events, r.operations["ingest"].ok * 50);
+    // Acknowledged is in Kafka; the owners apply it soon after. Every node lists the whole
+    // cluster's streams.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        let mut stored = n.stored("cf-");
+        while stored != events && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            stored = n.stored("cf-");
+        }
+        assert_eq!(
+            stored, events,
+            "stored vs acknowledged, listed by {}",
+            n.http
+        );
+    }
 }
