@@ -16,7 +16,7 @@ use vx_cluster::testing::Broker;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ingest_on_any_node_replay_from_every_node() {
     let broker = Broker::start();
-    let nodes = start_nodes(&broker, "vx-it", 3);
+    let nodes = start_nodes(&broker.bootstrap(), "vx-it", 3);
     // Every node must have settled into the group before the checks below.
     let deadline = Instant::now() + Duration::from_secs(60);
     for n in &nodes {
@@ -26,23 +26,33 @@ async fn ingest_on_any_node_replay_from_every_node() {
         }
     }
 
-    // Each node says what it owns; together they own every partition once.
-    let mut owned = Vec::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let st = api(n).get("/v1/status").await.json();
-        let c = &st["cluster"];
-        assert_eq!(c["node"], format!("n{i}"), "{st}");
-        assert_eq!(c["members"].as_array().unwrap().len(), 3, "{c}");
-        owned.extend(
-            c["streams"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p["partition"].as_u64().unwrap()),
-        );
+    // Each node says what it owns; together they own every partition once. A node is ready
+    // once it joined, and the group may still be handing it partitions (cooperative
+    // rebalancing takes two rounds): wait for the group to settle.
+    let all: Vec<u64> = (0..u64::from(SHARDS)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut owned = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let st = api(n).get("/v1/status").await.json();
+            let c = &st["cluster"];
+            assert_eq!(c["node"], format!("n{i}"), "{st}");
+            assert_eq!(c["members"].as_array().unwrap().len(), 3, "{c}");
+            owned.extend(
+                c["streams"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["partition"].as_u64().unwrap()),
+            );
+        }
+        owned.sort_unstable();
+        if owned == all {
+            break;
+        }
+        assert!(Instant::now() < deadline, "partitions owned: {owned:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    owned.sort_unstable();
-    assert_eq!(owned, (0..u64::from(SHARDS)).collect::<Vec<_>>());
 
     // 6 streams, written through all three nodes.
     let streams: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
@@ -249,7 +259,7 @@ async fn check_replays(apis: &[Api], acked: &Acked) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_node_loses_nothing_acknowledged_and_rejoins_from_its_copy() {
     let broker = Broker::start();
-    let mut nodes = start_nodes(&broker, "vx-loss", 3);
+    let mut nodes = start_nodes(&broker.bootstrap(), "vx-loss", 3);
     for n in &nodes {
         wait_ready(api(n)).await;
     }
@@ -419,7 +429,7 @@ async fn features_of(api: &Api, entity: &str, headers: &[(&str, &str)]) -> Optio
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn features_equal_what_one_node_computes() {
     let broker = Broker::start();
-    let nodes = start_nodes(&broker, "vx-feat", 3);
+    let nodes = start_nodes(&broker.bootstrap(), "vx-feat", 3);
     for n in &nodes {
         wait_ready(api(n)).await;
     }

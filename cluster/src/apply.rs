@@ -540,9 +540,9 @@ impl Ctx {
     }
 
     fn commit(&self, consumer: &BaseConsumer<Self>, state: &mut LoopState) {
-        let Some(cgm) = consumer.group_metadata() else {
+        if consumer.group_metadata().is_none() {
             return;
-        };
+        }
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), next) in &state.commit {
             let name = match topic {
@@ -558,7 +558,11 @@ impl Ctx {
         tracing::debug!(records = state.route.len(), offsets = ?state.commit, "routing transaction");
         let mut tries = 0;
         loop {
-            match state.txn.commit(&state.route, Some((&tpl, &cgm))) {
+            // The group's metadata moves into the commit (see `txn::send_offsets_bounded`).
+            let Some(cgm) = consumer.group_metadata() else {
+                return;
+            };
+            match state.txn.commit(&state.route, Some((tpl.clone(), cgm))) {
                 Ok(_) => break,
                 Err(e) if tries < 5 => {
                     tries += 1;

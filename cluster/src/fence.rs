@@ -24,6 +24,9 @@ use tokio::runtime::Handle;
 
 /// How long asking the group for its members may take.
 const ASK: Duration = Duration::from_secs(5);
+/// How many times (a second apart) the group's members are asked before a previous owner
+/// still listed is taken for alive.
+const LOOKS: u32 = 3;
 
 /// What fencing needs to know; cheap to clone into the thread that does it.
 #[derive(Clone)]
@@ -58,21 +61,39 @@ impl Fencer {
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("vx-kafka-fence".into())
-            .spawn(move || {
-                let present = match me.group_members() {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot list the group's members: no fencing; failover waits for the broker");
-                        return;
-                    }
-                };
-                for node in nodes.iter().filter(|n| !present.contains(*n)) {
-                    me.fence(node);
-                }
-            });
+            .spawn(move || me.fence_when_gone(nodes));
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start the fencing thread");
         }
+    }
+
+    /// Fence each of `nodes` once the group's member list no longer names it. The list can
+    /// lag the assignment by a moment, so it is asked a few times; a node still listed after
+    /// that is alive (it gave partitions up in a rebalance) and is left alone.
+    fn fence_when_gone(&self, mut nodes: BTreeSet<String>) {
+        for attempt in 0..LOOKS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let present = match self.group_members() {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot list the group's members");
+                    continue;
+                }
+            };
+            nodes.retain(|node| {
+                if present.contains(node) {
+                    return true;
+                }
+                self.fence(node);
+                false
+            });
+            if nodes.is_empty() {
+                return;
+            }
+        }
+        tracing::debug!(?nodes, "previous owners still in the group: not fenced");
     }
 
     /// The node ids in the group now (from their `client.id`, `veltrix-<node>`).

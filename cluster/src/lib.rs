@@ -22,7 +22,8 @@
 //! - [`wire`]: the value of every record the cluster writes to Kafka, byte by byte.
 //! - [`error`]: what can go wrong, typed.
 //! - [`fence`]: a departed node's open transactions aborted at once, for a fast failover.
-//! - `testing` (feature `testing`): a real single-node Kafka for the tests.
+//! - `testing` (feature `testing`): real Kafka brokers for the tests (one, or a KRaft cluster
+//!   of three).
 
 #[cfg(feature = "kafka")]
 pub mod admin;

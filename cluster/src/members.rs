@@ -250,6 +250,8 @@ impl Members {
             .set("allow.auto.create.topics", "false")
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
+            // Short long-polls: the end-of-topic check queues behind them.
+            .set("fetch.wait.max.ms", "50")
             .create()
             .map_err(ClusterError::kafka("creating the members reader"))?;
         let mut tpl = TopicPartitionList::new();
@@ -272,33 +274,46 @@ impl Members {
 
     fn read_loop(&self, consumer: &BaseConsumer, topic: &str, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
-            match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    if let Some(Ok(key)) = m.key_view::<str>() {
-                        self.apply(key, m.payload(), m.offset());
+            // Everything buffered at once: a watermark query waits behind the connection's
+            // long-poll fetch, so checking after each record read one record a second.
+            let mut wait = Duration::from_millis(100);
+            loop {
+                match consumer.poll(wait) {
+                    Some(Ok(m)) => {
+                        if let Some(Ok(key)) = m.key_view::<str>() {
+                            self.apply(key, m.payload(), m.offset());
+                        }
                     }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "members reader");
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
+                    None => break,
                 }
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "members reader");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                None => {}
+                wait = Duration::ZERO;
             }
-            if !self.caught_up.load(Ordering::Relaxed)
-                && let Ok((_, high)) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5))
-                && let Ok(tpl) = consumer.position()
-                && tpl
-                    .elements_for_topic(topic)
-                    .first()
-                    .is_some_and(|e| match e.offset() {
-                        Offset::Offset(o) => o >= high,
-                        _ => high == 0,
-                    })
-            {
+            if !self.caught_up.load(Ordering::Relaxed) && reached_end(consumer, topic) {
                 self.caught_up.store(true, Ordering::Release);
             }
         }
     }
+}
+
+/// Whether the reader's position is at the members topic's end.
+fn reached_end(consumer: &BaseConsumer, topic: &str) -> bool {
+    let Ok((_, high)) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5)) else {
+        return false;
+    };
+    let Ok(tpl) = consumer.position() else {
+        return false;
+    };
+    tpl.elements_for_topic(topic)
+        .first()
+        .is_some_and(|e| match e.offset() {
+            Offset::Offset(o) => o >= high,
+            _ => high == 0,
+        })
 }
 
 /// Writes this node's record to `T.members`.

@@ -64,6 +64,10 @@ pub enum TxnError {
     /// A record was refused for what it is (too large, say): retrying does not help.
     #[error("Kafka refused a record: {0}")]
     Refused(String),
+    /// A call into librdkafka did not return in time: the producer is abandoned, and the
+    /// next transaction starts a new one (see [`send_offsets_bounded`]).
+    #[error("Kafka did not answer: {0}")]
+    Stuck(String),
 }
 
 /// A transactional producer, used from one thread.
@@ -140,7 +144,7 @@ impl Txn {
     pub fn commit(
         &mut self,
         records: &[OutRecord],
-        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+        offsets: Option<(TopicPartitionList, ConsumerGroupMetadata)>,
     ) -> Result<Vec<u64>, TxnError> {
         let mut open = self.begin()?;
         open.send(records);
@@ -172,6 +176,13 @@ impl Txn {
     /// fenced, drop it so that the next call starts afresh.
     fn after_failure(&mut self, e: &TxnError) {
         let timeout = self.settings.call_timeout;
+        if let TxnError::Stuck(_) = e {
+            // Aborting would wait on the same stuck state: a new producer with this
+            // transactional id fences the old one instead.
+            tracing::warn!(error = %e, "abandoning a stuck transactional producer");
+            self.producer = None;
+            return;
+        }
         let Some(p) = self.producer.as_ref() else {
             return;
         };
@@ -269,7 +280,7 @@ impl Open<'_> {
     /// Every record's offset, in the order sent; on any failure the transaction is aborted.
     pub fn commit(
         mut self,
-        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+        offsets: Option<(TopicPartitionList, ConsumerGroupMetadata)>,
     ) -> Result<Vec<u64>, TxnError> {
         let runtime = self.txn.runtime.clone();
         while !self.pending.is_empty() && self.failed.is_none() {
@@ -285,7 +296,7 @@ impl Open<'_> {
 
     fn finish(
         &mut self,
-        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+        offsets: Option<(TopicPartitionList, ConsumerGroupMetadata)>,
     ) -> Result<Vec<u64>, TxnError> {
         if let Some(e) = self.failed.take() {
             return Err(e);
@@ -297,9 +308,7 @@ impl Open<'_> {
             .collect::<Result<Vec<u64>, TxnError>>()?;
         let timeout = self.txn.settings.call_timeout;
         if let Some((tpl, cgm)) = offsets {
-            self.producer
-                .send_offsets_to_transaction(tpl, cgm, timeout)
-                .map_err(classify)?;
+            send_offsets_bounded(&self.producer, tpl, cgm, timeout)?;
         }
         self.producer
             .commit_transaction(timeout)
@@ -314,6 +323,35 @@ impl Drop for Open<'_> {
             self.txn
                 .after_failure(&TxnError::Unavailable("abandoned".into()));
         }
+    }
+}
+
+/// `send_offsets_to_transaction`, given up on after `timeout`. librdkafka (up to 2.15)
+/// ignores that call's timeout and can wait forever when the group coordinator's broker died
+/// (librdkafka issues #5456 and #5511; fixed on its master only), which would hang the
+/// apply loop and keep its partitions from ever moving. So the call runs on a thread of its
+/// own; past `timeout` it is abandoned (that thread and its producer leak, once per
+/// incident) and [`TxnError::Stuck`] makes the next transaction start a new producer, whose
+/// `init_transactions` fences the stuck one.
+fn send_offsets_bounded(
+    producer: &FutureProducer,
+    tpl: TopicPartitionList,
+    cgm: ConsumerGroupMetadata,
+    timeout: Duration,
+) -> Result<(), TxnError> {
+    let p = producer.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("vx-kafka-offsets".into())
+        .spawn(move || {
+            let _ = tx.send(p.send_offsets_to_transaction(&tpl, &cgm, timeout));
+        })
+        .map_err(|e| TxnError::Unavailable(format!("cannot start a thread: {e}")))?;
+    match rx.recv_timeout(timeout + Duration::from_secs(1)) {
+        Ok(r) => r.map_err(classify),
+        Err(_) => Err(TxnError::Stuck(format!(
+            "send_offsets_to_transaction did not return within {timeout:?}"
+        ))),
     }
 }
 

@@ -1,12 +1,13 @@
 //! Cluster-mode nodes for the tests on Kafka (tests/cluster*.rs): real `veltrix` processes
-//! beside a real broker, and the requests those tests share.
+//! beside real brokers (`bootstrap`: the brokers' `host:port` list), and the requests those
+//! tests share.
 
 use super::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use vx_cluster::testing::Broker;
 
 pub const SHARDS: u32 = 8;
 
@@ -25,7 +26,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn node_config(broker: &Broker, topic: &str, id: &str, dir: &TempDir) -> ServerConfig {
+pub fn node_config(bootstrap: &str, topic: &str, id: &str, dir: &TempDir) -> ServerConfig {
     let port = free_port();
     ServerConfig::new(dir.path().join("data"))
         .listen(format!("127.0.0.1:{port}"))
@@ -33,7 +34,7 @@ pub fn node_config(broker: &Broker, topic: &str, id: &str, dir: &TempDir) -> Ser
             "--cluster",
             "kafka",
             "--kafka-brokers",
-            &broker.bootstrap(),
+            bootstrap,
             "--kafka-topic",
             topic,
             "--node-id",
@@ -46,16 +47,26 @@ pub fn node_config(broker: &Broker, topic: &str, id: &str, dir: &TempDir) -> Ser
         .env("VX_CLUSTER_SESSION_TIMEOUT", "3s")
 }
 
-pub fn start_nodes(broker: &Broker, topic: &str, n: usize) -> Vec<Node> {
-    start_nodes_with(broker, topic, n, &[])
+pub fn start_nodes(bootstrap: &str, topic: &str, n: usize) -> Vec<Node> {
+    start_nodes_with(bootstrap, topic, n, &[])
 }
 
 /// [`start_nodes`], each node with `extra` arguments too (listeners on `127.0.0.1:0`).
-pub fn start_nodes_with(broker: &Broker, topic: &str, n: usize, extra: &[&str]) -> Vec<Node> {
+pub fn start_nodes_with(bootstrap: &str, topic: &str, n: usize, extra: &[&str]) -> Vec<Node> {
+    start_nodes_edited(bootstrap, topic, n, |cfg| cfg.args(extra.to_vec()))
+}
+
+/// [`start_nodes`], each node's configuration changed by `edit` first.
+pub fn start_nodes_edited(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    edit: impl Fn(ServerConfig) -> ServerConfig,
+) -> Vec<Node> {
     (0..n)
         .map(|i| {
             let dir = tempfile::tempdir().unwrap();
-            let cfg = node_config(broker, topic, &format!("n{i}"), &dir).args(extra.to_vec());
+            let cfg = edit(node_config(bootstrap, topic, &format!("n{i}"), &dir));
             let server = cfg.start();
             Node {
                 cfg,
@@ -144,4 +155,54 @@ pub async fn wait_ready(api: &Api) {
         assert!(Instant::now() < deadline, "a node never got ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Wait (at most 30 s) until every partition of `T` and `T.entities` is claimed, in the
+/// nodes' `/v1/status`, by exactly one node; panics naming the partitions that are not.
+pub async fn one_owner_each(apis: &[Api]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut claims: BTreeMap<(&str, u64), Vec<String>> = BTreeMap::new();
+        for topic in ["streams", "entities"] {
+            for p in 0..u64::from(SHARDS) {
+                claims.insert((topic, p), Vec::new());
+            }
+        }
+        for api in apis {
+            let status = api.get("/v1/status").await.json();
+            let c = &status["cluster"];
+            for topic in ["streams", "entities"] {
+                for p in c[topic].as_array().unwrap() {
+                    let part = p["partition"].as_u64().unwrap();
+                    let node = c["node"].as_str().unwrap().to_string();
+                    claims
+                        .entry((topic, part))
+                        .or_default()
+                        .push(format!("{node} ({})", p["state"]));
+                }
+            }
+        }
+        let wrong: Vec<_> = claims
+            .iter()
+            .filter(|(_, owners)| owners.len() != 1)
+            .collect();
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partitions without exactly one owner after 30 s: {wrong:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every node ready, and the group settled: each partition has exactly one owner (a node is
+/// ready once it joined, while cooperative rebalancing may still be moving partitions).
+pub async fn settle(nodes: &[Node]) {
+    for n in nodes {
+        wait_ready(api(n)).await;
+    }
+    let apis: Vec<Api> = nodes.iter().map(|n| api(n).clone()).collect();
+    one_owner_each(&apis).await;
 }

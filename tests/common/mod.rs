@@ -9,7 +9,7 @@
 //! - `sse`: live follows (SSE and NDJSON) read frame by frame.
 //! - `browser`: headless Chromium driven by playwright-core, for the status page.
 //! - `python`: third-party Python clients in a pinned virtualenv.
-//! - `cluster`: cluster-mode nodes beside a Kafka broker.
+//! - `cluster`: cluster-mode nodes beside Kafka brokers.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
