@@ -26,6 +26,7 @@
 #
 # Parameters (environment): REPS=3 WARMUP_S=3 MEASURE_S=10 SHARDS=16 LAT_RATE=20000
 #   KAFKA_RECORDS=2000000 REPLAY_EVENTS=1000000 LOSS_RATE=20000 LOSS_S=24 PORT=17300
+#   ONLY="ingest loss" (a subset: ingest = steps 1-3, loss = step 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -42,6 +43,7 @@ REPLAY_EVENTS=${REPLAY_EVENTS:-1000000}
 LOSS_RATE=${LOSS_RATE:-20000}
 LOSS_S=${LOSS_S:-24}
 PORT=${PORT:-17300}
+ONLY=" ${ONLY:-ingest loss} "
 KPORT=$((PORT + 90))
 CPORT=$((PORT + 91))
 
@@ -164,6 +166,7 @@ replay_ids() {
 LAT_REQ=$((LAT_RATE / 20))
 for rep in $(seq 1 "$REPS"); do
   start_broker
+  if [[ $ONLY == *" ingest "* ]]; then
 
   # 1. Kafka's own producer.
   "${J[@]}" org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KPORT" --create \
@@ -224,15 +227,17 @@ for rep in $(seq 1 "$REPS"); do
         --set stream_prefix='"scan-"' --set streams=1 --set scan_pct=100 --set connections=1 --set warmup_s=0)
   record vx3_scan "$(jqr .operations.scan.events_per_s "$j")" "rep=$rep veltrix cluster replay whole stream via n$via owner=$owner events=$(jqr .operations.scan.events "$j") events_per_s load1_before=$l"
   stop_nodes
+  fi
 
   # 4. Node loss under load.
+  if [[ $ONLY == *" loss "* ]]; then
   start_nodes 3 "loss-$rep"; l=$(load1)
   "$LT" run "$W/ingest.toml" -q --set "$(endpoints 3)" --set ids=true --set batch=100 \
     --set "rate=$((LOSS_RATE / 100))" --set connections=12 --set warmup_s=0 --set "measure_s=$LOSS_S" \
     --json "$WORK/loss.json" >"$WORK/loss.txt" &
   loader=$!
   sleep $((LOSS_S / 3))
-  killed_at=$(date +%s)
+  killed_at=$(date +%s.%N)
   kill -9 "${NODE_PIDS[2]}"; wait "${NODE_PIDS[2]}" 2>/dev/null || true
   wait "$loader"
   acked=$(jqr .operations.ingest.events "$WORK/loss.json")
@@ -255,7 +260,7 @@ for rep in $(seq 1 "$REPS"); do
   # The survivors' "served here" lines after the kill: how long the dead node's shards took.
   move=$(for i in 1 2; do
     awk -v t="$killed_at" '/partition caught up: served here/ {
-        split($1, d, /[-T:.Z]/); s = mktime(d[1] " " d[2] " " d[3] " " d[4] " " d[5] " " d[6]);
+        split($1, d, /[-T:.Z]/); s = mktime(d[1] " " d[2] " " d[3] " " d[4] " " d[5] " " d[6]) + ("0." d[7]);
         if (s >= t) { for (k = 1; k <= NF; k++) if ($k ~ /^took_ms=/) { sub("took_ms=", "", $k); print $k } } }' "$WORK/n$i.log"
   done | sort -n | tail -1)
   record loss_move_ms "${move:-nan}" "rep=$rep node loss: slowest shard move after the kill (assignment to served), ms"
@@ -263,10 +268,11 @@ for rep in $(seq 1 "$REPS"); do
   last=$(for i in 1 2; do
     awk -v t="$killed_at" '/partition caught up: served here/ {
         split($1, d, /[-T:.Z]/); s = mktime(d[1] " " d[2] " " d[3] " " d[4] " " d[5] " " d[6]) + ("0." d[7]);
-        if (s >= t) print s }' "$WORK/n$i.log"
+        if (s >= t) printf "%.3f\n", s }' "$WORK/n$i.log"
   done | sort -n | tail -1)
   record loss_failover_s "$(awk -v a="$killed_at" -v b="${last:-nan}" 'BEGIN {printf "%.1f", b - a}')" "rep=$rep node loss: kill -9 to the last of the dead node's shards served again, s (defaults: cluster.session_timeout 6s, broker defaults)"
   stop_nodes
+  fi
   stop_pid "$BROKER_PID"; BROKER_PID=""
 done
 
@@ -274,4 +280,6 @@ printf '\n| measure | median |\n| --- | --- |\n'
 for k in kafka_produce vx1_ingest vx3_ingest vx3_frames vx3_applied vx3_lat_p50 vx3_lat_p99 vx3_scan loss_move_ms loss_failover_s; do
   printf '| %s | %s |\n' "$k" "$(med "$k")"
 done
-awk -v v="$(med vx3_ingest)" -v k="$(med kafka_produce)" 'BEGIN {printf "\nthree nodes / Kafka producer: %.2f\n", v / k}'
+if [[ $ONLY == *" ingest "* ]]; then
+  awk -v v="$(med vx3_ingest)" -v k="$(med kafka_produce)" 'BEGIN {printf "\nthree nodes / Kafka producer: %.2f\n", v / k}'
+fi
