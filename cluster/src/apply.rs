@@ -27,7 +27,7 @@
 use crate::error::{ClusterError, LocalError};
 use crate::names::Names;
 use crate::outcomes::{Outcome, Outcomes};
-use crate::txn::{OutRecord, Topic, Txn, TxnSettings};
+use crate::txn::{OutRecord, Topic, Txn, TxnError, TxnSettings};
 use parking_lot::{Mutex, RwLock};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::Message;
@@ -564,6 +564,12 @@ impl Ctx {
             };
             match state.txn.commit(&state.route, Some((tpl.clone(), cgm))) {
                 Ok(_) => break,
+                // Retrying would block the loop that must poll to rejoin the group: keep the
+                // routing for the next commit (or the partition's next owner) and poll.
+                Err(e @ TxnError::Group(_)) => {
+                    tracing::warn!(error = %e, "routing transaction refused by the group; rejoining first");
+                    return;
+                }
                 Err(e) if tries < 5 => {
                     tries += 1;
                     tracing::warn!(error = %e, tries, "routing transaction failed; retrying");

@@ -307,7 +307,7 @@ fn produce_error(e: &TxnError) -> ProduceError {
     match e {
         TxnError::Unavailable(m) => ProduceError::Unavailable(m.clone()),
         TxnError::Refused(m) => ProduceError::Refused(m.clone()),
-        TxnError::Stuck(m) => ProduceError::Unavailable(m.clone()),
+        TxnError::Stuck(m) | TxnError::Group(m) => ProduceError::Unavailable(m.clone()),
     }
 }
 

@@ -64,6 +64,11 @@ pub enum TxnError {
     /// A record was refused for what it is (too large, say): retrying does not help.
     #[error("Kafka refused a record: {0}")]
     Refused(String),
+    /// The consumer group no longer knows this member (it was dropped while it could not
+    /// reach the group's coordinator, or a rebalance moved on): the offsets cannot be
+    /// committed until the consumer rejoins, so retrying now does not help.
+    #[error("the consumer group does not know this member now: {0}")]
+    Group(String),
     /// A call into librdkafka did not return in time: the producer is abandoned, and the
     /// next transaction starts a new one (see [`send_offsets_bounded`]).
     #[error("Kafka did not answer: {0}")]
@@ -357,6 +362,12 @@ fn send_offsets_bounded(
 
 fn classify(e: KafkaError) -> TxnError {
     match e.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::UnknownMemberId
+            | RDKafkaErrorCode::IllegalGeneration
+            | RDKafkaErrorCode::RebalanceInProgress
+            | RDKafkaErrorCode::FencedInstanceId,
+        ) => TxnError::Group(e.to_string()),
         Some(
             RDKafkaErrorCode::MessageSizeTooLarge
             | RDKafkaErrorCode::InvalidRecord
