@@ -209,14 +209,7 @@ async fn load(apis: &[Api], streams: &[String], from: usize, rounds: usize, acke
             let body = events(s, round * 5, 5);
             for attempt in 0..20 {
                 let api = &apis[(round + i + attempt) % apis.len()];
-                let r = api
-                    .try_send(
-                        reqwest::Method::POST,
-                        "/v1/events",
-                        &[("content-type", "application/x-ndjson")],
-                        Some(reqwest::Body::from(body.clone())),
-                    )
-                    .await;
+                let r = try_post(api, body.clone()).await;
                 match r {
                     Ok(r) if r.status == 200 => {
                         acked

@@ -91,14 +91,7 @@ async fn produce(p: usize, apis: Vec<Api>, stop: Arc<AtomicBool>, seen: Arc<Mute
         while !stop.load(Ordering::Relaxed) {
             let api = &apis[(p + n + attempt) % apis.len()];
             let sent = Instant::now();
-            let r = api
-                .try_send(
-                    reqwest::Method::POST,
-                    "/v1/events",
-                    &[("content-type", "application/x-ndjson")],
-                    Some(reqwest::Body::from(body.clone())),
-                )
-                .await;
+            let r = try_post(api, body.clone()).await;
             let acknowledged = {
                 let mut seen = seen.lock().unwrap();
                 match r {

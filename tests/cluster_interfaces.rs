@@ -10,7 +10,6 @@ mod common;
 use common::cluster::*;
 use common::*;
 use serde_json::{Value, json};
-use std::process::Command;
 use vx_client::{BatchOptions, Client, Durability, Kind, Num, Options, Reply, WireEvent};
 use vx_cluster::testing::Broker;
 
@@ -258,29 +257,9 @@ async fn features_on(api: &Api, entity: &str, position: &str) -> Value {
 
 /// tests/clients/resp_client.py's `cluster` scenario against the nodes' RESP ports.
 async fn redis_py_cluster(ports: &[String]) -> Value {
-    let python = tokio::task::spawn_blocking(|| {
-        python_with("VX_PYTHON_REDIS", "py-redis", &["redis==5.2.1"], "redis")
-    })
-    .await
-    .unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/resp_client.py");
-    let mut args = vec![script.to_string(), "127.0.0.1".into(), ports[0].clone()];
-    args.push("cluster".into());
+    let mut args = vec!["127.0.0.1".to_string(), ports[0].clone(), "cluster".into()];
     args.extend(ports[1..].iter().cloned());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .args(&args)
-            .output()
-            .expect("run the redis-py client")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the redis-py client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    redis_py(args).await
 }
 
 /// A node killed with `kill -9`: with the default settings (`cluster.session_timeout` 10 s,
@@ -313,18 +292,7 @@ async fn a_dead_nodes_shards_are_served_again_within_15_s() {
     let busy = victim.api.clone();
     let load = tokio::spawn(async move {
         for k in 0.. {
-            let _ = busy
-                .try_send(
-                    reqwest::Method::POST,
-                    "/v1/events",
-                    &[("content-type", "application/x-ndjson")],
-                    Some(reqwest::Body::from(events(
-                        &format!("fo-{}", k % 32),
-                        1 + k,
-                        1,
-                    ))),
-                )
-                .await;
+            let _ = try_post(&busy, events(&format!("fo-{}", k % 32), 1 + k, 1)).await;
         }
     });
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;

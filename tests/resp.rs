@@ -15,40 +15,19 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const PINNED: [&str; 1] = ["redis==5.2.1"];
-
-fn python() -> String {
-    python_with("VX_PYTHON_REDIS", "py-redis", &PINNED, "redis")
-}
-
 fn resp_server(dir: &std::path::Path) -> ServerConfig {
     ServerConfig::new(dir.join("data")).args(["--resp-listen", "127.0.0.1:0"])
 }
 
 /// Run the redis-py scenario against `addr`; its JSON report.
-async fn redis_py(addr: SocketAddr, scenario: &str) -> serde_json::Value {
-    let python = tokio::task::spawn_blocking(python).await.unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/resp_client.py");
-    let scenario = scenario.to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .args([
-                script,
-                &addr.ip().to_string(),
-                &addr.port().to_string(),
-                &scenario,
-            ])
-            .output()
-            .expect("run the redis-py client")
-    })
+/// The redis-py scenario against `addr`; its JSON report.
+async fn redis_py_at(addr: SocketAddr, scenario: &str) -> serde_json::Value {
+    redis_py(vec![
+        addr.ip().to_string(),
+        addr.port().to_string(),
+        scenario.to_string(),
+    ])
     .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the redis-py client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `redis-cli` with these arguments; its stdout. Debian's `redis-cli` is needed: the test
@@ -89,7 +68,7 @@ async fn redis_py_runs_every_command_in_both_protocols_and_http_sees_the_same_ta
     let tmp = tempfile::tempdir().unwrap();
     let s = resp_server(tmp.path()).start();
     let addr = resp_addr(&s);
-    let report = redis_py(addr, "open").await;
+    let report = redis_py_at(addr, "open").await;
     assert_eq!(report["resp2-done"], true);
     assert_eq!(report["resp3-done"], true);
 
@@ -165,7 +144,7 @@ async fn auth_uses_the_bearer_tokens_and_their_scopes() {
     let s = resp_server(tmp.path())
         .with_scoped_tokens(tmp.path())
         .start();
-    let report = redis_py(resp_addr(&s), "auth").await;
+    let report = redis_py_at(resp_addr(&s), "auth").await;
     assert_eq!(report["done"], true);
     // Before AUTH, an unknown command is answered as Redis does: authenticate first.
     let want = b"-NOAUTH unauthorized: Authentication required (AUTH with a bearer token)\r\n";
@@ -178,7 +157,7 @@ async fn a_write_past_the_feature_budget_gets_oom_and_stores_nothing() {
     let s = resp_server(tmp.path())
         .env("VX_STORAGE_MAX_FEATURE_BYTES", "1MiB")
         .start();
-    let report = redis_py(resp_addr(&s), "budget").await;
+    let report = redis_py_at(resp_addr(&s), "budget").await;
     let refused = report["refused"].as_str().unwrap();
     assert!(report["stored"].as_u64().unwrap() > 100, "{report}");
     assert_eq!(s.api.features(refused, None).await.status, 404);

@@ -46,16 +46,12 @@ pub(super) fn write(
         auth,
     } = events;
     let count = batch.len() as u64;
-    let shards: Vec<u32> = router
-        .shards_of(&batch)
-        .iter()
-        .map(|&(shard, _)| shard)
-        .collect();
-    let queue_fill = router.fill_of(&router.shards_of(&batch));
+    let shards = router.shards_of(&batch);
+    let queue_fill = router.fill_of(&shards);
     let append_ms = now_ms();
     let records: Vec<OutRecord> = shards
         .iter()
-        .filter_map(|&shard| {
+        .filter_map(|&(shard, _)| {
             wire::encode_events(&batch, Some(shard), append_ms, expected_last_seq, false).map(
                 |value| OutRecord {
                     topic: Topic::Streams,

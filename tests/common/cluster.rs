@@ -112,6 +112,17 @@ pub async fn post(api: &Api, body: String, headers: &[(&str, &str)]) -> Resp {
     .await
 }
 
+/// [`post`] without its panic: the transport's error too (a node may be down or killed).
+pub async fn try_post(api: &Api, body: String) -> Result<Resp, reqwest::Error> {
+    api.try_send(
+        reqwest::Method::POST,
+        "/v1/events",
+        &[("content-type", "application/x-ndjson")],
+        Some(reqwest::Body::from(body)),
+    )
+    .await
+}
+
 /// Every id of `stream` as replayed by `api`, in seq order, once `position` is applied
 /// (retrying a 503 as its `Retry-After` says: the shard may be moving).
 pub async fn replay_ids(api: &Api, stream: &str, position: &str) -> (Vec<String>, Resp) {

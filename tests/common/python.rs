@@ -57,3 +57,33 @@ pub fn python_with(override_var: &str, venv: &str, pinned: &[&str], modules: &st
     assert!(imports(&python, modules), "{modules} after pip install");
     python
 }
+
+/// tests/clients/resp_client.py with these arguments (host, port, scenario, …), under
+/// redis-py pinned as tests/resp.rs pins it; its JSON report. Fails with the client's
+/// stderr if the script exits non-zero.
+pub async fn redis_py(args: Vec<String>) -> serde_json::Value {
+    let python = tokio::task::spawn_blocking(|| {
+        python_with("VX_PYTHON_REDIS", "py-redis", &REDIS_PY, "redis")
+    })
+    .await
+    .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/resp_client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(&args)
+            .output()
+            .expect("run the redis-py client")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the redis-py client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The redis-py the Redis-protocol tests run.
+pub const REDIS_PY: [&str; 1] = ["redis==5.2.1"];
