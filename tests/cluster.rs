@@ -514,3 +514,51 @@ async fn features_equal_what_one_node_computes() {
         n.server.unwrap().stop_clean();
     }
 }
+
+/// A node restarted on its data dir answers a read that waits for a position its local
+/// copy already holds at once, even when nothing is written after it: the partition's tail
+/// is a transaction's commit marker (a request spanning two partitions), which the node
+/// never applies as a record. Before the node noted what its copy held when it was given a
+/// partition, such a read waited for a record that never came (503 after 10 s: the
+/// intermittent stall of the broker-loss test, tests/cluster_brokers.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_node_serves_a_position_its_copy_holds() {
+    let broker = Broker::start();
+    let mut nodes = start_nodes(&broker.bootstrap(), "vx-held", 1);
+    wait_ready(api(&nodes[0])).await;
+    // Two streams on two partitions: the request is one transaction, whose commit writes a
+    // marker after its record in each partition.
+    let first = "held-0".to_string();
+    let other = (1..)
+        .map(|i| format!("held-{i}"))
+        .find(|s| {
+            vx_proto::shard::shard_of(s, SHARDS) != vx_proto::shard::shard_of(&first, SHARDS)
+        })
+        .unwrap();
+    let body = format!("{}{}", events(&first, 0, 3), events(&other, 0, 3));
+    let r = post(api(&nodes[0]), body, &[]).await;
+    ok_json(&r);
+    let position = r.header("x-vx-position").unwrap().to_string();
+    let (ids, _) = replay_ids(api(&nodes[0]), &first, &position).await;
+    assert_eq!(ids.len(), 3);
+
+    nodes[0].server.take().unwrap().stop_clean();
+    nodes[0].server = Some(nodes[0].cfg.start());
+    wait_ready(api(&nodes[0])).await;
+    for stream in [&first, &other] {
+        let asked = Instant::now();
+        let r = api(&nodes[0])
+            .get_with(
+                &format!("/v1/streams/{stream}/events"),
+                &[("x-vx-min-position", &position)],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(parse_ndjson(&r).len(), 3);
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{stream}: the read waited {:?} for a position the copy held",
+            asked.elapsed()
+        );
+    }
+}

@@ -7,7 +7,7 @@ use crate::names::Names;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::time::Duration;
 
 /// How long start-up waits for Kafka's metadata and topic creation.
@@ -17,7 +17,56 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// (compacted). `max_record_bytes` is the largest record a request can make (the topics'
 /// `max.message.bytes` is set to it when they are created). Replication is the broker's
 /// default (`default.replication.factor`).
+///
+/// A failure Kafka's client reports as passing (a connection to a broker dropped or
+/// replaced, a broker or controller not available yet: brokers that have just started) is
+/// tried again, from the metadata, until [`ADMIN_TIMEOUT`]; a refusal (a partition count
+/// that does not match, a topic Kafka will not create) is not.
 pub async fn ensure_topics(
+    brokers: &str,
+    names: &Names,
+    shards: u32,
+    max_record_bytes: u64,
+) -> Result<(), ClusterError> {
+    let deadline = tokio::time::Instant::now() + ADMIN_TIMEOUT;
+    loop {
+        match ensure_once(brokers, names, shards, max_record_bytes).await {
+            Err(e) if passing(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "the cluster's topics: trying again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The pause between two tries of [`ensure_topics`].
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Whether a failure of [`ensure_once`] may pass by itself.
+fn passing(e: &ClusterError) -> bool {
+    let code = match e {
+        ClusterError::Kafka { source, .. } => source.rdkafka_error_code(),
+        _ => return false,
+    };
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::DestroyBroker
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::BrokerNotAvailable
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::NotController
+                | RDKafkaErrorCode::NetworkException
+        )
+    )
+}
+
+/// One try of [`ensure_topics`].
+async fn ensure_once(
     brokers: &str,
     names: &Names,
     shards: u32,
@@ -93,9 +142,9 @@ pub async fn ensure_topics(
                 }
             }
             Err((topic, code)) => {
-                return Err(ClusterError::CreateTopic {
-                    topic,
-                    reason: code.to_string(),
+                return Err(ClusterError::Kafka {
+                    what: format!("creating topic {topic}"),
+                    source: KafkaError::AdminOp(code),
                 });
             }
         }
@@ -125,9 +174,9 @@ async fn partition_count(
         Some(e) if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition => {
             Ok(None)
         }
-        Some(e) => Err(ClusterError::CreateTopic {
-            topic: topic.to_string(),
-            reason: format!("metadata error {:?}", RDKafkaErrorCode::from(e)),
+        Some(e) => Err(ClusterError::Kafka {
+            what: format!("reading the metadata of topic {topic}"),
+            source: KafkaError::MetadataFetch(RDKafkaErrorCode::from(e)),
         }),
     }
 }

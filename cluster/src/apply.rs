@@ -216,6 +216,7 @@ impl ClientContext for Ctx {
     fn stats(&self, stats: rdkafka::Statistics) {
         let mut lag = BTreeMap::new();
         let mut caught_up = Vec::new();
+        let mut ends = Vec::new();
         for (name, t) in &stats.topics {
             let Some(topic) = self.topic_of(name) else {
                 continue;
@@ -232,6 +233,9 @@ impl ClientContext for Ctx {
                 } else {
                     p.hi_offset
                 };
+                if end >= 0 {
+                    ends.push((topic, partition, end as u64));
+                }
                 if p.app_offset >= 0 && end >= 0 {
                     lag.insert(
                         (topic, partition),
@@ -251,6 +255,15 @@ impl ClientContext for Ctx {
             .map(|st| st.inflight.iter().map(|f| (f.topic, f.partition)).collect())
             .unwrap_or_default();
         let mut parts = self.ownership.parts.write();
+        for (topic, partition, end) in ends {
+            // Given while the watermarks could not be read: the end the statistics saw
+            // stands in for the one the partition was given with.
+            if let Some(PartitionState::CatchingUp { end: e }) = parts.get_mut(&(topic, partition))
+                && *e == UNKNOWN_END
+            {
+                *e = end;
+            }
+        }
         for (topic, partition, next) in caught_up {
             if let Some(s) = parts.get_mut(&(topic, partition))
                 && let PartitionState::CatchingUp { end } = *s
@@ -263,6 +276,10 @@ impl ClientContext for Ctx {
         }
     }
 }
+
+/// The end of a partition given while its watermarks could not be read: replaced by the end
+/// the consumer's statistics report, so it is caught up only once that end is reached.
+const UNKNOWN_END: u64 = u64::MAX;
 
 /// Records in flight at most before the loop waits for the oldest.
 const MAX_INFLIGHT: usize = 1024;
@@ -346,12 +363,18 @@ impl Ctx {
             ) {
                 Ok((l, h)) => (l.max(0) as u64, h.max(0) as u64),
                 Err(err) => {
-                    tracing::warn!(topic = e.topic(), partition, error = %err, "no watermarks: starting after the local copy");
-                    (0, 0)
+                    // Its end is learnt from the consumer's statistics (see `stats`): until
+                    // then the partition is catching up, not served as if complete.
+                    tracing::warn!(topic = e.topic(), partition, error = %err, "no watermarks: starting after the local copy, its end unknown");
+                    (0, UNKNOWN_END)
                 }
             };
             let local = state.local.applied(topic, partition);
-            let gap = high.saturating_sub(local.map_or(0, |l| l + 1));
+            let gap = if high == UNKNOWN_END {
+                0 // not known: keep the local copy
+            } else {
+                high.saturating_sub(local.map_or(0, |l| l + 1))
+            };
             let replay = Duration::from_secs_f64(gap as f64 / state.rate.max(1.0));
             let rebuild = match local {
                 // Nothing here to discard: start at the first retained offset.
@@ -417,6 +440,13 @@ impl Ctx {
                 .assigned_at
                 .write()
                 .insert((topic, partition), started);
+            if !rebuild && let Some(l) = local {
+                // The local copy holds everything through `l`: a read waiting for a
+                // position at or below it must not wait for a record after it, which may
+                // never come (the tail may be transaction markers only).
+                self.outcomes
+                    .applied_through(topic == Topic::Entities, partition, l);
+            }
             let st = if start >= high {
                 if high > 0 {
                     self.outcomes
