@@ -9,7 +9,10 @@
 //!   resets, entity events), and the `seq` continuity of every stream from the first record
 //!   that names it (a reset of its shard's streams starts it over).
 //! - Index files: checksum, header, entries and spans (`idxfile::IdxContents`), and that the
-//!   header matches its segment (first LSN, length, next segment's LSN).
+//!   header matches its segment (first LSN, length, next segment's LSN); each span's samples
+//!   (version 3) lie inside it in seq order, tile the samples region, and point where they
+//!   say in the segment (a run header of the stream at that seq, or that event of a run with
+//!   that many events left, and the end of its record), read against the segment once.
 //! - Snapshots: `snapshot::verify`, the checks of start-up's loader, one shard at a time.
 //! - The carry file: `carry::Carry::open`'s checks.
 //!
@@ -22,7 +25,7 @@
 
 use crate::api::OriginTopic;
 use crate::index::carry::Carry;
-use crate::index::idxfile::IdxContents;
+use crate::index::idxfile::{IdxContents, Sample};
 use crate::log::record::{self, BadRecord, Decode, RecordType};
 use crate::log::recovery::{self, Walk, find_valid_after};
 use crate::log::segment::{self, LogFile, META_FILE, Meta};
@@ -492,15 +495,177 @@ fn check_index(
         Ok(e) => e,
         Err(e) => return done(corrupt(e.to_string()), String::new()),
     };
+    let mut samples: HashMap<String, Vec<SpanSample>> = HashMap::new();
+    let mut tiled = 0u64;
     for e in &entries {
-        if let Err(err) = contents.spans(e) {
-            return done(
-                corrupt(format!("stream {:?}: {err}", e.name)),
-                String::new(),
-            );
+        let spans = match contents.spans(e) {
+            Ok(s) => s,
+            Err(err) => {
+                return done(
+                    corrupt(format!("stream {:?}: {err}", e.name)),
+                    String::new(),
+                );
+            }
+        };
+        for span in &spans {
+            if span.samples_n > 0 && u64::from(span.samples_at) != tiled {
+                return done(
+                    corrupt(format!(
+                        "stream {:?}: the samples of its span at seq {} start at {}, not {tiled}",
+                        e.name, span.first_seq, span.samples_at
+                    )),
+                    String::new(),
+                );
+            }
+            tiled += u64::from(span.samples_n);
+            let list = match contents.samples(span) {
+                Ok(l) => l,
+                Err(err) => {
+                    return done(
+                        corrupt(format!("stream {:?}: {err}", e.name)),
+                        String::new(),
+                    );
+                }
+            };
+            let mut prev = span.first_seq;
+            for x in list {
+                let run_fits = x.left == 0 || x.seq + u64::from(x.left) - 1 <= span.last_seq();
+                if !span.holds_sample(&x) || x.seq <= prev || !run_fits {
+                    return done(
+                        corrupt(format!(
+                            "stream {:?}: sample {x:?} does not lie in order inside its span {span:?}",
+                            e.name
+                        )),
+                        String::new(),
+                    );
+                }
+                prev = x.seq;
+                samples.entry(e.name.clone()).or_default().push((
+                    x,
+                    u64::from(span.off),
+                    span.end(),
+                ));
+            }
         }
     }
-    done(Status::Ok, format!("{} streams", entries.len()))
+    if tiled != h.samples {
+        return done(
+            corrupt(format!(
+                "its spans have {tiled} samples, its header says {}",
+                h.samples
+            )),
+            String::new(),
+        );
+    }
+    if !samples.is_empty() {
+        let seg_path = segment::segment_path(path.parent().unwrap_or(Path::new("")), lsn);
+        if let Err(reason) = samples_match(vfs, &seg_path, seg_len, samples) {
+            return done(corrupt(reason), String::new());
+        }
+    }
+    done(
+        Status::Ok,
+        format!("{} streams, {} samples", entries.len(), h.samples),
+    )
+}
+
+/// A sample with the offsets of its span's start and end.
+type SpanSample = (Sample, u64, u64);
+
+/// Every sample of an index file (per stream, in seq order) points where it says in its
+/// segment: read the segment's records once and follow each stream's runs inside its spans
+/// (a run outside them is of the stream before a reset of its shard, cluster mode).
+fn samples_match(
+    vfs: &dyn Vfs,
+    seg_path: &Path,
+    seg_len: u64,
+    samples: HashMap<String, Vec<SpanSample>>,
+) -> Result<(), String> {
+    let f = vfs
+        .open(seg_path, OpenMode::Read)
+        .map_err(|e| format!("reading {} for its samples: {e}", seg_path.display()))?;
+    // Per stream: its samples and how many were matched.
+    let mut todo: HashMap<String, (Vec<SpanSample>, usize)> =
+        samples.into_iter().map(|(k, v)| (k, (v, 0))).collect();
+    let mut failed: Option<String> = None;
+    // A bad record ends the comparison: the segment's own report says what is wrong with it,
+    // and the samples after it are not blamed.
+    let mut cut = false;
+    let walked = recovery::read_records(&*f, seg_path, seg_len, &mut |off, item| {
+        let (h, rec) = match item {
+            Walk::Record(h, rec) if record::crc_ok(&h, rec) => (h, rec),
+            _ => {
+                cut = true;
+                return false;
+            }
+        };
+        if h.ty != RecordType::Events {
+            return true;
+        }
+        let rec_end = off + h.len as u64;
+        for run in record::runs(rec, h.n) {
+            let Ok(run) = run else {
+                cut = true;
+                return false;
+            };
+            let Some((list, done)) = todo.get_mut(run.stream) else {
+                continue;
+            };
+            let head = off + run.at as u64;
+            let events_at = head + (run.len - run.events.len()) as u64;
+            let end_seq = run.base_seq + u64::from(run.count);
+            // The event walk inside this run: index and offset of the next event.
+            let (mut idx, mut pos) = (0u32, 0usize);
+            while let Some(&(x, span_off, span_end)) = list.get(*done) {
+                if head < span_off || (x.seq >= end_seq && head < span_end) {
+                    break;
+                }
+                let ok = if x.seq < run.base_seq || x.seq >= end_seq {
+                    false
+                } else if x.left == 0 {
+                    x.seq == run.base_seq && u64::from(x.off) == head
+                } else {
+                    let want = u32::try_from(x.seq - run.base_seq).unwrap_or(u32::MAX);
+                    while idx < want {
+                        match run.events.get(pos..).map(vx_proto::packed::event_len) {
+                            Some(Ok(n)) if n > 0 => pos += n,
+                            _ => break,
+                        }
+                        idx += 1;
+                    }
+                    idx == want
+                        && u64::from(x.off) == events_at + pos as u64
+                        && x.left == run.count - want
+                };
+                if !ok || u64::from(x.after) != rec_end {
+                    failed = Some(format!(
+                        "stream {:?}: sample {x:?} does not point at its event (the stream's run \
+                         of seqs {}..{} is at offset {head} of the segment)",
+                        run.stream, run.base_seq, end_seq
+                    ));
+                    return false;
+                }
+                *done += 1;
+            }
+        }
+        true
+    });
+    if let Err(e) = walked {
+        return Err(e.to_string());
+    }
+    if let Some(f) = failed {
+        return Err(f);
+    }
+    if cut {
+        return Ok(());
+    }
+    if let Some((name, (list, done))) = todo.iter().find(|(_, (l, d))| *d < l.len()) {
+        return Err(format!(
+            "stream {name:?}: sample {:?} is at no run of the stream in the segment",
+            list[*done].0
+        ));
+    }
+    Ok(())
 }
 
 fn check_snapshot(vfs: &dyn Vfs, path: &Path, shards: u32) -> FileReport {

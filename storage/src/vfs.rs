@@ -6,11 +6,18 @@
 //! [`RealFs`] is the production backend: `std::fs` with positional I/O (`pread`/`pwrite`),
 //! `fdatasync`, a directory fsync by opening the directory, and `flock` for the data-dir lock.
 //!
+//! [`cached_only`] runs reads that must not wait for the disk: on the real disk each read is a
+//! `preadv2` with `RWF_NOWAIT`, answered from the page cache or refused with
+//! [`io::ErrorKind::WouldBlock`], so that a request handler can serve a small page on its
+//! async worker and hand a cold one to the blocking pool (docs/ARCHITECTURE.md, "Reader index
+//! and replay").
+//!
 //! [`FileCache`] keeps readers' descriptors of sealed segments and index files open on
 //! demand, at most a fixed number at a time, so the number of segments never bounds how many
 //! descriptors the process needs (a reader that holds a file keeps it alive past eviction).
 
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -104,6 +111,52 @@ pub trait Vfs: Send + Sync {
     fn lock(&self, path: &Path) -> io::Result<Option<Box<dyn DirLock>>>;
 }
 
+thread_local! {
+    /// Set while [`cached_only`] runs on this thread.
+    static CACHED_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with every read of the real disk it makes on this thread answered from the page
+/// cache only: a read whose bytes are not all cached fails with
+/// [`io::ErrorKind::WouldBlock`] instead of waiting for the disk (see [`would_block`]).
+/// Reads of other backends ([`crate::sim::SimFs`] holds everything in memory) are
+/// unchanged. `f` must not await or hand work to other threads: the mode is per thread.
+pub fn cached_only<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the previous mode, also when `f` unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CACHED_ONLY.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CACHED_ONLY.with(|c| c.replace(true)));
+    f()
+}
+
+/// Whether `e` is a read [`cached_only`] refused because its bytes were not cached.
+pub fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// A read that takes its bytes from the page cache or fails with `WouldBlock`
+/// (`RWF_NOWAIT`). A kernel or file system without it (`EOPNOTSUPP`, `EINVAL`) reads as
+/// uncached too: the caller then reads on a thread that may wait.
+fn read_cached(file: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    use rustix::io::{Errno, ReadWriteFlags, preadv2};
+    match preadv2(
+        file,
+        &mut [std::io::IoSliceMut::new(buf)],
+        off,
+        ReadWriteFlags::NOWAIT,
+    ) {
+        Ok(n) => Ok(n),
+        Err(Errno::AGAIN | Errno::OPNOTSUPP | Errno::INVAL) => {
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The real disk.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
@@ -112,6 +165,9 @@ struct RealFile(File);
 
 impl VFile for RealFile {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        if CACHED_ONLY.with(Cell::get) {
+            return read_cached(&self.0, buf, off);
+        }
         self.0.read_at(buf, off)
     }
     fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
@@ -287,5 +343,39 @@ mod tests {
         // Evicted but still held: the reader's descriptor stays valid.
         held.read_exact_at(&mut b, 0).unwrap();
         assert_eq!(cache.len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod cached_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A read in `cached_only` mode is answered from the page cache, or refused with
+    /// `WouldBlock` when its bytes are not there; a plain read then brings them in.
+    #[test]
+    fn cached_only_reads_refuse_what_is_not_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = RealFs.open(&path, OpenMode::Read).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let at = 512 << 10;
+        assert_eq!(cached_only(|| f.read_at(&mut buf, at)).unwrap(), 4096);
+        assert_eq!(buf[..], data[at as usize..at as usize + 4096]);
+
+        // Written back, then dropped from the page cache.
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let err = cached_only(|| f.read_at(&mut buf, at)).unwrap_err();
+        assert!(would_block(&err), "{err}");
+        assert!(crate::ReadError::Io(err).is_uncached());
+
+        // The mode ends with the closure: a plain read waits for the disk, and caches.
+        assert_eq!(f.read_at(&mut buf, at).unwrap(), 4096);
+        assert_eq!(cached_only(|| f.read_at(&mut buf, at)).unwrap(), 4096);
+        assert_eq!(buf[..], data[at as usize..at as usize + 4096]);
     }
 }

@@ -104,9 +104,10 @@ fn offsets_move_on_in_order_and_a_replayed_offset_is_refused() {
     store.shutdown();
 }
 
-/// Single-node mode (no origins) writes the bytes it always wrote: no flag, no table.
+/// Single-node mode (no origins) writes no origin flag and no table rows: its index files are
+/// version 3 (the samples' version, written by both modes) with empty tables.
 #[test]
-fn without_origins_nothing_changes_on_disk() {
+fn without_origins_nothing_of_cluster_mode_is_on_disk() {
     let fs = SimFs::new();
     let mut c = sim_cfg(&fs);
     c.segment_bytes = 1024;
@@ -129,7 +130,10 @@ fn without_origins_nothing_changes_on_disk() {
             .unwrap()
             .read_all()
             .unwrap();
-        assert_eq!(&bytes[4..6], &[1, 0], "index file version 1");
+        assert_eq!(&bytes[4..6], &[3, 0], "index file version 3");
+        let c = vx_storage::idxfile::IdxContents::from_bytes(bytes).unwrap();
+        assert_eq!((c.header.origins, c.header.resets), (0, 0));
+        assert!(c.tables().unwrap().is_empty());
     }
     let (store, _) = Store::open(c).unwrap();
     assert_eq!(store.applied_origins(), vec![]);

@@ -180,3 +180,11 @@ pub enum ReadError {
         first_seq: u64,
     },
 }
+
+impl ReadError {
+    /// A read in [`crate::vfs::cached_only`] mode found bytes not in the page cache: read
+    /// again where waiting for the disk is allowed.
+    pub fn is_uncached(&self) -> bool {
+        matches!(self, ReadError::Io(e) if crate::vfs::would_block(e))
+    }
+}

@@ -1,7 +1,7 @@
 //! The active segment as the writer holds it: the only file appended to, its name, how far
-//! it reaches, its records' append times, the ids and index spans it holds in memory, and the
-//! streams it touched (what its index file will list when it is sealed), and whether what is
-//! written of it is synced.
+//! it reaches, its records' append times, the ids and the index spans and samples it holds in
+//! memory, and the streams it touched (what its index file will list when it is sealed), and
+//! whether what is written of it is synced.
 
 use crate::index::idxfile::TsRange;
 use crate::vfs::VFile;
@@ -18,8 +18,9 @@ pub(crate) struct Active {
     pub(crate) append: TsRange,
     /// Events with an id in it.
     pub(crate) ids: u64,
-    /// Spans of its index in memory.
+    /// Spans of its index in memory, and their samples.
     pub(crate) spans: usize,
+    pub(crate) samples: usize,
     /// Streams with runs or a tombstone in it.
     pub(crate) touched: HashMap<Box<str>, u32>,
     /// Bytes written since its last fdatasync.
@@ -38,10 +39,17 @@ impl Active {
             append: TsRange::EMPTY,
             ids: 0,
             spans: 0,
+            samples: 0,
             touched: HashMap::new(),
             unsynced: false,
             last_sync: Instant::now(),
         }
+    }
+
+    /// Bytes of its index in memory, as the active index budget counts them.
+    pub(crate) fn index_bytes(&self) -> usize {
+        self.spans * crate::index::memory::SPAN_BYTES
+            + self.samples * crate::index::samples::SAMPLE_MEM
     }
 
     /// A run or tombstone of `stream` (shard `shard`) is in it.

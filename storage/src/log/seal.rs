@@ -1,14 +1,15 @@
 //! Sealing the active segment: its index file written, the next segment started.
 //!
 //! 1. fsync the segment (under `interval`, what is unsynced);
-//! 2. build its index file from the active spans of every stream it touched, linking each
-//!    stream's new node into its chain ([`crate::index::chain`]; at most one older node read per
-//!    stream), with the tables of applied origins and shard resets as of the segment's end
-//!    (cluster mode; [`crate::index::idxfile::Tables`]), write it to `<lsn>.idx.tmp`, fsync,
-//!    rename to `<lsn>.idx`;
+//! 2. build its index file (version 3) from the active spans and samples of every stream it
+//!    touched, linking each stream's new node into its chain ([`crate::index::chain`]; at most
+//!    one older node read per stream), with the tables of applied origins and shard resets as
+//!    of the segment's end (cluster mode; [`crate::index::idxfile::Tables`]), write it to
+//!    `<lsn>.idx.tmp`, fsync, rename to `<lsn>.idx`;
 //! 3. create the next segment (named by the next LSN), fsync the directory: this makes the
 //!    rename and the create durable together;
-//! 4. publish: the streams' heads move to the new nodes and their active spans are dropped.
+//! 4. publish: the streams' heads move to the new nodes and their active spans and samples are
+//!    dropped.
 //!
 //! A failure before 4 leaves everything as it was (a leftover new segment is removed, and
 //! at start-up an empty segment that does not continue the log is a stray and removed): the
@@ -52,6 +53,7 @@ impl LogWriter {
             let snap = self.shared.index.with(*shard, name, |s| {
                 (
                     s.active.clone(),
+                    s.samples.clone(),
                     s.active_count,
                     s.active_bytes,
                     s.active_agg,
@@ -59,7 +61,7 @@ impl LogWriter {
                     s.head,
                 )
             });
-            let Some((spans, count, bytes, agg, tomb, head)) = snap else {
+            let Some((spans, samples, count, bytes, agg, tomb, head)) = snap else {
                 continue;
             };
             let mut e = Entry {
@@ -81,7 +83,7 @@ impl LogWriter {
                 links.fill(&mut e);
                 new_head = Some((ChainHead::from_entry(seg, &e), agg));
             }
-            b.add(&e, &spans)?;
+            b.add(&e, &spans, &samples)?;
             heads.push((*shard, name.clone(), new_head));
         }
         let summary = SegSummary {
@@ -149,6 +151,7 @@ impl LogWriter {
                     }
                 }
                 s.active = Vec::new();
+                s.samples = Vec::new();
                 s.active_agg = TsRange::EMPTY;
                 s.active_count = 0;
                 s.active_bytes = 0;
@@ -157,6 +160,7 @@ impl LogWriter {
         }
         self.active.touched.clear();
         self.active.spans = 0;
+        self.active.samples = 0;
         if let Some(f) = next {
             self.shared.segments.insert(SegInfo {
                 first_lsn: self.next_lsn,

@@ -14,6 +14,7 @@ pub use crate::api::SourcePos;
 use crate::api::{Origin, OriginTopic};
 use crate::index::idxfile::TsRange;
 use crate::index::memory::Placed;
+use crate::index::samples::RunMark;
 use crate::log::state::LogWriter;
 
 /// One stream's run of a durable record, placed in the active segment with its `seq`s.
@@ -23,6 +24,9 @@ pub(crate) struct RunAt<'a> {
     /// Every seq ≤ floor of the stream is deleted.
     pub floor: u64,
     pub placed: Placed,
+    /// Its marks: where its events are sampled (see [`crate::index::samples`]; none for a
+    /// run of at most 32 events and 4 KiB).
+    pub marks: &'a [RunMark],
 }
 
 /// A durable record as the engine applies it.
@@ -80,7 +84,7 @@ impl LogWriter {
             self.origins.forgotten(target, shard);
         }
         for r in input.runs {
-            self.apply_run(r.shard, r.stream, r.floor, r.placed);
+            self.apply_run(r.shard, r.stream, r.floor, r.placed, r.marks);
         }
         if let Some((shard, stream, last_seq)) = input.tombstone {
             self.apply_tombstone(shard, stream, last_seq);

@@ -9,6 +9,7 @@ use crate::dedup::DedupTable;
 use crate::features::Features;
 use crate::index::carry::{Carry, CarryEntry};
 use crate::index::memory::{Index, Placed};
+use crate::index::samples::RunMark;
 use crate::log::active::Active;
 pub(crate) use crate::log::origins::Origins;
 use crate::log::segment::{self, DataDir, Segments};
@@ -176,11 +177,18 @@ impl LogWriter {
         Ok(self.shared.carry_get(stream)?.map(|e| WState::from(&e)))
     }
 
-    /// A run became visible.
-    pub fn apply_run(&mut self, shard: u32, stream: &str, floor: u64, p: Placed) {
-        if self.shared.index.apply_run(shard, stream, floor, p) {
-            self.active.spans += 1;
-        }
+    /// A run became visible, with its marks (see [`crate::index::samples`]).
+    pub fn apply_run(
+        &mut self,
+        shard: u32,
+        stream: &str,
+        floor: u64,
+        p: Placed,
+        marks: &[RunMark],
+    ) {
+        let added = self.shared.index.apply_run(shard, stream, floor, p, marks);
+        self.active.spans += added.spans;
+        self.active.samples += added.samples;
         self.shared
             .watches
             .published(stream, p.first_seq + u64::from(p.count) - 1);
@@ -189,22 +197,23 @@ impl LogWriter {
 
     /// A tombstone became visible.
     pub fn apply_tombstone(&mut self, shard: u32, stream: &str, last_seq: u64) {
-        let dropped = self
+        let (spans, samples) = self
             .shared
             .index
-            .with(shard, stream, |s| s.active.len())
-            .unwrap_or(0);
-        self.active.spans = self.active.spans.saturating_sub(dropped);
+            .with(shard, stream, |s| (s.active.len(), s.samples.len()))
+            .unwrap_or((0, 0));
+        self.active.spans = self.active.spans.saturating_sub(spans);
+        self.active.samples = self.active.samples.saturating_sub(samples);
         self.shared.index.apply_tombstone(shard, stream, last_seq);
         self.shared.watches.deleted(stream, last_seq);
         self.active.touch(stream, shard);
     }
 
-    /// The active segment's spans passed the memory budget or its size the segment size.
+    /// The active segment's spans and samples passed the memory budget or its size the
+    /// segment size.
     pub fn wants_roll(&self) -> bool {
         self.active.len >= self.cfg.segment_bytes
-            || (self.active.spans * crate::index::memory::SPAN_BYTES) as u64
-                >= self.cfg.active_index_bytes
+            || self.active.index_bytes() as u64 >= self.cfg.active_index_bytes
     }
 
     /// `file` (segment `first_lsn`, empty or about to be read back) becomes the active
@@ -212,10 +221,11 @@ impl LogWriter {
     pub fn start_segment(&mut self, file: Arc<dyn VFile>, first_lsn: u64) {
         self.set_active_seg(first_lsn);
         let touched = std::mem::take(&mut self.active.touched);
-        let spans = self.active.spans;
+        let (spans, samples) = (self.active.spans, self.active.samples);
         self.active = Active {
             touched,
             spans,
+            samples,
             ..Active::new(file, first_lsn)
         };
     }
@@ -244,8 +254,10 @@ impl LogWriter {
     /// [`LogWriter::carry_drop_shard`]).
     pub fn forget_streams(&mut self, shard: u32, lsn: u64) {
         let gone = self.shared.index.reset_shard(shard);
-        let spans: usize = gone.iter().map(|(_, n)| n).sum();
+        let spans: usize = gone.iter().map(|(_, n)| n.spans).sum();
+        let samples: usize = gone.iter().map(|(_, n)| n.samples).sum();
         self.active.spans = self.active.spans.saturating_sub(spans);
+        self.active.samples = self.active.samples.saturating_sub(samples);
         let shards = self.shards;
         let mut live = self.streams.live;
         self.streams.map.retain(|name, st| {

@@ -7,6 +7,14 @@
 //! the stream's run header; after that run it jumps to the end of its record and then walks
 //! whole records, skipping other streams' runs, to the span's end.
 //!
+//! A walk to a seq past its span's first (`from=N` inside a span) starts instead at the span's
+//! best *sample* (the greatest sampled seq ≤ N: a run header of the stream, or an event inside
+//! a run, see [`crate::index::samples`]), from memory for the active segment or from the index
+//! file (version 3) for a sealed one; for a short read (≤ 32 events) with a smaller first read
+//! ([`SAMPLE_READ`]): a read of one event reads a few KiB wherever it is in the span. A walk
+//! from the span's start (a replay that reaches the span in order, or any later span of a
+//! page) is as it always was.
+//!
 //! Retention may remove a segment while a cursor reads: the cursor then moves on to the first
 //! retained `seq` (docs/API.md §5: replay starts at the first retained seq). A reset of the
 //! stream's shard (cluster mode) ends it, as a delete does: what it would read next was
@@ -14,7 +22,7 @@
 
 use crate::api::{ReadError, ReadQuery};
 use crate::index::chain;
-use crate::index::idxfile::{self, Entry, IdxHeader, Span};
+use crate::index::idxfile::{self, Entry, IdxHeader, Sample, Span};
 use crate::log::record::{self, Decode, HEADER_LEN, RecordType};
 use crate::log::segment;
 use crate::log::state::Published;
@@ -30,6 +38,14 @@ use vx_proto::packed::{self, EVENT_HEADER_LEN};
 /// run while a scan still reads in large chunks.
 const READ_CHUNK: usize = 256 << 10;
 const FIRST_READ: usize = 16 << 10;
+/// The first read of a short read's walk that starts at a sample (or before a span's first
+/// sample): the walk to the wanted event is at most about 8 KiB (see
+/// [`crate::index::samples`]), usually less, so a one-event read is one or two reads of a few
+/// pages. A longer page starts with [`FIRST_READ`], as a walk from a span's start does, so it
+/// never needs more reads than it did, only fewer bytes.
+const SAMPLE_READ: usize = 8 << 10;
+/// A read of at most this many events is short (see [`SAMPLE_READ`]).
+const SHORT_READ: u64 = 32;
 /// Spans of a sealed node read at a time.
 const SPAN_CHUNK: u32 = 64;
 /// Bound on how often a cursor starts over after the segments moved under it.
@@ -64,6 +80,16 @@ struct Node {
     header: IdxHeader,
     chunk: Vec<Span>,
     chunk_at: u32,
+}
+
+/// A span to read, where it is, and where to start: at `sample`, or at its start. `sampled`:
+/// its samples are known (the active segment's, or an index file of version 3), so an event
+/// before its first sample is as close to its start as one after a sample is to that sample.
+struct Found {
+    seg: u64,
+    span: Span,
+    sample: Option<Sample>,
+    sampled: bool,
 }
 
 /// Where the cursor is inside a span.
@@ -111,6 +137,23 @@ impl SpanWalk {
             offset: at,
             reason: reason.into(),
         }
+    }
+
+    /// Start at sample `s` instead of the span's start (see [`crate::index::samples`]).
+    fn start_at(&mut self, s: &Sample) {
+        self.pos = u64::from(s.off);
+        self.seq = s.seq;
+        let after = u64::from(s.after);
+        self.at = if s.left == 0 {
+            // As at the span's start: the run header, then the end of its record.
+            self.first_rec_end = after;
+            At::RunHeader
+        } else {
+            At::Events {
+                left: s.left,
+                after: after.min(self.end),
+            }
+        };
     }
 
     /// Go on at the record that starts at `pos`, if the span has one there.
@@ -356,8 +399,9 @@ impl Cursor {
         self.q.since.is_some_and(|s| max_ts < s) || self.q.until.is_some_and(|u| min_ts >= u)
     }
 
-    /// The span holding `next_seq` (or the first after it), with its segment.
-    fn next_span(&mut self, shared: &Published) -> Result<Option<(u64, Span)>, ReadError> {
+    /// The span holding `next_seq` (or the first after it), with its segment and the sample
+    /// to start the walk to `next_seq` from (none: from the span's start).
+    fn next_span(&mut self, shared: &Published) -> Result<Option<Found>, ReadError> {
         let mut retries = 0;
         loop {
             if self.next_seq > self.end_seq {
@@ -378,11 +422,17 @@ impl Cursor {
             if self.next_seq > self.end_seq {
                 return Ok(None);
             }
-            if let Some(found) = shared
-                .index
-                .active_span(self.shard, &self.stream, self.next_seq)
+            if let Some((seg, span, sample)) =
+                shared
+                    .index
+                    .active_span(self.shard, &self.stream, self.next_seq)
             {
-                return Ok(Some(found));
+                return Ok(Some(Found {
+                    seg,
+                    span,
+                    sample,
+                    sampled: true,
+                }));
             }
             let before = self.next_seq;
             match self.sealed_span(shared, view.head) {
@@ -402,12 +452,13 @@ impl Cursor {
         }
     }
 
-    /// The span holding `next_seq` among the sealed nodes; `None` to look again.
+    /// The span holding `next_seq` among the sealed nodes, with its best sample; `None` to
+    /// look again.
     fn sealed_span(
         &mut self,
         shared: &Published,
         head: Option<chain::ChainHead>,
-    ) -> Result<Option<(u64, Span)>, ReadError> {
+    ) -> Result<Option<Found>, ReadError> {
         let covers = |n: &Node, seq: u64| n.entry.first_seq <= seq && seq <= n.entry.last_seq;
         if !self.node.as_ref().is_some_and(|n| covers(n, self.next_seq)) {
             self.node = None;
@@ -470,7 +521,19 @@ impl Cursor {
         }
         let i = node.chunk.partition_point(|s| s.last_seq() < seq);
         match node.chunk.get(i) {
-            Some(&span) => Ok(Some((node.seg, span))),
+            Some(&span) => {
+                let sample = if seq > span.first_seq {
+                    idxfile::best_sample(&*node.file, &node.header, &span, seq)?
+                } else {
+                    None
+                };
+                Ok(Some(Found {
+                    seg: node.seg,
+                    span,
+                    sample,
+                    sampled: node.header.version >= idxfile::VERSION_SAMPLES,
+                }))
+            }
             None => {
                 // Past this node's spans: the next node holds the rest.
                 self.next_seq = self.next_seq.max(node.entry.last_seq + 1);
@@ -496,7 +559,13 @@ impl Cursor {
                 return Ok(None);
             }
             if self.walk.is_none() {
-                let Some((seg, span)) = self.next_span(&shared)? else {
+                let Some(Found {
+                    seg,
+                    span,
+                    sample,
+                    sampled,
+                }) = self.next_span(&shared)?
+                else {
                     return Ok(None);
                 };
                 if self.outside(span.min_ts, span.max_ts) {
@@ -514,11 +583,12 @@ impl Cursor {
                     Err(e) => return Err(e.into()),
                 };
                 let off = u64::from(span.off);
-                self.walk = Some(SpanWalk {
+                let end = off + u64::from(span.len);
+                let mut walk = SpanWalk {
                     span,
                     file,
                     path: segment::segment_path(&shared.segments.log_dir, seg),
-                    end: off + u64::from(span.len),
+                    end,
                     first_rec_end: off + u64::from(span.rec_end),
                     pos: off,
                     seq: span.first_seq,
@@ -531,7 +601,21 @@ impl Cursor {
                     },
                     buf_off: 0,
                     chunk: FIRST_READ,
-                });
+                };
+                // A sample that does not lie inside its span (only a damaged index would
+                // have one) is not used: the walk from the span's start needs none.
+                let short = self.remaining <= SHORT_READ;
+                if let Some(s) = sample.filter(|s| span.holds_sample(s) && s.seq <= self.next_seq) {
+                    walk.start_at(&s);
+                    if short {
+                        walk.chunk = SAMPLE_READ;
+                    }
+                } else if sampled && short && self.next_seq > span.first_seq {
+                    // Before the span's first sample: as close to its start as a sample
+                    // would be.
+                    walk.chunk = SAMPLE_READ;
+                }
+                self.walk = Some(walk);
             }
             let Some(walk) = self.walk.as_mut() else {
                 continue;

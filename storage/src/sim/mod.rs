@@ -88,6 +88,8 @@ struct Disk {
     /// Counters, for tests to see that work happened.
     syncs: u64,
     dir_syncs: u64,
+    reads: u64,
+    read_bytes: u64,
 }
 
 /// The simulated file system. Cheap to clone (shared).
@@ -192,7 +194,7 @@ struct SimFile {
 
 impl VFile for SimFile {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        let s = self.state.lock();
+        let mut s = self.state.lock();
         s.check(self.boot)?;
         let data = s
             .inodes
@@ -205,6 +207,8 @@ impl VFile for SimFile {
         };
         let n = src.len().min(buf.len());
         buf[..n].copy_from_slice(&src[..n]);
+        s.reads += 1;
+        s.read_bytes += n as u64;
         Ok(n)
     }
 
@@ -317,6 +321,12 @@ impl SimFs {
     pub fn syncs(&self) -> (u64, u64) {
         let s = self.state.lock();
         (s.syncs, s.dir_syncs)
+    }
+
+    /// Reads so far (those that returned bytes) and the bytes they returned.
+    pub fn reads(&self) -> (u64, u64) {
+        let s = self.state.lock();
+        (s.reads, s.read_bytes)
     }
 
     /// The power went out: decide what survived (see the module docs), then boot again.

@@ -11,6 +11,18 @@ use crate::read::watch;
 use std::sync::Arc;
 
 impl Store {
+    /// The samples of `stream`'s spans in the active segment, in seq order (see
+    /// [`crate::index::memory`]): for tests that what recovery rebuilds is what the writer
+    /// made.
+    #[doc(hidden)]
+    pub fn active_samples(&self, stream: &str) -> Vec<idxfile::Sample> {
+        self.inner
+            .shared
+            .index
+            .with(self.shard_of(stream), stream, |s| s.samples.clone())
+            .unwrap_or_default()
+    }
+
     /// One listed stream's metadata (visible events only): in memory, or an orphan in the
     /// carry file (all its events retained away). Blocking (may read index files).
     pub fn stream(&self, name: &str) -> Option<StreamInfo> {

@@ -15,10 +15,17 @@
 //! span stays within [`SPAN_MAX`]: a dense stream costs one span per ~256 KiB of log, a sparse
 //! one a span per run, and a reader reads a span with one `pread`, skipping the other streams'
 //! runs inside it.
+//!
+//! # Samples
+//! Beside its active spans a stream keeps their samples ([`StreamIdx::samples`], in seq
+//! order; each span names its own range of them): places inside a span where a walk to one
+//! event can start, so that a point read does not walk the span from its start. Where they
+//! are taken is [`crate::index::samples`]; a seal writes them to the index file with the spans.
 
 use crate::api::{StreamInfo, TopStream};
 use crate::index::chain::ChainHead;
-use crate::index::idxfile::{Span, TsRange};
+use crate::index::idxfile::{Sample, Span, TsRange};
+use crate::index::samples::{self, RunMark};
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -58,6 +65,9 @@ pub struct StreamIdx {
     pub sealed_ts: SealedTs,
     /// Spans in the active segment, in seq order.
     pub active: Vec<Span>,
+    /// Samples of the active spans, in seq order (each span's `samples_at`/`samples_n` are
+    /// its range here).
+    pub samples: Vec<Sample>,
     pub active_agg: TsRange,
     pub active_count: u64,
     pub active_bytes: u64,
@@ -78,6 +88,7 @@ impl StreamIdx {
             first_depth: 1,
             sealed_ts: SealedTs::Known(TsRange::EMPTY),
             active: Vec::new(),
+            samples: Vec::new(),
             active_agg: TsRange::EMPTY,
             active_count: 0,
             active_bytes: 0,
@@ -95,6 +106,14 @@ impl StreamIdx {
         let i = self.active.partition_point(|s| s.last_seq() < seq);
         self.active.get(i).copied()
     }
+
+    /// An active span's own samples.
+    pub fn span_samples(&self, span: &Span) -> &[Sample] {
+        let at = span.samples_at as usize;
+        self.samples
+            .get(at..at.saturating_add(span.samples_n as usize))
+            .unwrap_or_default()
+    }
 }
 
 /// One run just made visible, at its place in the active segment.
@@ -111,6 +130,13 @@ pub struct Placed {
     pub max_ts: i64,
     /// Bytes of the events.
     pub bytes: u64,
+}
+
+/// What applying a run added to the active index (what its memory budget counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Added {
+    pub spans: usize,
+    pub samples: usize,
 }
 
 /// One shard's streams, and the segment their active spans are in.
@@ -160,9 +186,9 @@ impl Index {
     }
 
     /// Forget every stream of `shard` (a reset): returns each one's name and the number of
-    /// active spans it held. The reset count moves first, under the shard's lock, so a
-    /// cursor that reads a stream's metadata after this sees it changed.
-    pub fn reset_shard(&self, shard: u32) -> Vec<(Box<str>, usize)> {
+    /// active spans and samples it held. The reset count moves first, under the shard's lock,
+    /// so a cursor that reads a stream's metadata after this sees it changed.
+    pub fn reset_shard(&self, shard: u32) -> Vec<(Box<str>, Added)> {
         let Some(lock) = self.shard(shard) else {
             return Vec::new();
         };
@@ -170,10 +196,16 @@ impl Index {
         if let Some(r) = self.resets.get(shard as usize) {
             r.fetch_add(1, Ordering::AcqRel);
         }
-        let gone: Vec<(Box<str>, usize)> = g
+        let gone: Vec<(Box<str>, Added)> = g
             .streams
             .drain()
-            .map(|(name, s)| (name, s.active.len()))
+            .map(|(name, s)| {
+                let held = Added {
+                    spans: s.active.len(),
+                    samples: s.samples.len(),
+                };
+                (name, held)
+            })
             .collect();
         drop(g);
         let mut names = self.names.write();
@@ -215,8 +247,16 @@ impl Index {
         Some(r)
     }
 
-    /// Record a run that became visible; returns true if it started a new span.
-    pub fn apply_run(&self, shard: u32, stream: &str, floor: u64, p: Placed) -> bool {
+    /// Record a run that became visible, with its marks (see [`crate::index::samples`]);
+    /// returns the spans and samples it added.
+    pub fn apply_run(
+        &self,
+        shard: u32,
+        stream: &str,
+        floor: u64,
+        p: Placed,
+        marks: &[RunMark],
+    ) -> Added {
         self.upsert(shard, stream, floor, |s| {
             s.deleted = false;
             if s.events == 0 {
@@ -231,32 +271,69 @@ impl Index {
                 min_ts: p.min_ts,
                 max_ts: p.max_ts,
             });
-            if let Some(last) = s.active.last_mut() {
-                let end = last.off.saturating_add(last.len);
-                let fits = p.off >= end
-                    && p.off - end <= SPAN_GAP
-                    && p.off.saturating_add(p.len) - last.off <= SPAN_MAX
-                    && last.last_seq() + 1 == p.first_seq;
-                if fits {
-                    last.len = p.off + p.len - last.off;
-                    last.count += p.count;
-                    last.min_ts = last.min_ts.min(p.min_ts);
-                    last.max_ts = last.max_ts.max(p.max_ts);
-                    return false;
+            let mut added = Added::default();
+            let had = s.samples.len();
+            let after = p.off.saturating_add(p.rec_end);
+            let appended = match s.active.last_mut() {
+                Some(last) => {
+                    let end = last.off.saturating_add(last.len);
+                    let fits = p.off >= end
+                        && p.off - end <= SPAN_GAP
+                        && p.off.saturating_add(p.len) - last.off <= SPAN_MAX
+                        && last.last_seq() + 1 == p.first_seq;
+                    if fits {
+                        last.len = p.off + p.len - last.off;
+                        last.count += p.count;
+                        last.min_ts = last.min_ts.min(p.min_ts);
+                        last.max_ts = last.max_ts.max(p.max_ts);
+                        // The last span's samples are the last ones.
+                        let own = s
+                            .samples
+                            .get(last.samples_at as usize..)
+                            .unwrap_or_default();
+                        if samples::far_from(samples::last_point(last, own), p.first_seq, p.off) {
+                            s.samples.push(Sample {
+                                seq: p.first_seq,
+                                off: p.off,
+                                left: 0,
+                                after,
+                            });
+                        }
+                    }
+                    fits
                 }
+                None => false,
+            };
+            if !appended {
+                s.active.push(Span {
+                    first_seq: p.first_seq,
+                    min_ts: p.min_ts,
+                    max_ts: p.max_ts,
+                    count: p.count,
+                    off: p.off,
+                    len: p.len,
+                    rec_end: p.rec_end,
+                    samples_at: u32::try_from(had).unwrap_or(u32::MAX),
+                    samples_n: 0,
+                });
+                added.spans = 1;
             }
-            s.active.push(Span {
-                first_seq: p.first_seq,
-                min_ts: p.min_ts,
-                max_ts: p.max_ts,
-                count: p.count,
-                off: p.off,
-                len: p.len,
-                rec_end: p.rec_end,
-            });
-            true
+            for m in marks.iter().filter(|m| m.idx > 0 && m.idx < p.count) {
+                s.samples.push(Sample {
+                    seq: p.first_seq + u64::from(m.idx),
+                    off: p.off.saturating_add(m.off),
+                    left: p.count - m.idx,
+                    after,
+                });
+            }
+            added.samples = s.samples.len() - had;
+            if let Some(last) = s.active.last_mut() {
+                let n = s.samples.len().saturating_sub(last.samples_at as usize);
+                last.samples_n = u32::try_from(n).unwrap_or(u32::MAX);
+            }
+            added
         })
-        .unwrap_or(false)
+        .unwrap_or_default()
     }
 
     /// A tombstone became visible: every seq ≤ `last_seq` is gone.
@@ -271,6 +348,7 @@ impl Index {
             s.first_depth = s.head.map_or(1, |h| h.node.depth + 1);
             s.sealed_ts = SealedTs::Known(TsRange::EMPTY);
             s.active.clear();
+            s.samples.clear();
             s.active_agg = TsRange::EMPTY;
             s.active_count = 0;
             s.active_bytes = 0;
@@ -308,15 +386,28 @@ impl Index {
         .flatten()
     }
 
-    /// The active span holding `seq` (or the first after it) and the active segment; `None`
-    /// when `seq` is before the active segment's spans or past them.
-    pub fn active_span(&self, shard: u32, stream: &str, seq: u64) -> Option<(u64, Span)> {
+    /// The active span holding `seq` (or the first after it), the active segment, and the
+    /// span's best sample to start a walk to `seq` from (see [`crate::index::samples`]);
+    /// `None` when `seq` is before the active segment's spans or past them.
+    pub fn active_span(
+        &self,
+        shard: u32,
+        stream: &str,
+        seq: u64,
+    ) -> Option<(u64, Span, Option<Sample>)> {
         let g = self.shard(shard)?.read();
         let s = g.streams.get(stream)?;
         if s.active_first().is_none_or(|f| seq < f) {
             return None;
         }
-        s.active_span_at(seq).map(|sp| (g.active_seg, sp))
+        s.active_span_at(seq).map(|sp| {
+            let sample = if seq > sp.first_seq {
+                samples::best(s.span_samples(&sp), seq)
+            } else {
+                None
+            };
+            (g.active_seg, sp, sample)
+        })
     }
 
     /// The metadata of docs/API.md §5 for a listed stream. `sealed_ts` is `Stale` when the caller

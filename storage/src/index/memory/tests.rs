@@ -20,13 +20,17 @@ fn placed(first_seq: u64, count: u32, off: u32, len: u32) -> Placed {
 #[test]
 fn runs_coalesce_into_spans_and_names_list() {
     let ix = Index::new(2, 1);
-    assert!(ix.apply_run(0, "b", 0, placed(1, 3, 0, 100)));
+    assert_eq!(ix.apply_run(0, "b", 0, placed(1, 3, 0, 100), &[]).spans, 1);
     // Close behind: same span.
-    assert!(!ix.apply_run(0, "b", 0, placed(4, 2, 200, 100)));
+    assert_eq!(
+        ix.apply_run(0, "b", 0, placed(4, 2, 200, 100), &[]).spans,
+        0
+    );
     // Far away: a new span.
-    assert!(ix.apply_run(0, "b", 0, placed(6, 1, 200 + SPAN_GAP + 500, 100)));
-    ix.apply_run(1, "a", 0, placed(1, 1, 0, 10));
-    ix.apply_run(1, "c", 0, placed(1, 1, 10, 10));
+    let far = placed(6, 1, 200 + SPAN_GAP + 500, 100);
+    assert_eq!(ix.apply_run(0, "b", 0, far, &[]).spans, 1);
+    ix.apply_run(1, "a", 0, placed(1, 1, 0, 10), &[]);
+    ix.apply_run(1, "c", 0, placed(1, 1, 10, 10), &[]);
     let (info, _, _, _) = ix.info(0, "b").unwrap();
     assert_eq!((info.first_seq, info.last_seq, info.events), (1, 6, 6));
     assert_eq!((info.first_ts, info.last_ts), (Some(1), Some(7)));
@@ -34,6 +38,7 @@ fn runs_coalesce_into_spans_and_names_list() {
     assert_eq!(spans.len(), 2);
     assert_eq!((spans[0].count, spans[0].len), (5, 300));
     assert_eq!(ix.active_span(0, "b", 5).unwrap().1.first_seq, 1);
+    assert_eq!(ix.active_span(0, "b", 5).unwrap().2, None);
     assert_eq!(ix.active_span(0, "b", 6).unwrap().1.first_seq, 6);
     assert!(ix.active_span(0, "b", 7).is_none());
     let (names, more) = ix.names("", None, 2);
@@ -47,12 +52,12 @@ fn runs_coalesce_into_spans_and_names_list() {
 #[test]
 fn a_tombstone_hides_and_a_new_write_continues() {
     let ix = Index::new(1, 1);
-    ix.apply_run(0, "s", 0, placed(1, 5, 0, 100));
+    ix.apply_run(0, "s", 0, placed(1, 5, 0, 100), &[]);
     ix.apply_tombstone(0, "s", 5);
     assert!(ix.info(0, "s").is_none());
     assert!(ix.view(0, "s").is_none());
     assert_eq!(ix.listed(), 0);
-    ix.apply_run(0, "s", 5, placed(6, 1, 500, 10));
+    ix.apply_run(0, "s", 5, placed(6, 1, 500, 10), &[]);
     let (info, _, _, _) = ix.info(0, "s").unwrap();
     assert_eq!((info.first_seq, info.last_seq, info.events), (6, 6, 1));
     assert_eq!(ix.listed(), 1);
@@ -65,10 +70,16 @@ fn top_keeps_the_largest_and_skips_deleted_and_empty() {
         let shard = u32::try_from(i % 3).unwrap();
         let i = u32::try_from(i).unwrap();
         // Events grow with the name, bytes shrink.
-        ix.apply_run(shard, name, 0, placed(1, i + 1, i * 1000, 500 - i * 100));
+        ix.apply_run(
+            shard,
+            name,
+            0,
+            placed(1, i + 1, i * 1000, 500 - i * 100),
+            &[],
+        );
     }
     // Same events as "b" (2): ties go by name.
-    ix.apply_run(0, "bb", 0, placed(1, 2, 9000, 1));
+    ix.apply_run(0, "bb", 0, placed(1, 2, 9000, 1), &[]);
     ix.apply_tombstone(1, "e", 5);
     let (by_events, by_bytes) = ix.top(3);
     let names = |v: &[TopStream]| v.iter().map(|t| t.stream.clone()).collect::<Vec<_>>();

@@ -5,6 +5,7 @@ use super::{Bad, Pass, Recovery, Walk, find_valid_after, read_records};
 use crate::api::OpenError;
 use crate::dedup;
 use crate::index::memory::Placed;
+use crate::index::samples::{self, RunMark};
 use crate::log::record::{self, BadRecord, Decode, RecordType};
 use crate::log::segment::{self, io_err};
 use crate::log::source::{Durable, RunAt, SourcePos};
@@ -229,6 +230,8 @@ impl Recovery<'_> {
         now: i64,
     ) -> Result<Result<(), BadRecord>, OpenError> {
         let shards = self.engine.shards;
+        // Declared before what borrows them.
+        let mut marks: Vec<RunMark> = Vec::new();
         let mut applied = Durable::at(SourcePos::Lsn(h.lsn), h.append_ms, Vec::new());
         applied.origin = match record::origin(h, rec) {
             Ok(o) => o,
@@ -321,7 +324,15 @@ impl Recovery<'_> {
                     runs.push((run, min_ts, max_ts));
                 }
                 let seed = self.engine.dedup_key;
-                for (run, min_ts, max_ts) in runs {
+                // Each run's marks, as the writer computed them from the same bytes.
+                let mut ranges = Vec::with_capacity(runs.len());
+                for (run, _, _) in &runs {
+                    let from = marks.len();
+                    let head_len = run.len - run.events.len();
+                    samples::run_marks(run.events, run.count, head_len, &mut marks);
+                    ranges.push(from..marks.len());
+                }
+                for ((run, min_ts, max_ts), range) in runs.into_iter().zip(ranges) {
                     let shard = shard_of(run.stream, shards);
                     let st = self.load(run.stream)?;
                     let last = run.base_seq + u64::from(run.count) - 1;
@@ -348,6 +359,7 @@ impl Recovery<'_> {
                             max_ts,
                             bytes: run.events.len() as u64,
                         },
+                        marks: marks.get(range).unwrap_or_default(),
                     });
                     for (i, ev) in vx_proto::packed::events(run.events, run.stream).enumerate() {
                         let Ok(ev) = ev else { continue };

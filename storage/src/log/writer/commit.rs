@@ -261,6 +261,7 @@ impl LogWriter {
                             stream: batch.stream(run),
                             floor: r.floor,
                             placed,
+                            marks: &r.marks,
                         })
                     })
                 });

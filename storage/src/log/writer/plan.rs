@@ -5,6 +5,7 @@
 use crate::api::*;
 use crate::apply::Applier;
 use crate::index::memory::Placed;
+use crate::index::samples::RunMark;
 use crate::log::record::{RecordBuilder, RecordType};
 use crate::log::state::{LogWriter, WState};
 use hashbrown::{HashMap, HashSet};
@@ -51,6 +52,9 @@ pub(super) struct PlannedRun {
     /// Group-buffer offsets of the run header and of its record's end.
     pub(super) head_rel: usize,
     pub(super) rec_end_rel: usize,
+    /// Where its events are sampled (see [`crate::index::samples`]): empty, without an
+    /// allocation, for a run of at most 32 events and 4 KiB.
+    pub(super) marks: Vec<RunMark>,
 }
 
 /// What planning one write request produced.

@@ -8,6 +8,7 @@ use super::plan::{PlannedRun, Scratch, WritePlan, unreadable};
 use crate::api::*;
 use crate::apply::Applier;
 use crate::index::memory::Placed;
+use crate::index::samples;
 use crate::log::record::{RecordBuilder, RecordType};
 use crate::log::state::{LogWriter, WState};
 use hashbrown::HashMap;
@@ -309,6 +310,12 @@ impl LogWriter {
             let pending = &mut scratch.pending;
             let (min_ts, max_ts) = copy_run(buf, run, run_dups, base, now, pending, &mut plan.ids);
             let bytes = (buf.len() - events_at) as u64;
+            // Marks from the bytes as written (without the duplicates); only a large run
+            // has any, and only then is its events' headers walked.
+            let mut marks = Vec::new();
+            if let Some(events) = buf.get(events_at..) {
+                samples::run_marks(events, fresh, events_at - head_rel, &mut marks);
+            }
             rb.end_run(buf)?;
             let last = base + u64::from(fresh) - 1;
             self.streams.set(
@@ -336,6 +343,7 @@ impl LogWriter {
                 },
                 head_rel,
                 rec_end_rel: 0,
+                marks,
             });
         }
         Ok(rb.finish(buf)?)
