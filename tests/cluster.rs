@@ -531,9 +531,7 @@ async fn a_restarted_node_serves_a_position_its_copy_holds() {
     let first = "held-0".to_string();
     let other = (1..)
         .map(|i| format!("held-{i}"))
-        .find(|s| {
-            vx_proto::shard::shard_of(s, SHARDS) != vx_proto::shard::shard_of(&first, SHARDS)
-        })
+        .find(|s| vx_proto::shard::shard_of(s, SHARDS) != vx_proto::shard::shard_of(&first, SHARDS))
         .unwrap();
     let body = format!("{}{}", events(&first, 0, 3), events(&other, 0, 3));
     let r = post(api(&nodes[0]), body, &[]).await;

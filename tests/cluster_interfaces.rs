@@ -215,11 +215,17 @@ async fn frames_and_resp_on_every_node() {
         .iter()
         .map(|s| resp_addr(s).port().to_string())
         .collect();
-    let report = redis_py_cluster(&ports).await;
+    let report = redis_py_cluster(&ports, "cluster").await;
     assert_eq!(report["ok"], true, "{report}");
     // What RESP wrote, HTTP reads on any node.
     let got = features_on(&servers[2].api, "rp-1", "").await;
     assert_eq!(got["features"]["level"], 9, "{got}");
+    // The stream commands: XADD through one node, reads through all (docs/RESP.md, "Streams").
+    let report = redis_py_cluster(&ports, "cluster-streams").await;
+    assert_eq!(report["ok"], true, "{report}");
+    let (r, lines) = servers[1].api.replay("cs-1", "").await;
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(lines.len(), 3, "what XADD wrote, HTTP replays");
 }
 
 fn wire<'a>(stream: &'a str, id: &'a str) -> WireEvent<'a> {
@@ -255,9 +261,10 @@ async fn features_on(api: &Api, entity: &str, position: &str) -> Value {
     ok_json(&r)
 }
 
-/// tests/clients/resp_client.py's `cluster` scenario against the nodes' RESP ports.
-async fn redis_py_cluster(ports: &[String]) -> Value {
-    let mut args = vec!["127.0.0.1".to_string(), ports[0].clone(), "cluster".into()];
+/// A cluster scenario of tests/clients/resp_client.py (`cluster`, `cluster-streams`) against
+/// the nodes' RESP ports.
+async fn redis_py_cluster(ports: &[String], scenario: &str) -> Value {
+    let mut args = vec!["127.0.0.1".to_string(), ports[0].clone(), scenario.into()];
     args.extend(ports[1..].iter().cloned());
     redis_py(args).await
 }

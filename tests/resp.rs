@@ -30,22 +30,6 @@ async fn redis_py_at(addr: SocketAddr, scenario: &str) -> serde_json::Value {
     .await
 }
 
-/// `redis-cli` with these arguments; its stdout. Debian's `redis-cli` is needed: the test
-/// command installs it.
-fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli is needed (Debian: apt-get install redis-tools; scripts/test does)");
-    assert!(
-        out.status.success(),
-        "redis-cli {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Send `input` on a fresh connection and read until the server has answered `want` bytes or
 /// closed.
 fn raw(addr: SocketAddr, input: &[u8], want: usize) -> Vec<u8> {

@@ -39,7 +39,8 @@ pub enum Endpoint {
     Frames(String),
     /// Binary frames over a Unix socket.
     FramesUnix(PathBuf),
-    /// RESP2 (Redis) over TCP.
+    /// RESP2 (Redis) over TCP: the kv mix, or Redis stream commands (ingest as `XADD`,
+    /// replay as `XRANGE`).
     Resp(String),
 }
 
@@ -96,13 +97,19 @@ impl Endpoint {
     /// Whether this endpoint speaks what `scenario` sends.
     pub fn serves(&self, scenario: Scenario) -> bool {
         match scenario {
-            Scenario::Ingest => !matches!(self, Endpoint::Resp(_)),
+            // Over RESP: one XADD per operation; replay: XRANGE pages.
+            Scenario::Ingest => true,
+            Scenario::Replay => !matches!(self, Endpoint::Frames(_) | Endpoint::FramesUnix(_)),
             // fanout's followers read SSE over HTTP/1.1; its producers use the same endpoints.
-            Scenario::Replay | Scenario::Features | Scenario::Fanout => {
+            Scenario::Features | Scenario::Fanout => {
                 matches!(self, Endpoint::Http(_) | Endpoint::Unix(_))
             }
             Scenario::Kv => matches!(self, Endpoint::Resp(_)),
         }
+    }
+
+    pub fn is_resp(&self) -> bool {
+        matches!(self, Endpoint::Resp(_))
     }
 
     /// HTTP endpoints carry one request at a time per connection; the others pipeline.

@@ -1,4 +1,4 @@
-//! `vx-loadtest`: a reproducible, coordinated-omission-free load generator for Veltrix (docs/LOADTEST.md) that also drives its peers (Redis over RESP for the `kv` scenario).
+//! `vx-loadtest`: a reproducible, coordinated-omission-free load generator for Veltrix (docs/LOADTEST.md) that also drives its peers (Redis over RESP for the `kv` scenario and its stream commands).
 //!
 //! A TOML workload ([`workload`]) says what to send, how fast and for how long. Open loop
 //! ([`schedule`]) sends at the intended rate whatever the server does and measures latency
@@ -20,7 +20,8 @@
 //! - [`recorder`]: per-lane counts and histograms.
 //! - [`report`]: the table, the JSON report and `merge`.
 //! - [`plot`]: the SVG.
-//! - [`http`], [`resp`]: the HTTP/1.1 connection and the RESP codec.
+//! - [`http`], [`resp`]: the HTTP/1.1 connection and the RESP codec; [`resp_conn`]: a RESP
+//!   connection for what surrounds the load (`AUTH`, which server it is, preparing streams).
 
 pub mod acks;
 pub mod cli;
@@ -35,6 +36,7 @@ pub mod plot;
 pub mod recorder;
 pub mod report;
 pub mod resp;
+pub mod resp_conn;
 pub mod runner;
 pub mod schedule;
 pub mod workload;

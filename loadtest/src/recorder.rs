@@ -35,6 +35,8 @@ pub enum Op {
     /// fanout: one event received by one follower; its latency runs from the producer's ack
     /// of the event to the follower's receipt.
     Deliver,
+    /// Ingest over RESP: one `XADD` of one event.
+    Xadd,
 }
 
 /// How many operations there are: the length of the per-operation arrays.
@@ -44,7 +46,7 @@ pub const N_OPS: usize = Op::ALL.len();
 pub type OpAccs = [Option<OpAcc>; N_OPS];
 
 impl Op {
-    pub const ALL: [Op; 8] = [
+    pub const ALL: [Op; 9] = [
         Op::Ingest,
         Op::Page,
         Op::Scan,
@@ -53,6 +55,7 @@ impl Op {
         Op::Del,
         Op::Query,
         Op::Deliver,
+        Op::Xadd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +68,7 @@ impl Op {
             Op::Del => "del",
             Op::Query => "query",
             Op::Deliver => "deliver",
+            Op::Xadd => "xadd",
         }
     }
 

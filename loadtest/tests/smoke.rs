@@ -1,6 +1,6 @@
 //! Smoke tests of `vx-loadtest` (the real binary) against the real Veltrix server started
 //! in-process on `127.0.0.1:0` and temporary Unix sockets, and against a real `redis-server`
-//! for the kv scenario. They assert that each scenario runs to completion, counts what the
+//! for the kv scenario and the stream commands (ingest as `XADD`, replay as `XRANGE`). They assert that each scenario runs to completion, counts what the
 //! server stored, and writes a valid report; never a speed. The features and kv scenarios are
 //! also checked against each other: the same seed leaves the same keys in both stores.
 
@@ -24,6 +24,8 @@ struct Veltrix {
     token: Option<String>,
     http: SocketAddr,
     frames: SocketAddr,
+    /// The Redis-protocol listener, when the test turned it on.
+    resp: Option<SocketAddr>,
     dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     runtime: Option<tokio::runtime::Runtime>,
@@ -53,6 +55,7 @@ impl Veltrix {
         let server = runtime.block_on(Server::bind(cfg)).unwrap();
         let http = server.local_addr();
         let frames = server.frames_addr().unwrap();
+        let resp = server.resp_addr();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         runtime.spawn(server.run(async {
             let _ = rx.await;
@@ -61,6 +64,7 @@ impl Veltrix {
             token: None,
             http,
             frames,
+            resp,
             dir,
             stop: Some(tx),
             runtime: Some(runtime),
@@ -396,6 +400,34 @@ fn the_token_reaches_every_transport_and_a_refused_one_is_an_error() {
         r.errors
     );
     assert_eq!(v.stored("auth-bad-"), 0);
+}
+
+/// replay-point.toml (smaller): 1-event pages over HTTP, open loop, each reading exactly one
+/// event.
+#[test]
+fn replay_point_reads_one_event_per_page() {
+    let v = Veltrix::start();
+    let dir = tempfile::tempdir().unwrap();
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let ep = format!("endpoints=\"http://{}\"", v.http);
+    let r = run_report(
+        &workloads.join("replay-point.toml"),
+        &[
+            &ep,
+            "streams=2",
+            "preload_events=500",
+            "rate=1000",
+            "connections=8",
+            "warmup_s=0.2",
+            "measure_s=1",
+        ],
+        &dir.path().join("point.json"),
+    );
+    assert_eq!(v.stored("lt-"), 1000);
+    let events = check_report(&r, "page");
+    assert_eq!(events, r.operations["page"].ok, "one event per page");
+    assert!(r.open_loop);
+    assert!(r.late_sends.sends > 0);
 }
 
 #[test]
@@ -842,6 +874,205 @@ fn resp_get(port: u16, key: &[u8]) -> Option<Vec<u8>> {
             }
         }
     }
+}
+
+/// One RESP command and its reply, parsed whole.
+fn resp_call(port: u16, args: &[&[u8]]) -> vx_loadtest::resp::Value {
+    use vx_loadtest::resp;
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut cmd = Vec::new();
+    resp::encode(args, &mut cmd);
+    s.write_all(&cmd).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((v, _)) = resp::parse_value(&buf).unwrap() {
+            return v;
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "the RESP server closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The entries of `XRANGE stream start end`: each id and its fields as (name, value) pairs.
+fn xrange(port: u16, stream: &str, start: &str, end: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let reply = resp_call(
+        port,
+        &[
+            b"XRANGE",
+            stream.as_bytes(),
+            start.as_bytes(),
+            end.as_bytes(),
+        ],
+    );
+    let text =
+        |v: &vx_loadtest::resp::Value| String::from_utf8_lossy(v.bytes().unwrap()).to_string();
+    reply
+        .items()
+        .unwrap_or_else(|| panic!("XRANGE {stream} answered {reply:?}"))
+        .iter()
+        .map(|e| {
+            let e = e.items().unwrap();
+            let fields = e[1].items().unwrap();
+            (
+                text(&e[0]),
+                fields
+                    .chunks(2)
+                    .map(|kv| (text(&kv[0]), text(&kv[1])))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn xlen(port: u16, stream: &str) -> i64 {
+    match resp_call(port, &[b"XLEN", stream.as_bytes()]) {
+        vx_loadtest::resp::Value::Int(n) => n,
+        other => panic!("XLEN {stream}: {other:?}"),
+    }
+}
+
+/// Point reads (xrange-point.toml, smaller) and scans over RESP at `port`: the fill writes
+/// `<seq>-0` ids from 1 on whichever the server, every point read returns exactly the entry
+/// asked for, a scan reads a whole stream. Returns the events of entry 1-0 of `lt-0`.
+fn stream_reads_over_resp(port: u16, dir: &Path) -> Vec<(String, String)> {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let ep = format!("endpoints=\"resp://127.0.0.1:{port}\"");
+    let json = dir.join("xrange.json");
+    let small = [
+        ep.as_str(),
+        "streams=4",
+        "preload_events=3000",
+        "rate=2000",
+        "connections=8",
+        "warmup_s=0.2",
+        "measure_s=1",
+    ];
+    let r = run_report(&workloads.join("xrange-point.toml"), &small, &json);
+    check_report(&r, "page");
+    let page = &r.operations["page"];
+    // No error: every entry answered had the id asked for (the lane counts any other as an
+    // error); one event per success: every point read found its entry.
+    assert_eq!(page.events, page.ok, "{:?}", r.errors);
+    assert_eq!(r.operations.len(), 1, "{:?}", r.operations.keys());
+    for s in 0..4 {
+        let name = format!("lt-{s}");
+        assert_eq!(xlen(port, &name), 3000);
+        let first = xrange(port, &name, "-", "+");
+        assert_eq!(first.len(), 3000);
+        for (i, (id, fields)) in first.iter().enumerate() {
+            assert_eq!(id, &format!("{}-0", i + 1));
+            assert!(fields.contains(&("type".into(), "lt".into())), "{fields:?}");
+        }
+    }
+    // Again: the streams are full, nothing is written, the same entries are read.
+    let before = xrange(port, "lt-0", "1-0", "1-0");
+    let r = run_report(&workloads.join("xrange-point.toml"), &small, &json);
+    check_report(&r, "page");
+    assert_eq!(xlen(port, "lt-0"), 3000);
+    assert_eq!(xrange(port, "lt-0", "1-0", "1-0"), before);
+
+    // Pages of 100 and whole-stream scans (25,000 entries: three XRANGEs of 10,000), closed
+    // loop, two in flight per connection.
+    let wl = write_workload(
+        dir,
+        "scan.toml",
+        &format!(
+            "scenario = \"replay\"\nendpoints = \"resp://127.0.0.1:{port}\"\nstreams = 1\nstream_prefix = \"scan-\"\npreload_events = 25000\npage_events = 100\nscan_pct = 20\nconnections = 2\npipeline_depth = 2\nwarmup_s = 0\nmeasure_s = 1\n"
+        ),
+    );
+    let r = run_report(&wl, &[], &json);
+    assert_eq!(check_report(&r, "page"), r.operations["page"].ok * 100);
+    assert_eq!(check_report(&r, "scan"), r.operations["scan"].ok * 25_000);
+    let (_, fields) = before.into_iter().next().unwrap();
+    fields
+}
+
+/// XADD (xadd.toml, for a second): one event per operation, each stored; the streams hold
+/// exactly the successes (no warm-up). Returns the events stored.
+fn xadds_over_resp(port: u16, dir: &Path) -> u64 {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let ep = format!("endpoints=\"resp://127.0.0.1:{port}\"");
+    let json = dir.join("xadd.json");
+    let r = run_report(
+        &workloads.join("xadd.toml"),
+        &[&ep, "warmup_s=0", "measure_s=1", "connections=2"],
+        &json,
+    );
+    let events = check_report(&r, "xadd");
+    let x = &r.operations["xadd"];
+    assert_eq!(events, x.ok, "one event per XADD");
+    assert_eq!(r.operations.len(), 1, "{:?}", r.operations.keys());
+    assert_eq!(x.refused, 0);
+    events
+}
+
+#[test]
+fn stream_workloads_run_over_resp_against_redis() {
+    let redis = Resp::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fields = stream_reads_over_resp(redis.port(), dir.path());
+    // The events the fill wrote: type, entity, data, 128 bytes of fields and values.
+    let names: Vec<&str> = fields.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(names, ["type", "entity", "data"]);
+    assert_eq!(
+        fields.iter().map(|(f, v)| f.len() + v.len()).sum::<usize>(),
+        128
+    );
+
+    let stored = xadds_over_resp(redis.port(), dir.path());
+    let total: i64 = (0..16)
+        .map(|s| xlen(redis.port(), &format!("xadd-{s}")))
+        .sum();
+    assert_eq!(
+        total as u64, stored,
+        "Redis holds every XADD the report counts"
+    );
+
+    // A Redis stream written with XADD * has time-based ids, which point reads cannot name:
+    // the run refuses it rather than reading nothing.
+    let out = run(&[
+        "run",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("workloads/xrange-point.toml")
+            .to_str()
+            .unwrap(),
+        "-q",
+        "--set",
+        &format!("endpoints=\"resp://127.0.0.1:{}\"", redis.port()),
+        "--set",
+        "stream_prefix=\"xadd-\"",
+        "--set",
+        "preload_events=0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not the ids <seq>-0"), "{err}");
+}
+
+/// The same workloads against Veltrix's Redis-protocol listener (its stream commands: SPEC
+/// §6, XADD and XRANGE). The fill writes the same events as on Redis (same fields, same ids).
+#[test]
+fn stream_workloads_run_over_resp_against_veltrix() {
+    let v = Veltrix::start_with(|c| c.server.resp_listen = Some("127.0.0.1:0".into()));
+    let port = v.resp.unwrap().port();
+    let len = resp_call(port, &[b"XLEN", b"probe"]);
+    assert!(
+        !matches!(len, vx_loadtest::resp::Value::Error(_)),
+        "Veltrix's RESP listener answers XLEN with {len:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let fields = stream_reads_over_resp(port, dir.path());
+    let redis = Resp::start();
+    let on_redis = stream_reads_over_resp(redis.port(), dir.path());
+    for name in ["type", "entity", "data"] {
+        let of = |f: &[(String, String)]| f.iter().find(|(n, _)| n == name).cloned();
+        assert_eq!(of(&fields), of(&on_redis), "{name}: the same event on both");
+    }
+    let stored = xadds_over_resp(port, dir.path());
+    assert_eq!(v.stored_eventually("xadd-", stored), stored);
 }
 
 /// The keys a one-connection kv or features run leaves set: its lane's operations replayed in

@@ -275,6 +275,13 @@ impl Reply<'_> {
             .extend_from_slice(if self.resp3 { b"_\r\n" } else { b"$-1\r\n" });
     }
 
+    /// No array: RESP3's null, RESP2's null array (`*-1`), as Redis answers an `XREAD` that
+    /// found nothing.
+    pub fn null_array(&mut self) {
+        self.out
+            .extend_from_slice(if self.resp3 { b"_\r\n" } else { b"*-1\r\n" });
+    }
+
     /// RESP3's boolean; in RESP2 the integer 1 or 0, as Redis converts them.
     pub fn boolean(&mut self, b: bool) {
         if self.resp3 {

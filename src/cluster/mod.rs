@@ -4,6 +4,7 @@
 //! (`crate::write`) produces through it, and `crate::http::cluster` forwards reads with it.
 
 pub mod read;
+pub mod streams;
 
 use crate::failure::Failure;
 use axum::http::HeaderValue;

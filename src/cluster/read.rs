@@ -261,7 +261,7 @@ fn parse_entity(body: &[u8]) -> Result<Entity, Failure> {
 }
 
 /// An owner's refusal, passed on in the one error shape (its code kept when it has one).
-fn owner_refused(status: u16, body: &str) -> Failure {
+pub(crate) fn owner_refused(status: u16, body: &str) -> Failure {
     #[derive(serde::Deserialize)]
     struct Err {
         error: Inner,

@@ -88,14 +88,17 @@ sections! {
             A frames connection that sends no byte between frames for this long, with no batch of \
             it in flight, gets ERROR `timeout` (request id 0) and is closed. Inside a frame, \
             `ingest.body_timeout` applies.";
-        /// Live followers (SSE, NDJSON and WebSocket) at once; past it a new one gets 503.
+        /// Live followers (SSE, NDJSON and WebSocket) and blocked Redis `XREAD`s at once; past
+        /// it a new one gets 503 (an `XREAD`: an error).
         max_followers: usize = 10_000, via Num<usize>,
-        help "live followers (SSE, NDJSON, WebSocket) at once; 503 past it",
+        help "live followers (SSE, NDJSON, WebSocket) and blocked XREADs at once; 503 past it",
         doc "\
-            Live followers at once (`follow=true` over SSE or NDJSON, and WebSocket); past it a \
-            new one gets `503` `not_ready` with `\"limit\": \"server.max_followers\"` and \
-            `Retry-After`. Bounded replays (`pace=original` or SSE without `follow`) are not \
-            counted. Each follower costs memory (docs/LIVE.md); at least 1.";
+            Live followers at once (`follow=true` over SSE or NDJSON, and WebSocket), with the \
+            Redis protocol's `XREAD … BLOCK`s waiting (docs/RESP.md); past it a new follower \
+            gets `503` `not_ready` with `\"limit\": \"server.max_followers\"` and \
+            `Retry-After`, a blocked `XREAD` an error. Bounded replays (`pace=original` or SSE \
+            without `follow`) are not counted. Each follower costs memory (docs/LIVE.md); at \
+            least 1.";
         /// How long a request head may take from its first byte (or from the accept) to its end;
         /// also bounds each write to a frames client that stopped reading.
         header_timeout: Duration = Duration::from_secs(30), via Dur,

@@ -5,6 +5,11 @@
 //! that hands chunks over a channel of `CHANNEL_CHUNKS` (2). Memory per response is therefore
 //! at most a few chunks plus the cursor's read window, whatever the range.
 //!
+//! A small unfiltered page (at most `CACHED_PAGE_EVENTS` events) is first read on the async
+//! worker from the page cache only (`vx_storage::vfs::cached_only`): the common point read
+//! ("the event at seq N", "the last 10 events") then costs no hop to the blocking pool and
+//! back; a page whose bytes are not cached is read on the pool, as every larger one is.
+//!
 //! The first chunk is read before the response head is sent, so that an error at the start
 //! is a proper error response; a failure later ends the body without its final chunk.
 //!
@@ -97,6 +102,15 @@ impl Replay {
     }
 }
 
+/// The first chunk of a small page, read here on the async worker from the page cache only
+/// (`vx_storage::vfs::cached_only`): no hop to the blocking pool and back. A read whose bytes
+/// are not cached fails with [`ReadError::is_uncached`], and the page is read again on the
+/// pool (the cursor is dropped: what it consumed is not in any chunk).
+fn first_cached(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> {
+    let res = vx_storage::vfs::cached_only(|| replay.next_chunk());
+    res.map(|chunk| (replay, chunk))
+}
+
 /// One blocking step, moving the replay to the blocking pool and back.
 async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> {
     let (replay, res) = tokio::task::spawn_blocking(move || {
@@ -110,6 +124,12 @@ async fn step(mut replay: Replay) -> Result<(Replay, Option<Bytes>), ReadError> 
 
 /// Attempts at the first chunk when retention removes what a cursor was about to read.
 const FIRST_CHUNK_ATTEMPTS: u32 = 4;
+/// Pages of at most this many events, without filters, are first read on the async worker
+/// from the page cache ([`first_cached`]). Bounded work: with the index's samples a page
+/// walks at most ~64 events before its first one (docs/ARCHITECTURE.md, "Samples"), and a
+/// chunk holds at most [`CHUNK_BYTES`]; filtered pages may scan any number of events, so
+/// they keep the pool.
+const CACHED_PAGE_EVENTS: u64 = 64;
 
 /// The query parameters of the events and WebSocket routes.
 const QUERY: &[&str] = &[
@@ -186,6 +206,12 @@ pub async fn events(
     // Nothing is sent before the first chunk is read: when retention removes events under
     // it, the response starts over at the new first retained seq (docs/API.md §5) instead of failing.
     let mut attempt = 0;
+    // The events a page can hold: its limit, or fewer when `from` and `to` bound it.
+    let most = match (query.from, to) {
+        (Some(from), Some(to)) => limit.min(to.saturating_sub(from).saturating_add(1)),
+        _ => limit,
+    };
+    let mut cached = !filtered && most <= CACHED_PAGE_EVENTS;
     let (replay, first, (first_seq, last_seq, shard, start)) = loop {
         attempt += 1;
         let Some(cursor) = router.store().read(&stream, query.clone()) else {
@@ -204,8 +230,17 @@ pub async fn events(
             opened: false,
             done: false,
         };
-        match step(replay).await {
+        let stepped = if cached {
+            first_cached(replay)
+        } else {
+            step(replay).await
+        };
+        match stepped {
             Ok((replay, first)) => break (replay, first, meta),
+            Err(e) if e.is_uncached() => {
+                cached = false;
+                attempt -= 1;
+            }
             Err(ReadError::Retained { .. }) if attempt < FIRST_CHUNK_ATTEMPTS => continue,
             Err(e) => {
                 tracing::error!(stream = %stream, error = %e, "replay failed");

@@ -8,9 +8,10 @@
 //! from storage instead, so a slow follower costs the others nothing and never holds the
 //! pump, and the pump never holds the writer.
 //!
-//! Bounds: followers ≤ `server.max_followers` (503 past it), so topics ≤ that too; a ring
-//! holds at most [`RING_EVENTS`] events and its share of [`RING_BUDGET`] bytes (never less
-//! than [`RING_MIN_BYTES`]), so all rings together stay within about `RING_BUDGET`.
+//! Bounds: followers (and blocked Redis `XREAD`s, [`Hub::reserve`]) ≤ `server.max_followers`
+//! (503 past it), so topics ≤ that too; a ring holds at most [`RING_EVENTS`] events and its
+//! share of [`RING_BUDGET`] bytes (never less than [`RING_MIN_BYTES`]), so all rings together
+//! stay within about `RING_BUDGET`.
 
 use super::Encoded;
 use bytes::Bytes;
@@ -47,17 +48,26 @@ pub enum Transport {
     Sse,
     Ndjson,
     WebSocket,
+    /// A blocked `XREAD` of the Redis-protocol listener: it holds a place against
+    /// `server.max_followers` ([`Hub::reserve`]) but no topic.
+    Resp,
 }
 
 impl Transport {
     /// In the order of the follower counts (`Hub::followers`, `HubSnapshot::followers`).
-    pub const ALL: [Transport; 3] = [Transport::Sse, Transport::Ndjson, Transport::WebSocket];
+    pub const ALL: [Transport; 4] = [
+        Transport::Sse,
+        Transport::Ndjson,
+        Transport::WebSocket,
+        Transport::Resp,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Sse => "sse",
             Transport::Ndjson => "ndjson",
             Transport::WebSocket => "websocket",
+            Transport::Resp => "resp",
         }
     }
 }
@@ -235,7 +245,7 @@ impl Topic {
 /// Every followed stream, the follower count and its limit.
 pub struct Hub {
     topics: Mutex<HashMap<String, Arc<Topic>>>,
-    followers: [AtomicUsize; 3],
+    followers: [AtomicUsize; 4],
     /// All transports: what `server.max_followers` bounds.
     total: AtomicUsize,
     max_followers: usize,
@@ -263,6 +273,20 @@ pub struct Full {
     pub max: usize,
 }
 
+/// A place against `server.max_followers`, given back when dropped: every follower holds
+/// one (in its [`Membership`]), and so does a blocked Redis `XREAD`, which follows no topic.
+pub struct Slot {
+    hub: Arc<Hub>,
+    transport: Transport,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.hub.followers[self.transport as usize].fetch_sub(1, Ordering::Relaxed);
+        self.hub.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A follower's place in a topic; leaving (drop) removes it, and the topic with its last
 /// follower.
 pub struct Membership {
@@ -272,13 +296,12 @@ pub struct Membership {
     pub tail: watch::Receiver<Tail>,
     id: u64,
     pub position: Arc<Position>,
-    transport: Transport,
+    /// Given back after the topic is left (fields drop after `drop` runs).
+    _slot: Slot,
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        self.hub.followers[self.transport as usize].fetch_sub(1, Ordering::Relaxed);
-        self.hub.total.fetch_sub(1, Ordering::AcqRel);
         self.topic.positions.lock().remove(&self.id);
         let mut topics = self.hub.topics.lock();
         if self.topic.followers.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -327,13 +350,9 @@ impl Hub {
             .sum()
     }
 
-    /// Become a follower of `stream`, starting its topic (and pump) if it has none.
-    pub fn join(
-        self: &Arc<Self>,
-        store: &Store,
-        stream: &str,
-        transport: Transport,
-    ) -> Result<Membership, Full> {
+    /// Take a place against `server.max_followers`, or be refused (counted in
+    /// `vx_followers_rejected`).
+    pub fn reserve(self: &Arc<Self>, transport: Transport) -> Result<Slot, Full> {
         // Reserved atomically, so concurrent joins never pass the limit together.
         let reserved = self
             .total
@@ -347,6 +366,20 @@ impl Hub {
             });
         }
         self.followers[transport as usize].fetch_add(1, Ordering::Relaxed);
+        Ok(Slot {
+            hub: Arc::clone(self),
+            transport,
+        })
+    }
+
+    /// Become a follower of `stream`, starting its topic (and pump) if it has none.
+    pub fn join(
+        self: &Arc<Self>,
+        store: &Store,
+        stream: &str,
+        transport: Transport,
+    ) -> Result<Membership, Full> {
+        let slot = self.reserve(transport)?;
         let mut topics = self.topics.lock();
         let topic = match topics.get(stream) {
             Some(t) if !t.ended.load(Ordering::Acquire) => Arc::clone(t),
@@ -367,7 +400,7 @@ impl Hub {
             topic,
             id,
             position,
-            transport,
+            _slot: slot,
         })
     }
 
@@ -413,7 +446,7 @@ impl Hub {
     pub fn snapshot(&self) -> HubSnapshot {
         let topics: Vec<Arc<Topic>> = self.topics.lock().values().cloned().collect();
         let mut s = HubSnapshot {
-            followers: [0; 3],
+            followers: [0; 4],
             topics: topics.len() as u64,
             ..HubSnapshot::default()
         };
@@ -439,8 +472,8 @@ impl Hub {
 /// The fan-out at one scrape.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HubSnapshot {
-    /// By transport: SSE, NDJSON, WebSocket.
-    pub followers: [u64; 3],
+    /// By transport: SSE, NDJSON, WebSocket, RESP (blocked `XREAD`s).
+    pub followers: [u64; 4],
     pub topics: u64,
     pub ring_bytes: u64,
     pub lag_max: u64,

@@ -19,7 +19,7 @@ use vx_proto::EventView;
 use vx_storage::{Cursor, ReadError, ReadQuery};
 
 pub use follow::{FollowEnd, Follower, Next, Notice, Pace};
-pub use hub::{Hub, Membership, Transport};
+pub use hub::{Hub, Membership, Slot, Transport};
 
 /// One event encoded once for every live format: the SSE frame
 /// `id: <seq>\ndata: <canonical JSON>\n\n`, whose JSON line (with one of the frame's trailing

@@ -97,14 +97,16 @@ use std::time::Duration;
 use timed::{fsync_bounds, route_bounds};
 
 /// The ingest formats, as metric labels. `unknown`: refused before the format was known.
-/// `otlp_traces`, `otlp_logs`: spans and log records of `POST /v1/traces` and `/v1/logs`.
-pub const FORMATS: [&str; 7] = [
+/// `otlp_traces`, `otlp_logs`: spans and log records of `POST /v1/traces` and `/v1/logs`;
+/// `resp`: the Redis protocol's `XADD`.
+pub const FORMATS: [&str; 8] = [
     "json",
     "ndjson",
     "yaml",
     "frames",
     "otlp_traces",
     "otlp_logs",
+    "resp",
     "unknown",
 ];
 

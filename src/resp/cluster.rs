@@ -4,7 +4,8 @@
 //! answered as single-node mode answers. Writes need nothing here: they take the one write
 //! path in both modes ([`super::command`]).
 
-use super::command::{Prepared, Session, reads_entities};
+use super::command::reads_entities;
+use super::session::{Prepared, Session};
 use super::{Ctx, value};
 use crate::cluster::read::Entity;
 use bytes::Bytes;

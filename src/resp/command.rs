@@ -1,58 +1,31 @@
 //! The commands of the Redis-protocol listener (docs/RESP.md): the table that names each with
-//! its arity, its flags and the scope it needs, the connection's session (protocol version,
-//! token), and the execution of each command.
+//! its arity, its flags and the scope it needs, and the execution of each command but the
+//! stream commands (the session they run in: [`super::session`]).
 //!
 //! Reads answer at once from the tables. Writes (`HSET`, `HDEL`, `DEL`) are checked here and
 //! turned into a future that submits the same feature record a `PUT`/`DELETE` would and
-//! yields its reply; the connection decides when to await it (see [`super::conn`]).
+//! yields its reply; the connection decides when to await it (see [`super::conn`]). The
+//! stream commands (`XADD`, `XRANGE`, `XREAD`, …) are in the same table, and run in
+//! [`super::streams`].
 
 use super::Ctx;
+use super::session::{AUTH_REQUIRED, Flow, Needs, Prepared, READ, Session, Spec, WRITE, spec};
+use super::streams;
 use super::value;
 use crate::config::Scope;
 use crate::failure::Failure;
 use crate::http::features::{check_name, check_value};
-use crate::state::Phase;
 use crate::write::{Asked, Change, Features};
 use bytes::Bytes;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use vx_cluster::position::Position;
 use vx_proto::ErrorCode;
 use vx_proto::resp::Reply;
 use vx_router::Router;
-use vx_storage::features::{FeatureValue, ReadAt};
-use vx_sys::now_ms;
+use vx_storage::features::FeatureValue;
 
-/// A write's reply, once the record is written and applied (or refused).
-pub(crate) type WriteFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
-
-/// What a command needs of the connection's token.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Needs {
-    /// Nothing (`AUTH`, `HELLO`, `QUIT`).
-    Nothing,
-    /// Any known token (`PING`, `COMMAND`, `INFO`).
-    Known,
-    Scope(Scope),
-}
-
-/// One command of the table.
-pub(crate) struct Spec {
-    pub(crate) name: &'static str,
-    /// Redis's convention: `n` exactly n arguments (the name included), `-n` at least n.
-    arity: i32,
-    flags: &'static [&'static str],
-    first_key: i32,
-    last_key: i32,
-    needs: Needs,
-}
-
-const READ: Needs = Needs::Scope(Scope::Read);
-const WRITE: Needs = Needs::Scope(Scope::Ingest);
-
-/// Every command the listener knows; any other is answered `-ERR unknown command`.
+/// Every command the listener knows but the stream commands ([`super::streams::TABLE`]);
+/// any other is answered `-ERR unknown command` (or, for the stream commands Veltrix does
+/// not offer, an error that says so).
 const TABLE: &[Spec] = &[
     spec("ping", -1, &["fast"], 0, 0, Needs::Known),
     // Not in docs/API.md §6's list: `redis-cli --pipe` ends its input with an ECHO to know when
@@ -94,33 +67,21 @@ const TABLE: &[Spec] = &[
     spec("del", -2, &["write"], 1, -1, WRITE),
 ];
 
-const fn spec(
-    name: &'static str,
-    arity: i32,
-    flags: &'static [&'static str],
-    first_key: i32,
-    last_key: i32,
-    needs: Needs,
-) -> Spec {
-    Spec {
-        name,
-        arity,
-        flags,
-        first_key,
-        last_key,
-        needs,
-    }
+/// Every command: the table's, then the stream commands.
+fn all() -> impl Iterator<Item = &'static Spec> {
+    TABLE.iter().chain(streams::TABLE)
 }
 
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    TABLE
-        .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+    all().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// The command `name` if it reads entities (cluster mode reads those from their owners).
 pub(crate) fn reads_entities(name: &[u8]) -> Option<&'static Spec> {
-    lookup(name).filter(|s| s.needs == READ)
+    TABLE
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+        .filter(|s| s.needs == READ)
 }
 
 /// Whether the command `name` writes: the connection keeps those in flight.
@@ -128,136 +89,7 @@ pub(crate) fn is_write(name: &[u8]) -> bool {
     lookup(name).is_some_and(|s| s.needs == WRITE)
 }
 
-/// One connection's state.
-pub(crate) struct Session {
-    pub(crate) resp3: bool,
-    /// The token `AUTH` (or `HELLO … AUTH`) accepted.
-    token: Option<String>,
-    id: u64,
-    /// Entities read since the connection last added them to `vx_feature_reads_total`: it does
-    /// once per batch of commands ([`Session::end_batch`]), since the counter is one cache
-    /// line that every worker thread writes.
-    reads: u64,
-    /// The instant the reads of this batch see: the clock is read once a batch, at its first
-    /// read, and again after the connection waited (for a write, or a slow client).
-    at: Option<ReadAt>,
-    /// Cluster mode: where this connection's writes are in Kafka, so that its reads wait
-    /// for them on any owner (read-your-writes on one connection).
-    pub(crate) position: Arc<parking_lot::Mutex<Position>>,
-}
-
-/// What the connection does after a command.
-pub(crate) enum Flow {
-    Continue,
-    /// `QUIT`: answer, then close.
-    Close,
-}
-
-/// A write command, checked.
-pub(crate) enum Prepared {
-    /// Answered already (an error, or nothing to write).
-    Reply(Vec<u8>),
-    /// The write to submit; its reply comes from the future.
-    Submit(WriteFuture),
-}
-
 impl Session {
-    pub(crate) fn new(ctx: &Ctx) -> Session {
-        Session {
-            resp3: false,
-            token: None,
-            id: ctx.next_id.fetch_add(1, Ordering::Relaxed),
-            reads: 0,
-            at: None,
-            position: Arc::default(),
-        }
-    }
-
-    fn read_at(&mut self) -> ReadAt {
-        *self.at.get_or_insert_with(|| ReadAt { now_ms: now_ms() })
-    }
-
-    /// The connection waited: later reads of the batch take the time again.
-    pub(crate) fn waited(&mut self) {
-        self.at = None;
-    }
-
-    /// The batch is answered: count its reads, and take the time again for the next one.
-    pub(crate) fn end_batch(&mut self, ctx: &Ctx) {
-        self.at = None;
-        if self.reads > 0 {
-            ctx.state.metrics().feature_reads.inc_by(self.reads);
-            self.reads = 0;
-        }
-    }
-
-    fn reply<'a>(&self, out: &'a mut Vec<u8>) -> Reply<'a> {
-        Reply {
-            out,
-            resp3: self.resp3,
-        }
-    }
-
-    /// Arity, auth and readiness: the router if the command may run, else its error reply.
-    pub(crate) fn admit(
-        &self,
-        ctx: &Ctx,
-        spec: &Spec,
-        args: &[Bytes],
-        out: &mut Vec<u8>,
-    ) -> Option<Option<Router>> {
-        let n = i32::try_from(args.len()).unwrap_or(i32::MAX);
-        let arity_ok = if spec.arity >= 0 {
-            n == spec.arity
-        } else {
-            n >= -spec.arity
-        };
-        if !arity_ok {
-            self.reply(out).error(
-                "ERR",
-                &format!("wrong number of arguments for '{}' command", spec.name),
-            );
-            return None;
-        }
-        let tokens = ctx.state.tokens();
-        let allowed = match spec.needs {
-            Needs::Nothing => Ok(()),
-            Needs::Known if tokens.is_empty() || self.token.is_some() => Ok(()),
-            Needs::Known => Err(Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED)),
-            Needs::Scope(scope) => crate::auth::authorize(tokens, self.token.as_deref(), scope)
-                .map_err(|f| {
-                    if f.code == ErrorCode::Unauthorized {
-                        Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED)
-                    } else {
-                        f
-                    }
-                }),
-        };
-        if let Err(f) = allowed {
-            self.failure(out, f);
-            return None;
-        }
-        if !matches!(spec.needs, Needs::Scope(_)) {
-            return Some(None);
-        }
-        match (ctx.state.phase(), ctx.state.router()) {
-            (Phase::Ready, Some(router)) => Some(Some(router.clone())),
-            (Phase::Draining, _) => {
-                self.failure(out, Failure::shutting_down("the service is shutting down"));
-                None
-            }
-            _ => {
-                self.failure(out, Failure::starting());
-                None
-            }
-        }
-    }
-
-    fn failure(&self, out: &mut Vec<u8>, f: Failure) {
-        let (prefix, message) = f.into_resp();
-        self.reply(out).error(prefix, &message);
-    }
-
     /// Run a command that does not write, its reply appended to `out`.
     pub(crate) fn execute(&mut self, ctx: &Ctx, args: &[Bytes], out: &mut Vec<u8>) -> Flow {
         let Some(name) = args.first() else {
@@ -267,6 +99,8 @@ impl Session {
             // As Redis: a client that must authenticate learns that first, whatever it sent.
             if !ctx.state.tokens().is_empty() && self.token.is_none() {
                 self.failure(out, Failure::new(ErrorCode::Unauthorized, AUTH_REQUIRED));
+            } else if let Some(why) = streams::refused(name) {
+                self.reply(out).error("ERR", why);
             } else {
                 unknown(self.reply(out), args);
             }
@@ -496,12 +330,12 @@ impl Session {
         let sub = args.get(1).map(|s| s.to_ascii_uppercase());
         match sub.as_deref() {
             None => {
-                self.reply(out).array(TABLE.len());
-                for s in TABLE {
+                self.reply(out).array(all().count());
+                for s in all() {
                     self.command_info(s, out);
                 }
             }
-            Some(b"COUNT") => self.reply(out).int(TABLE.len() as i64),
+            Some(b"COUNT") => self.reply(out).int(all().count() as i64),
             Some(b"INFO") => {
                 self.reply(out).array(args.len() - 2);
                 for a in &args[2..] {
@@ -604,6 +438,9 @@ impl Session {
             self.failure(&mut out, Failure::starting());
             return Prepared::Reply(out);
         };
+        if spec.name == "xadd" {
+            return self.prepare_xadd(ctx, args, writes);
+        }
         if spec.name == "hset" && !args.len().is_multiple_of(2) {
             self.reply(&mut out)
                 .error("ERR", "wrong number of arguments for 'hset' command");
@@ -663,13 +500,6 @@ impl Session {
             }
             out
         }))
-    }
-
-    /// The connection's token as an `Authorization` value, for the owners cluster mode asks.
-    pub(crate) fn authorization(&self) -> Option<axum::http::HeaderValue> {
-        self.token
-            .as_deref()
-            .and_then(|t| axum::http::HeaderValue::from_str(&format!("Bearer {t}")).ok())
     }
 }
 
@@ -777,9 +607,6 @@ fn entity(b: &Bytes) -> Result<String, Failure> {
 }
 
 /// Redis's answer to a command it does not know.
-/// What an unauthenticated client is told when the server has tokens.
-const AUTH_REQUIRED: &str = "Authentication required (AUTH with a bearer token)";
-
 fn unknown(mut r: Reply<'_>, args: &[Bytes]) {
     let name = args
         .first()

@@ -6,6 +6,11 @@
 //! `HSET`s share a group commit. Before a read, and before a write to an entity a write in
 //! flight touches, everything in flight is awaited: a read sees every write before it on the
 //! connection, and two writes to one entity are applied in the order they were sent.
+//! `XADD`s wait for nothing: the log writer keeps their order. Stream reads (`XRANGE`,
+//! `XREAD`, …) are answered one at a time after everything before them; a blocked `XREAD`
+//! first sends the replies before it, then holds the commands after it (Redis's order),
+//! reading the socket meanwhile (at most [`MAX_COMMAND`] bytes) only to notice a client
+//! that goes away.
 //!
 //! # Per batch, not per command
 //! The commands one read of the socket brought are a batch. The first of them are parsed once,
@@ -22,14 +27,19 @@
 //! - Output: replies are written once [`CHUNK`] bytes are buffered, and whenever the input
 //!   holds no further whole command. While a write to the socket waits, nothing is read, so a
 //!   client that sends a deep pipeline and never reads fills its socket buffers, then stops;
-//!   once it has taken no byte for `server.header_timeout`, the connection is closed.
+//!   once it has taken no byte for `server.header_timeout`, the connection is closed. So
+//!   the output held is one reply past [`CHUNK`] at most (a stream reply stops past
+//!   `streams::MAX_REPLY_BYTES`, 16 MiB).
 //! - Time: no byte between commands for `server.resp_idle_timeout`, or inside a command for
 //!   `ingest.body_timeout`, closes the connection (with `-ERR` saying which).
 //!
 //! # Shutdown
-//! At shutdown the connection stops reading, answers the commands it has read, and closes.
+//! At shutdown the connection stops reading, answers the commands it has read (a blocked
+//! `XREAD` with a null array), and closes.
 
-use super::command::{Flow, Prepared, Session, WriteFuture, is_write};
+use super::command::is_write;
+use super::session::{Flow, Prepared, Session, WriteFuture};
+use super::streams::StreamRead;
 use super::{Ctx, Io, WINDOW};
 use crate::state::Phase;
 use bytes::{Bytes, BytesMut};
@@ -38,7 +48,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_util::sync::CancellationToken;
 use vx_proto::resp::{Parsed, Reply, parse_command};
 use vx_storage::features::PREFETCH_READS;
@@ -140,6 +150,57 @@ fn reads_an_entity(name: &[u8]) -> bool {
         .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
 }
 
+/// A stream read's reply (the connection has nothing in flight): at once, or once read; a
+/// blocked read (`XREAD … BLOCK`) sends the replies before it first, as Redis does. `None`:
+/// the client went away.
+async fn stream_reply(
+    read: StreamRead,
+    conn: &mut Conn,
+    rd: &mut ReadHalf<Box<dyn Io>>,
+    buf: &mut BytesMut,
+    stop: &CancellationToken,
+    resp3: bool,
+) -> Option<Vec<u8>> {
+    match read {
+        StreamRead::Reply(b) => Some(b),
+        StreamRead::Read(fut) => Some(fut.await),
+        StreamRead::Blocking(fut) => {
+            if !conn.flush().await {
+                return None;
+            }
+            blocked(fut, rd, buf, stop, resp3).await
+        }
+    }
+}
+
+/// Await a blocked read (`XREAD … BLOCK`): its reply; `None` if the client closed the
+/// connection meanwhile (the read is dropped, giving back what it held). What the client
+/// sends meanwhile is kept in `buf` for after it (up to [`MAX_COMMAND`] bytes; past that
+/// nothing more is read until the read is answered). At shutdown the read is answered with
+/// a null array.
+async fn blocked(
+    mut fut: WriteFuture,
+    rd: &mut ReadHalf<Box<dyn Io>>,
+    buf: &mut BytesMut,
+    stop: &CancellationToken,
+    resp3: bool,
+) -> Option<Vec<u8>> {
+    loop {
+        tokio::select! {
+            b = &mut fut => return Some(b),
+            () = stop.cancelled() => {
+                let mut out = Vec::new();
+                Reply { out: &mut out, resp3 }.null_array();
+                return Some(out);
+            }
+            r = rd.read_buf(buf), if buf.len() < MAX_COMMAND => match r {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
 pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToken) {
     let (mut rd, wr) = tokio::io::split(io);
     let mut conn = Conn {
@@ -190,6 +251,9 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
             if is_write(name) {
                 let touches = if name.eq_ignore_ascii_case(b"del") {
                     &args[1..]
+                } else if name.eq_ignore_ascii_case(b"xadd") {
+                    // Appends keep their order through the log writer: none waits for another.
+                    &args[..0]
                 } else {
                     &args[1..args.len().min(2)]
                 };
@@ -219,7 +283,18 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                     conn.settle().await;
                     session.waited();
                 }
-                if let Some(read) = session.cluster_read(&ctx, &args) {
+                if let Some(read) = session.stream_read(&ctx, &args) {
+                    let resp3 = session.resp3;
+                    let Some(reply) =
+                        stream_reply(read, &mut conn, &mut rd, &mut buf, &stop, resp3).await
+                    else {
+                        // The client went away.
+                        session.end_batch(&ctx);
+                        return;
+                    };
+                    session.waited();
+                    conn.push_reply(reply);
+                } else if let Some(read) = session.cluster_read(&ctx, &args) {
                     match read {
                         Prepared::Reply(b) => conn.push_reply(b),
                         Prepared::Submit(fut) => {

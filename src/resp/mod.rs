@@ -5,18 +5,25 @@
 //! An entity is a Redis hash of its features: `HGET entity name` reads the same tables as
 //! `GET /v1/features/{entity}`, `HSET`/`HDEL`/`DEL` are the same log records as a feature
 //! `PUT`/`DELETE`, admitted, written and acknowledged the same way, and the same bearer tokens
-//! and scopes apply (`AUTH`). Errors come from the one [`crate::failure::Failure`] mapping.
+//! and scopes apply (`AUTH`). A stream is a Redis stream of its events: `XADD` is a one-event
+//! `POST /v1/events`, `XRANGE`/`XREAD` read what any interface wrote. Errors come from the
+//! one [`crate::failure::Failure`] mapping.
 //!
 //! # Layout
 //! - this module: binding and the accept loop, which stops at shutdown and then waits for its
 //!   connections to answer what they have read.
 //! - [`conn`]: one connection: reading, pipelining, bounded buffers, timeouts.
-//! - [`command`]: the command table, auth and the execution of each command.
+//! - [`session`]: a connection's session (protocol, token) and the checks every command
+//!   passes (arity, auth, readiness).
+//! - [`command`]: the command table and the execution of each command.
+//! - [`streams`]: Redis's stream commands (`XADD`, `XRANGE`, `XREAD`, …) over the streams.
 //! - [`value`]: feature values to and from RESP.
 
 mod cluster;
 mod command;
 mod conn;
+mod session;
+mod streams;
 mod value;
 
 use crate::listen::{Acceptor, Io};

@@ -134,3 +134,19 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         })
         .sum()
 }
+
+/// Debian's `redis-cli` with these arguments against `addr`; its stdout (it prints errors
+/// there too). The test command installs it (redis-tools); missing, the test fails.
+pub fn redis_cli(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is needed (Debian: apt-get install redis-tools; scripts/test does)");
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

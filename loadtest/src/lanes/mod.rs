@@ -6,7 +6,8 @@
 //!   ack instant of every seq they write for the followers; see [`crate::fanout`]).
 //! - A pipelined lane (frames, RESP) keeps up to `pipeline_depth` operations in flight on one
 //!   connection: a writer sends, a reader task matches answers (frames by request id, RESP in
-//!   order) and frees a slot for each.
+//!   order) and frees a slot for each. Over RESP: the kv mix, ingest as one `XADD` per
+//!   operation, replay as `XRANGE` pages (a scan: all its pages sent at once, one operation).
 //!
 //! Open loop: latency runs from the intended send time, so time spent waiting for the
 //! connection or a pipeline slot is charged to the server; a 429 is recorded as refused at
@@ -29,7 +30,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Semaphore;
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
@@ -57,7 +57,9 @@ pub struct LaneCtx {
 
 /// What a lane generates.
 pub enum LaneGen {
+    /// HTTP bodies or frames BATCHes; over RESP, one `XADD` per operation.
     Ingest(IngestGen),
+    /// Pages and scans: HTTP GETs of NDJSON, or `XRANGE`s over RESP.
     Replay(ReplayGen, Arc<Vec<StreamInfo>>),
     /// Over RESP.
     Kv(KvGen),
@@ -142,6 +144,14 @@ impl LaneCtx {
             headers.push(("x-vx-durability", d));
         }
         (events, bytes, body, headers)
+    }
+}
+
+/// [`op_of`] on `endpoint`: ingest over RESP is `xadd`.
+fn op_on(g: &LaneGen, endpoint: &Endpoint) -> Op {
+    match (g, endpoint) {
+        (LaneGen::Ingest(_), Endpoint::Resp(_)) => Op::Xadd,
+        _ => op_of(g),
     }
 }
 

@@ -24,7 +24,7 @@ pub async fn pipelined_lane(ctx: LaneCtx, first: Option<PipeConn>, generator: La
         Durability::Write => vx_client::Durability::Write,
         Durability::Fsync => vx_client::Durability::Fsync,
     });
-    let op = op_of(&generator);
+    let op = op_on(&generator, &ctx.endpoint);
     let mut generator = Some(generator);
     let mut i = 0u64;
     let mut conn = first;
@@ -54,10 +54,16 @@ pub async fn pipelined_lane(ctx: LaneCtx, first: Option<PipeConn>, generator: La
                 generator = w.source.take().map(LaneGen::Ingest);
                 f
             }
-            (PipeConn::Resp(mut w, r), Some(LaneGen::Kv(g))) => {
+            (
+                PipeConn::Resp(mut w, mut r),
+                Some(g @ (LaneGen::Kv(_) | LaneGen::Ingest(_) | LaneGen::Replay(..))),
+            ) => {
+                if !matches!(g, LaneGen::Kv(_)) {
+                    r.streams();
+                }
                 w.source = Some(g);
                 let f = run_pipe(&ctx, &pipe, &mut w, r, &mut i).await;
-                generator = w.source.take().map(LaneGen::Kv);
+                generator = w.source.take();
                 f
             }
             _ => {
@@ -68,6 +74,18 @@ pub async fn pipelined_lane(ctx: LaneCtx, first: Option<PipeConn>, generator: La
         };
         if finished || generator.is_none() {
             return;
+        }
+    }
+    // Open loop: the connection broke near the end, behind its schedule, and the run ended
+    // before another was open. What was due before the end and never sent is an error, so
+    // every scheduled operation is still accounted for once.
+    if let Some(s) = &ctx.schedule {
+        loop {
+            let due = s.intended(i);
+            if due >= ctx.end {
+                break;
+            }
+            lost(&ctx, op, &mut i, "the connection broke", due);
         }
     }
 }
@@ -218,9 +236,9 @@ async fn read_pipe<R: PipeReader>(ctx: LaneCtx, pipe: Arc<Pipe>, mut r: R) {
         };
         pipe.slots.add_permits(1);
         let outcome = match answer {
-            Answer::Ok { events } => Outcome::Ok {
+            Answer::Ok { events, bytes } => Outcome::Ok {
                 events: events.unwrap_or(p.events),
-                bytes: p.bytes,
+                bytes: bytes.unwrap_or(p.bytes),
             },
             Answer::Refused(retry_after) => {
                 if ctx.schedule.is_none() {

@@ -1,9 +1,13 @@
 //! The two pipelined protocols' connections, writers and readers: binary frames (ingest) and
-//! RESP (kv).
+//! RESP (kv; ingest as `XADD`, replay as `XRANGE`).
 
 use super::pipe_types::{Answer, Pending, PipeError, PipeReader, PipeWriter};
 use super::*;
+use crate::ops::{RESP_SCAN_PAGE, encode_replay_resp};
+use crate::resp::RangeReader;
+use crate::resp_conn::RespConn;
 use bytes::Buf;
+use std::collections::VecDeque;
 
 /// A connected pipelined connection, split.
 pub enum PipeConn {
@@ -37,22 +41,26 @@ pub async fn connect_pipe(ep: &Endpoint, token: Option<&str>) -> Result<PipeConn
             Ok(PipeConn::Frames(FramesWriter::new(tx), FramesReader { rx }))
         }
         Endpoint::Resp(addr) => {
-            let tcp = TcpStream::connect(addr.as_str())
+            let c = RespConn::connect(addr, token)
                 .await
                 .map_err(|e| fail(e.into()))?;
-            tcp.set_nodelay(true).map_err(|e| fail(e.into()))?;
-            let (rd, wr) = tcp.into_split();
+            let (rd, wr) = c.tcp.into_split();
+            let expect = Arc::new(Mutex::new(VecDeque::new()));
             Ok(PipeConn::Resp(
                 RespWriter {
                     wr,
                     out: Vec::new(),
                     next: 0,
                     source: None,
+                    expect: expect.clone(),
                 },
                 RespReader {
                     rd,
-                    buf: BytesMut::with_capacity(64 << 10),
+                    buf: c.buf,
                     next: 0,
+                    streams: false,
+                    current: None,
+                    expect,
                 },
             ))
         }
@@ -127,6 +135,7 @@ impl PipeReader for FramesReader {
                         a.request_id,
                         Answer::Ok {
                             events: Some(a.accepted + a.duplicates),
+                            bytes: None,
                         },
                     ));
                 }
@@ -145,37 +154,88 @@ impl PipeReader for FramesReader {
     }
 }
 
-/// The RESP writer; it owns a kv generator while connected.
+/// What a stream operation over RESP expects back, in the order sent: the writer pushes one
+/// per operation before its bytes leave, the reader takes it when the answer begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Expect {
+    /// `XADD`: an entry id.
+    Id,
+    /// `replies` `XRANGE` replies; reply i's entries should be `<from + i × step>-0` on.
+    Range { from: u64, step: u64, replies: u32 },
+}
+
+/// The RESP writer; it owns the lane's generator while connected: the kv mix, ingest (one
+/// `XADD` per operation) or replay (`XRANGE` pages).
 pub struct RespWriter {
     wr: OwnedWriteHalf,
     out: Vec<u8>,
     next: u64,
-    pub(super) source: Option<KvGen>,
+    pub(super) source: Option<LaneGen>,
+    expect: Arc<Mutex<VecDeque<Expect>>>,
 }
 
 impl PipeWriter for RespWriter {
     fn op(&self) -> Op {
-        Op::Get
+        match &self.source {
+            Some(LaneGen::Kv(g)) => g.last_op(),
+            Some(LaneGen::Replay(..)) => Op::Page,
+            Some(LaneGen::Ingest(_)) => Op::Xadd,
+            _ => Op::Get,
+        }
     }
 
     fn queue(&mut self, started: Instant) -> Result<(u64, Pending), PipeError> {
-        let g = self
-            .source
-            .as_mut()
-            .ok_or(PipeError::Scenario("RESP carries the kv scenario only"))?;
-        let op = g.next_op();
-        g.encode_resp(&op, &mut self.out);
         let n = self.next;
+        let before = self.out.len();
+        let pending = match self.source.as_mut() {
+            Some(LaneGen::Kv(g)) => {
+                let op = g.next_op();
+                g.encode_resp(&op, &mut self.out);
+                Pending {
+                    op: op.op(),
+                    started,
+                    events: op.events(),
+                    bytes: g.bytes_of(&op),
+                }
+            }
+            Some(LaneGen::Ingest(g)) => {
+                g.next_xadd(&mut self.out);
+                self.expect.lock().push_back(Expect::Id);
+                Pending {
+                    op: Op::Xadd,
+                    started,
+                    events: 1,
+                    bytes: (self.out.len() - before) as u64,
+                }
+            }
+            Some(LaneGen::Replay(g, streams)) => {
+                let op = g.next(streams);
+                let (from, replies) = encode_replay_resp(&op, streams, &mut self.out);
+                let step = u64::from(RESP_SCAN_PAGE);
+                self.expect.lock().push_back(Expect::Range {
+                    from,
+                    step,
+                    replies,
+                });
+                Pending {
+                    op: match op {
+                        ReplayOp::Page { .. } => Op::Page,
+                        ReplayOp::Scan { .. } => Op::Scan,
+                    },
+                    started,
+                    // From the answer.
+                    events: 0,
+                    bytes: 0,
+                }
+            }
+            _ => {
+                return Err(PipeError::Scenario(
+                    "RESP carries the kv, ingest (XADD) and replay (XRANGE) scenarios only",
+                ));
+            }
+        };
         self.next += 1;
-        Ok((
-            n,
-            Pending {
-                op: op.op(),
-                started,
-                events: op.events(),
-                bytes: g.bytes_of(&op),
-            },
-        ))
+        Ok((n, pending))
     }
 
     async fn flush(&mut self) -> Result<(), PipeError> {
@@ -191,10 +251,150 @@ impl PipeWriter for RespWriter {
     }
 }
 
+/// A stream operation whose answer is being read.
+struct Current {
+    expect: Expect,
+    /// Replies read so far.
+    replies: u32,
+    range: RangeReader,
+    events: u64,
+    bytes: u64,
+    /// The first failure among its replies; the others are still read.
+    failed: Option<Answer>,
+}
+
 pub struct RespReader {
     rd: OwnedReadHalf,
     buf: BytesMut,
     next: u64,
+    /// Stream operations (the lane's generator is not the kv mix): their answers are read as
+    /// `expect` says. The kv mix reads one reply per operation and takes no lock.
+    streams: bool,
+    current: Option<Current>,
+    /// What each stream operation expects, shared with the writer.
+    expect: Arc<Mutex<VecDeque<Expect>>>,
+}
+
+impl RespReader {
+    /// Read the answers of stream operations (ingest, replay) rather than the kv mix's.
+    pub(super) fn streams(&mut self) {
+        self.streams = true;
+    }
+
+    /// The next stream operation's answer, if what was read holds it whole.
+    fn ready_stream(&mut self) -> Result<Option<(u64, Answer)>, PipeError> {
+        loop {
+            if self.current.is_none() {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                let Some(e) = self.expect.lock().pop_front() else {
+                    return Err(PipeError::Unasked);
+                };
+                let from = match e {
+                    Expect::Range { from, .. } => from,
+                    Expect::Id => 0,
+                };
+                self.current = Some(Current {
+                    expect: e,
+                    replies: 0,
+                    range: RangeReader::new(from),
+                    events: 0,
+                    bytes: 0,
+                    failed: None,
+                });
+            }
+            let Some(cur) = self.current.as_mut() else {
+                return Ok(None);
+            };
+            match cur.expect {
+                Expect::Id => {
+                    let Some((reply, n)) = resp::parse(&self.buf)? else {
+                        return Ok(None);
+                    };
+                    self.buf.advance(n);
+                    let answer = match reply {
+                        resp::Reply::Bulk(Some(_)) | resp::Reply::Simple(_) => Answer::Ok {
+                            events: None,
+                            bytes: None,
+                        },
+                        resp::Reply::Error(e) => error_answer(&e),
+                        _ => Answer::Error("RESP XADD answered no entry id".into()),
+                    };
+                    return Ok(Some(self.finish(answer)));
+                }
+                Expect::Range {
+                    from,
+                    step,
+                    replies,
+                } => {
+                    let (n, done) = cur.range.read(&self.buf)?;
+                    self.buf.advance(n);
+                    let Some(range) = done else {
+                        return Ok(None);
+                    };
+                    cur.replies += 1;
+                    match range {
+                        resp::Range::Entries {
+                            entries,
+                            bytes,
+                            unexpected,
+                        } => {
+                            cur.events += entries;
+                            cur.bytes += bytes;
+                            if unexpected > 0 && cur.failed.is_none() {
+                                cur.failed = Some(Answer::Error(
+                                    "RESP XRANGE answered entries other than the ids asked for (<seq>-0 in order)".into(),
+                                ));
+                            }
+                        }
+                        resp::Range::Error(e) => {
+                            cur.failed.get_or_insert(error_answer(&e));
+                        }
+                        resp::Range::Other(line) => {
+                            cur.failed.get_or_insert(Answer::Error(format!(
+                                "RESP XRANGE answered {}",
+                                line.chars().take(40).collect::<String>()
+                            )));
+                        }
+                    }
+                    if cur.replies < replies {
+                        cur.range = RangeReader::new(
+                            from.saturating_add(u64::from(cur.replies).saturating_mul(step)),
+                        );
+                        continue;
+                    }
+                    let answer = match cur.failed.take() {
+                        Some(a) => a,
+                        None => Answer::Ok {
+                            events: Some(cur.events),
+                            bytes: Some(cur.bytes),
+                        },
+                    };
+                    return Ok(Some(self.finish(answer)));
+                }
+            }
+        }
+    }
+
+    /// The current operation is answered.
+    fn finish(&mut self, answer: Answer) -> (u64, Answer) {
+        self.current = None;
+        let key = self.next;
+        self.next += 1;
+        (key, answer)
+    }
+}
+
+/// An error reply: `TRYAGAIN` is backpressure (Veltrix's, docs/RESP.md: refused, not an
+/// error, with the pause it asks for), anything else an error labelled as
+/// [`resp::error_label`] says.
+fn error_answer(message: &str) -> Answer {
+    if message.starts_with("TRYAGAIN") {
+        Answer::Refused(resp::retry_after(message))
+    } else {
+        Answer::Error(resp::error_label(message))
+    }
 }
 
 impl PipeReader for RespReader {
@@ -213,6 +413,9 @@ impl PipeReader for RespReader {
     }
 
     fn ready(&mut self) -> Result<Option<(u64, Answer)>, PipeError> {
+        if self.streams {
+            return self.ready_stream();
+        }
         let Some((reply, n)) = resp::parse(&self.buf)? else {
             return Ok(None);
         };
@@ -220,11 +423,11 @@ impl PipeReader for RespReader {
         let key = self.next;
         self.next += 1;
         let answer = match reply {
-            resp::Reply::Error(e) => Answer::Error(format!(
-                "RESP {}",
-                e.split_whitespace().next().unwrap_or("error")
-            )),
-            _ => Answer::Ok { events: None },
+            resp::Reply::Error(e) => error_answer(&e),
+            _ => Answer::Ok {
+                events: None,
+                bytes: None,
+            },
         };
         Ok(Some((key, answer)))
     }

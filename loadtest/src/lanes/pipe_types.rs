@@ -21,9 +21,13 @@ pub enum PipeError {
     #[error("{0}")]
     Resp(#[from] resp::RespError),
     #[error("{0}")]
+    RespConn(#[from] crate::resp_conn::RespConnError),
+    #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("the server closed the connection")]
     Closed,
+    #[error("a RESP reply to no command sent")]
+    Unasked,
 }
 
 /// An operation sent on a pipelined connection and not answered yet.
@@ -56,7 +60,11 @@ pub(super) trait PipeReader: Send + 'static {
 }
 
 pub(super) enum Answer {
-    Ok { events: Option<u64> },
+    /// A success; `events` and `bytes` when the answer says them (else the operation's own).
+    Ok {
+        events: Option<u64>,
+        bytes: Option<u64>,
+    },
     Refused(Option<Duration>),
     Error(String),
 }

@@ -2,8 +2,9 @@
 //! same seed replays the same operations): ingest bodies and batches, replay pages and scans,
 //! and the key-value mix, which one generator ([`KvGen`]) draws for both `kv` (RESP commands)
 //! and `features` (HTTP requests of docs/API.md §6), so the two scenarios issue the same operations on
-//! the same keys with the same values. The fanout scenario gets its generator here when it
-//! exists.
+//! the same keys with the same values. Over RESP, ingest is one `XADD` per operation
+//! ([`IngestGen::next_xadd`]) and replay's pages and scans are `XRANGE`s
+//! ([`encode_replay_resp`]).
 
 use crate::dist::{DistError, KeyDist};
 use crate::http::segment;
@@ -78,6 +79,12 @@ pub struct IngestGen {
     entity_names: EntityNames,
     key_size: usize,
     counter: bool,
+    /// What [`IngestGen::encode_xadd`] writes each XADD's arguments into, kept between
+    /// operations: the entity, the id, `data`'s padding and the stream's name.
+    scratch_entity: Vec<u8>,
+    scratch_id: Vec<u8>,
+    padding: Vec<u8>,
+    scratch_stream: Vec<u8>,
 }
 
 /// The next entity of a sequential fill, shared by every lane of the process (a process runs
@@ -101,6 +108,10 @@ impl IngestGen {
             entity_names: w.entity_names,
             key_size: w.key_size_b,
             counter: w.counter,
+            scratch_entity: Vec::new(),
+            scratch_id: Vec::new(),
+            padding: Vec::new(),
+            scratch_stream: Vec::new(),
         })
     }
 
@@ -155,6 +166,95 @@ impl IngestGen {
         let d1 = out.len();
         out.push('}');
         [e0..e1, id, d0..d1]
+    }
+
+    /// Append the next event of `stream` as `XADD <stream> <id> <fields…>` (a RESP array of
+    /// bulk strings): `type lt`, `entity <entity>` (with `entities`), `id <unique id>` (with
+    /// `ids`), `kind counter value 1` (with `counter`), and `data` padded with `x` so that the
+    /// fields and their values add up to `value_size_b` bytes. The same draws as
+    /// [`IngestGen::next_body`]'s events (the entity, then nothing else), so the same seed
+    /// writes the same events over HTTP and over RESP; on Veltrix they are the same event
+    /// (docs/RESP.md: `type`, `entity`, `id`, `kind` and `value` are the event's, `data` goes
+    /// into its data).
+    pub fn encode_xadd(&mut self, stream: &[u8], id: &[u8], out: &mut Vec<u8>) {
+        self.scratch_entity.clear();
+        if self.with_entity {
+            let entity = if self.sequential {
+                SEQUENTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.entities.keys()
+            } else {
+                self.entities.sample(&mut self.rng)
+            };
+            match self.entity_names {
+                EntityNames::Short => {
+                    self.scratch_entity.push(b'k');
+                    self.scratch_entity
+                        .extend_from_slice(itoa::Buffer::new().format(entity).as_bytes());
+                }
+                EntityNames::Keys => put_key(entity, self.key_size, &mut self.scratch_entity),
+            }
+        }
+        self.scratch_id.clear();
+        if let Some((tag, k)) = self.ids.as_mut() {
+            *k += 1;
+            self.scratch_id.extend_from_slice(tag.as_bytes());
+            self.scratch_id.push(b'-');
+            self.scratch_id
+                .extend_from_slice(itoa::Buffer::new().format(*k).as_bytes());
+        }
+        let used = 4 + EVENT_TYPE.len() + 4;
+        let used = used
+            + if self.with_entity {
+                6 + self.scratch_entity.len()
+            } else {
+                0
+            };
+        let used = used
+            + if self.ids.is_some() {
+                2 + self.scratch_id.len()
+            } else {
+                0
+            };
+        let used = used + if self.counter { 4 + 7 + 5 + 1 } else { 0 };
+        let pad = self.value_size.saturating_sub(used);
+        if self.padding.len() < pad {
+            self.padding.resize(pad, b'x');
+        }
+        let mut fields: [(&[u8], &[u8]); 6] = [(b"", b""); 6];
+        let mut n = 0;
+        for (on, name, value) in [
+            (true, &b"type"[..], EVENT_TYPE.as_bytes()),
+            (self.with_entity, b"entity", &self.scratch_entity[..]),
+            (self.ids.is_some(), b"id", &self.scratch_id[..]),
+            (self.counter, b"kind", b"counter"),
+            (self.counter, b"value", b"1"),
+            (true, b"data", &self.padding[..pad]),
+        ] {
+            if on {
+                fields[n] = (name, value);
+                n += 1;
+            }
+        }
+        let mut w = vx_proto::resp::Reply { out, resp3: false };
+        w.array(3 + 2 * n);
+        w.bulk(b"XADD");
+        w.bulk(stream);
+        w.bulk(id);
+        for (f, v) in &fields[..n] {
+            w.bulk(f);
+            w.bulk(v);
+        }
+    }
+
+    /// The next ingest operation over RESP: one event, `XADD <stream> * <fields…>` on a
+    /// stream drawn as [`IngestGen::next_body`] draws it ([`IngestGen::encode_xadd`]).
+    pub fn next_xadd(&mut self, out: &mut Vec<u8>) {
+        let s = self.streams.sample(&mut self.rng);
+        let mut stream = std::mem::take(&mut self.scratch_stream);
+        stream.clear();
+        stream.extend_from_slice(self.prefix.as_bytes());
+        stream.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+        self.encode_xadd(&stream, b"*", out);
+        self.scratch_stream = stream;
     }
 
     fn next_stream(&mut self) -> String {
@@ -262,6 +362,66 @@ impl ReplayGen {
             stream,
             from,
             limit: self.page,
+        }
+    }
+}
+
+/// A replay scan over RESP reads the stream in `XRANGE` pages of this many entries, all sent
+/// at once (the ranges are known: a stream's ids are its seqs).
+pub const RESP_SCAN_PAGE: u32 = 10_000;
+
+/// `XRANGE <stream> <from>-0 <to>-0 COUNT <count>`.
+pub fn encode_xrange(stream: &[u8], from: u64, to: u64, count: u32, out: &mut Vec<u8>) {
+    // `<seq>-0` in a buffer on the stack: no allocation per operation.
+    fn id(seq: u64, buf: &mut [u8; 24]) -> &[u8] {
+        let mut digits = itoa::Buffer::new();
+        let d = digits.format(seq).as_bytes();
+        buf[..d.len()].copy_from_slice(d);
+        buf[d.len()..d.len() + 2].copy_from_slice(b"-0");
+        &buf[..d.len() + 2]
+    }
+    let (mut a, mut b) = ([0u8; 24], [0u8; 24]);
+    let mut c = itoa::Buffer::new();
+    let mut w = vx_proto::resp::Reply { out, resp3: false };
+    w.array(6);
+    w.bulk(b"XRANGE");
+    w.bulk(stream);
+    w.bulk(id(from, &mut a));
+    w.bulk(id(to, &mut b));
+    w.bulk(b"COUNT");
+    w.bulk(c.format(count).as_bytes());
+}
+
+/// A replay operation over RESP, appended to `out` as its `XRANGE` commands: a page is one,
+/// `XRANGE <stream> <from>-0 <from + limit − 1>-0 COUNT <limit>` (a point read, `page_events =
+/// 1`: `XRANGE s N-0 N-0 COUNT 1`); a scan is the pages of [`RESP_SCAN_PAGE`] entries from the
+/// stream's first seq through its last, as listed before the run. Returns the seq the first
+/// entry of the first reply should have and how many replies the commands get; reply i's
+/// entries start at that seq + i × [`RESP_SCAN_PAGE`].
+pub fn encode_replay_resp(op: &ReplayOp, streams: &[StreamInfo], out: &mut Vec<u8>) -> (u64, u32) {
+    match *op {
+        ReplayOp::Page {
+            stream,
+            from,
+            limit,
+        } => {
+            let s = &streams[stream];
+            let to = from.saturating_add(u64::from(limit) - 1);
+            encode_xrange(s.name.as_bytes(), from, to, limit, out);
+            (from, 1)
+        }
+        ReplayOp::Scan { stream } => {
+            let s = &streams[stream];
+            let page = u64::from(RESP_SCAN_PAGE);
+            let mut replies = 0u32;
+            let mut from = s.first_seq;
+            while from <= s.last_seq {
+                let to = from.saturating_add(page - 1).min(s.last_seq);
+                encode_xrange(s.name.as_bytes(), from, to, RESP_SCAN_PAGE, out);
+                replies += 1;
+                from = from.saturating_add(page);
+            }
+            (s.first_seq, replies)
         }
     }
 }
@@ -518,5 +678,7 @@ pub fn lane_rng(seed: u64, lane: u32) -> StdRng {
     StdRng::seed_from_u64(seed ^ (u64::from(lane) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
-//! A run from start to report: prepare what the scenario reads (replay's streams, the keys of
-//! kv and features, fanout's stream and connected followers),
+//! A run from start to report: prepare what the scenario reads (replay's streams, over HTTP or
+//! RESP, the keys of kv and features, fanout's stream and connected followers),
 //! open every connection, start the lanes on one shared clock, sample the time series at
 //! `sample_hz` with a progress line, and assemble the [`Report`] once the lanes end (fanout:
 //! once the followers have drained and been checked).
@@ -28,7 +28,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 mod prepare;
+mod prepare_resp;
 use self::prepare::{preload_kv, prepare_features, prepare_replay};
+use self::prepare_resp::{prepare_replay_resp, prepare_xadd};
 
 /// Where progress lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +54,11 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
 
     let streams = match w.scenario {
         Scenario::Replay => {
-            let s = prepare_replay(&w, &endpoints[0], &say).await?;
+            let s = if endpoints[0].is_resp() {
+                prepare_replay_resp(&w, &endpoints[0], &say).await?
+            } else {
+                prepare_replay(&w, &endpoints[0], &say).await?
+            };
             say(&format!(
                 "replay: {} stream(s), {} events",
                 s.len(),
@@ -62,6 +68,10 @@ pub async fn run(w: Workload, progress: Progress) -> Result<Report, RunError> {
         }
         Scenario::Kv => {
             preload_kv(&w, &endpoints[0], &say).await?;
+            None
+        }
+        Scenario::Ingest if endpoints[0].is_resp() => {
+            prepare_xadd(&w, &endpoints[0], &say).await?;
             None
         }
         Scenario::Features => {

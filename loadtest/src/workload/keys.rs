@@ -13,7 +13,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "scenario",
         default: "\"ingest\"",
-        help: "ingest | replay | kv (a key-value mix against Redis, over RESP) | features (the same mix against Veltrix's feature API, over HTTP) | fanout (followers of one stream over SSE while producers ingest it at rate; delivery latency and an ordering check)",
+        help: "ingest (over resp://: one XADD of one event per operation) | replay (over resp://: XRANGE pages; a 1-event page is XRANGE s N-0 N-0) | kv (a key-value mix against Redis, over RESP) | features (the same mix against Veltrix's feature API, over HTTP) | fanout (followers of one stream over SSE while producers ingest it at rate; delivery latency and an ordering check)",
     },
     Key {
         name: "endpoints",
@@ -63,7 +63,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "token",
         default: "absent",
-        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs; features: read for GET and queries, ingest for PUT and DELETE; fanout: both, ingest for the producers and read for the followers)",
+        help: "bearer token for a server with auth.tokens (ingest or read scope as the scenario needs; over resp:// sent as AUTH <token> on every connection; features: read for GET and queries, ingest for PUT and DELETE; fanout: both, ingest for the producers and read for the followers)",
     },
     Key {
         name: "key_space",
@@ -78,7 +78,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "value_size_b",
         default: "128",
-        help: "kv: bytes of a SET value; features: bytes of the string feature v a PUT writes (the same bytes); ingest and fanout: bytes of each event's JSON (padded with a data string)",
+        help: "kv: bytes of a SET value; features: bytes of the string feature v a PUT writes (the same bytes); ingest and fanout: bytes of each event's JSON (padded with a data string); over resp:// (XADD): bytes of the event's fields and values (type, entity, …, data padded)",
     },
     Key {
         name: "distribution",
@@ -128,7 +128,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "batch",
         default: "1",
-        help: "ingest and fanout: events per request (HTTP body or frames BATCH)",
+        help: "ingest and fanout: events per request (HTTP body or frames BATCH); over resp:// 1 (an XADD is one event)",
     },
     Key {
         name: "streams",
@@ -148,7 +148,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "durability",
         default: "absent",
-        help: "ingest, fanout and features writes (PUT, DELETE): none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode",
+        help: "ingest, fanout and features writes (PUT, DELETE): none | write | fsync, sent as X-Vx-Durability (frames: in the BATCH); absent: the server's mode (over resp:// it cannot be sent: leave it out)",
     },
     Key {
         name: "ids",
@@ -173,17 +173,17 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "page_events",
         default: "256",
-        help: "replay: events per page read (limit=), from a uniformly random position",
+        help: "replay: events per page read (HTTP: limit=; RESP: XRANGE s N-0 M-0 COUNT page_events), from a uniformly random position",
     },
     Key {
         name: "scan_pct",
         default: "0",
-        help: "replay: percent of operations that read a whole stream (in pages of 100000) instead of one page",
+        help: "replay: percent of operations that read a whole stream (HTTP: pages of 100000, one after another; RESP: XRANGEs of 10000, all sent at once) instead of one page",
     },
     Key {
         name: "preload_events",
         default: "0",
-        help: "replay: before the warm-up, fill each of the streams to at least this many events (0: read the streams that exist)",
+        help: "replay: before the warm-up, fill each of the streams to at least this many events (HTTP: NDJSON bodies of 1000; RESP: pipelined XADDs, with explicit ids <seq>-0 on servers other than Veltrix) (0: read the streams that exist)",
     },
     Key {
         name: "followers",

@@ -236,13 +236,17 @@ impl Workload {
                     "endpoint {e} cannot carry the {} scenario ({})",
                     self.scenario.as_str(),
                     match self.scenario {
-                        Scenario::Ingest => "use http://, unix:, frames:// or frames+unix:",
-                        Scenario::Replay | Scenario::Features | Scenario::Fanout =>
-                            "use http:// or unix:",
+                        Scenario::Ingest =>
+                            "use http://, unix:, frames://, frames+unix: or resp://",
+                        Scenario::Replay => "use http://, unix: or resp://",
+                        Scenario::Features | Scenario::Fanout => "use http:// or unix:",
                         _ => "use resp://",
                     }
                 ));
             }
+        }
+        if matches!(self.scenario, Scenario::Ingest | Scenario::Replay) {
+            self.validate_streams_over_resp()?;
         }
         if self.connections == 0 || self.connections > 10_000 {
             return bad(format!(
@@ -383,6 +387,41 @@ impl Workload {
             .any(|c| c.is_control() || c == '"' || c == '\\')
         {
             return bad("stream_prefix: no control characters, quotes or backslashes".into());
+        }
+        Ok(())
+    }
+
+    /// Ingest and replay over RESP (Redis stream commands): all endpoints RESP, one event per
+    /// XADD, no durability to send.
+    fn validate_streams_over_resp(&self) -> Result<(), WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Invalid(m));
+        let resp = self
+            .endpoints
+            .iter()
+            .filter(|e| e.starts_with("resp://"))
+            .count();
+        if resp == 0 {
+            return Ok(());
+        }
+        if resp < self.endpoints.len() {
+            return bad(format!(
+                "endpoints: {} over resp:// is Redis stream commands (XADD, XRANGE), another workload than over the other schemes: give resp:// endpoints only, or none",
+                self.scenario.as_str()
+            ));
+        }
+        if self.scenario == Scenario::Ingest {
+            if self.batch != 1 {
+                return bad(format!(
+                    "batch: {} — over resp:// each operation is one XADD of one event; set batch = 1 (pipeline_depth keeps several in flight)",
+                    self.batch
+                ));
+            }
+            if let Some(d) = self.durability {
+                return bad(format!(
+                    "durability: {} cannot be sent over resp:// (XADD has no durability argument): leave it out; the server's mode decides (Veltrix: --fsync; Redis: appendfsync)",
+                    d.as_str()
+                ));
+            }
         }
         Ok(())
     }

@@ -70,7 +70,23 @@ fn unknown_keys_bad_values_and_mismatched_endpoints_are_refused() {
     assert!(err("", &["rate=1e12"]).contains("rate"));
     assert!(err("", &["connections=10000", "pipeline_depth=4096"]).contains("HTTP connections"));
     assert!(
-        err("scenario = \"replay\"\nendpoints = \"resp://h:1\"\n", &[]).contains("cannot carry")
+        err("scenario = \"replay\"\nendpoints = \"frames://h:1\"\n", &[])
+            .contains("use http://, unix: or resp://")
+    );
+    // Over RESP: XADD carries one event and no durability; RESP is not mixed with others.
+    let xadd = "scenario = \"ingest\"\nendpoints = \"resp://h:1\"\n";
+    assert!(err(xadd, &["batch=2"]).contains("one XADD of one event; set batch = 1"));
+    assert!(err(xadd, &["durability=\"fsync\""]).contains("XADD has no durability"));
+    assert!(
+        err(xadd, &["endpoints=[\"resp://h:1\", \"frames://h:2\"]"])
+            .contains("give resp:// endpoints only")
+    );
+    assert!(
+        err(
+            "scenario = \"replay\"\n",
+            &["endpoints=[\"http://h:1\", \"resp://h:2\"]"]
+        )
+        .contains("give resp:// endpoints only")
     );
     assert!(
         err(
@@ -116,6 +132,18 @@ fn unknown_keys_bad_values_and_mismatched_endpoints_are_refused() {
         .contains("use http:// or unix:")
     );
     assert!(err("endpoints = \"ftp://x\"\n", &[]).contains("ftp://x"));
+}
+
+#[test]
+fn ingest_and_replay_run_over_resp() {
+    for text in [
+        "scenario = \"ingest\"\nendpoints = \"resp://127.0.0.1:6379\"\npipeline_depth = 16\n",
+        "scenario = \"replay\"\nendpoints = [\"resp://a:1\", \"resp://b:2\"]\npage_events = 1\nrate = 20000\n",
+    ] {
+        if let Err(e) = Workload::from_toml(text, "t.toml", &[]) {
+            panic!("{text}: {e}");
+        }
+    }
 }
 
 #[test]
@@ -207,6 +235,51 @@ fn every_workload_file_loads_and_features_files_are_kv_files_over_http() {
         Some(80.0)
     );
     assert_eq!(fanout.fanout_stream(), "match-0");
+    // Point reads: the 1-event page over HTTP and XRANGE N-0 N-0 over RESP are one workload
+    // on two protocols, at kv-get's shape (20,000/s open loop, 50 connections).
+    let (http, mut resp) = (load("replay-point.toml"), load("xrange-point.toml"));
+    assert_eq!(
+        (
+            http.scenario,
+            http.page_events,
+            http.rate,
+            http.connections,
+            http.pipeline_depth,
+            http.streams,
+            http.preload_events
+        ),
+        (Scenario::Replay, 1, Some(20_000.0), 50, 1, 16, 100_000)
+    );
+    assert_eq!(resp.endpoints, ["resp://127.0.0.1:6379"]);
+    resp.endpoints = http.endpoints.clone();
+    assert_eq!(http, resp, "replay-point.toml and xrange-point.toml");
+    let pages = load("replay-pages.toml");
+    assert_eq!(
+        (pages.streams, pages.preload_events, pages.value_size_b),
+        (http.streams, http.preload_events, http.value_size_b)
+    );
+    let kv_get = load("kv-get.toml");
+    assert_eq!(
+        (kv_get.rate, kv_get.connections),
+        (http.rate, http.connections)
+    );
+    let xadd = load("xadd.toml");
+    assert_eq!(
+        (
+            xadd.scenario,
+            xadd.batch,
+            xadd.pipeline_depth,
+            xadd.connections,
+            xadd.rate,
+            xadd.value_size_b
+        ),
+        (Scenario::Ingest, 1, 16, 4, None, 128)
+    );
+    assert_eq!(xadd.endpoints, ["resp://127.0.0.1:6379"]);
+    assert_ne!(
+        xadd.stream_prefix, resp.stream_prefix,
+        "XADD * streams apart"
+    );
     let query = load("features-query.toml");
     assert_eq!(
         (query.query_pct, query.batch_size, query.rate),
