@@ -182,6 +182,32 @@ pub fn event_roundtrips(data: &[u8]) {
     );
 }
 
+/// `XADD`'s field/value pairs (`data` split at zero bytes, at most 64 arguments): mapping
+/// them never panics, and an accepted event is one the JSON decoder accepts too, equal to it
+/// (its canonical JSON, minus the `seq`, parses back to the same event).
+pub fn xadd_maps(data: &[u8]) {
+    if data.len() > MAX_EVENT_BYTES {
+        return;
+    }
+    let pairs: Vec<&[u8]> = data.split(|&b| b == 0).take(64).collect();
+    let mut buf = Vec::new();
+    let Ok(ev) = vx_proto::xadd::event_of("s", &pairs, &mut buf, NOW) else {
+        return;
+    };
+    let mut canonical = Vec::new();
+    write_event(&mut canonical, &ev, 0);
+    canonical_reparses(&canonical);
+    let body = without_seq(&canonical);
+    let mut parser = EventParser::new();
+    let back = parser.parse(&body, NOW + 1);
+    assert_eq!(
+        back.as_ref().ok(),
+        Some(&ev),
+        "pairs {pairs:?}: canonical {:?} parses back to {back:?}",
+        String::from_utf8_lossy(&canonical),
+    );
+}
+
 /// The canonical JSON `canonical` (with its `seq`), minus the `seq`, is an event whose
 /// canonical form is `canonical` again, whatever `now`: `ts` is always written out.
 fn canonical_reparses(canonical: &[u8]) {

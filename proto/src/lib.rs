@@ -34,6 +34,7 @@ pub mod shard;
 pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod xadd;
 
 pub use error::{ErrorClass, ErrorCode, InputError};
 pub use event::{EventView, Kind, Num};

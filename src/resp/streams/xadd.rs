@@ -3,10 +3,10 @@
 //! with its entry id `<seq>-0` once it is stored as the store's durability says (a duplicate
 //! `id` answers the stored event's entry id).
 //!
-//! The fields `type` (default `xadd`), `entity`, `ts`, `id`, `kind` and `value` are the
-//! event's, checked by the rules every decoder checks ([`vx_proto::rules`]), with the words
-//! and error codes of HTTP ingest; every other field is a string member of `data`, in the
-//! order sent. A field given twice is refused (`data` is a JSON object). Only `*` is taken
+//! The fields map to the event in [`vx_proto::xadd`] (fuzzed there): `type` (default
+//! `xadd`), `entity`, `ts`, `id`, `kind` and `value` are the event's, checked by the rules
+//! every decoder checks, with the words and error codes of HTTP ingest; every other field is
+//! a string member of `data`, in the order sent. Only `*` is taken
 //! as the id: Veltrix assigns seqs; `NOMKSTREAM`, `MAXLEN` and `MINID` are refused (streams
 //! are trimmed by retention).
 
@@ -19,17 +19,11 @@ use crate::write::{Asked, Events, Writes};
 use bytes::Bytes;
 use std::sync::Arc;
 use vx_proto::decode::LIMIT_EVENT_BYTES;
-use vx_proto::event::{Kind, Num};
-use vx_proto::rules::{
-    RuleError, TextRule, check_reserved, check_value, kind_from_str, short, ts_from_i64,
-    ts_from_rfc3339, ts_from_u64, ts_not_whole,
-};
-use vx_proto::{Batch, ErrorCode, EventView, InputError, canonical};
+use vx_proto::rules::TextRule;
+use vx_proto::{Batch, ErrorCode, InputError, canonical};
 
 /// The metrics label of events written by `XADD` (`vx_events_ingested_total{format}`).
 const FORMAT: &str = "resp";
-/// The `type` of an event whose fields name none.
-const DEFAULT_TYPE: &str = "xadd";
 
 impl Session {
     /// `XADD`, admitted: checked into a one-event batch and the future that writes it.
@@ -144,7 +138,7 @@ fn xadd_batch(args: &[Bytes], max_event_bytes: usize) -> Result<Batch, Failure> 
     TextRule::Stream.check(stream).map_err(|e| e.on("stream"))?;
     let mut batch = Batch::new();
     let mut data = Vec::new();
-    let ev = event_of(stream, pairs, &mut data)?;
+    let ev = vx_proto::xadd::event_of(stream, pairs, &mut data, vx_sys::now_ms())?;
     let mut canonical = Vec::new();
     canonical::write_event(&mut canonical, &ev, 0);
     if canonical.len() > max_event_bytes {
@@ -160,103 +154,6 @@ fn xadd_batch(args: &[Bytes], max_event_bytes: usize) -> Result<Batch, Failure> 
     }
     batch.push(&ev).map_err(InputError::from_pack)?;
     Ok(batch)
-}
-
-/// The event of an `XADD`'s field/value pairs; `data` is the JSON text buffer of its other
-/// fields.
-fn event_of<'a>(
-    stream: &'a str,
-    pairs: &'a [Bytes],
-    data: &'a mut Vec<u8>,
-) -> Result<EventView<'a>, InputError> {
-    let mut seen: hashbrown::HashSet<&str> = hashbrown::HashSet::with_capacity(pairs.len() / 2);
-    let mut ev = EventView {
-        stream,
-        entity: None,
-        ty: DEFAULT_TYPE,
-        ts: vx_sys::now_ms(),
-        kind: Kind::Event,
-        value: None,
-        id: None,
-        data: None,
-    };
-    let mut value = None;
-    for pair in pairs.chunks_exact(2) {
-        let name = std::str::from_utf8(&pair[0]).map_err(|_| {
-            InputError::invalid("data", "a field name must be UTF-8 (data is a JSON object)")
-        })?;
-        let text = std::str::from_utf8(&pair[1]).map_err(|_| {
-            InputError::invalid(name, format!("field \"{}\": must be UTF-8", short(name)))
-        })?;
-        if !seen.insert(name) {
-            return Err(InputError::invalid(
-                name,
-                format!("field \"{}\" is given twice", short(name)),
-            ));
-        }
-        match name {
-            "type" => {
-                TextRule::Type.check(text).map_err(|e| e.on("type"))?;
-                ev.ty = text;
-            }
-            "entity" => {
-                TextRule::Entity.check(text).map_err(|e| e.on("entity"))?;
-                ev.entity = Some(text).filter(|e| !e.is_empty());
-            }
-            "id" => {
-                TextRule::Id.check(text).map_err(|e| e.on("id"))?;
-                ev.id = Some(text);
-            }
-            "ts" => ev.ts = ts_of(text).map_err(|e| e.on("ts"))?,
-            "kind" => ev.kind = kind_from_str(text).map_err(|e| e.on("kind"))?,
-            "value" => value = Some(number(text).map_err(|e| e.on("value"))?),
-            _ => {
-                data.push(if data.is_empty() { b'{' } else { b',' });
-                canonical::write_json_str(data, name);
-                data.push(b':');
-                canonical::write_json_str(data, text);
-            }
-        }
-    }
-    ev.value = check_value(ev.kind, value)?;
-    check_reserved(ev.kind, ev.ty)?;
-    if !data.is_empty() {
-        data.push(b'}');
-        let data: &'a Vec<u8> = data;
-        // Built from `&str`s by the JSON string writer: UTF-8.
-        ev.data = std::str::from_utf8(data).ok();
-    }
-    Ok(ev)
-}
-
-/// A number's text as JSON reads it: `-12` an integer, `2.5` and `1e3` floats.
-fn json_number(text: &str) -> Option<serde_json::Number> {
-    let plain = !text.is_empty() && !text.starts_with(['+', ' ']) && !text.ends_with(' ');
-    plain
-        .then(|| serde_json::from_str::<serde_json::Number>(text).ok())
-        .flatten()
-}
-
-/// `value`: a JSON number's text (an integer stays an integer).
-fn number(text: &str) -> Result<Num, RuleError> {
-    let n = json_number(text).ok_or_else(|| RuleError::NotANumber(format!("{:?}", short(text))))?;
-    Ok(match (n.as_i64(), n.as_f64()) {
-        (Some(i), _) => Num::Int(i),
-        (None, Some(f)) if f.is_finite() => Num::Float(f),
-        _ => return Err(RuleError::NotFinite(short(text).to_string())),
-    })
-}
-
-/// `ts`: integer milliseconds, or an RFC 3339 time.
-fn ts_of(text: &str) -> Result<i64, RuleError> {
-    match json_number(text) {
-        Some(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => ts_from_u64(u),
-            (None, Some(i)) => ts_from_i64(i),
-            _ => Err(ts_not_whole(text)),
-        },
-        None => ts_from_rfc3339(text),
-    }
 }
 
 #[cfg(test)]
