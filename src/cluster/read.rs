@@ -3,6 +3,8 @@
 //! position), and one entity's features read from its owner, here or over HTTP. The HTTP
 //! routes (through `crate::http::cluster::forward`) and the Redis-protocol listener both
 //! decide with [`Cluster::here`]; the listener reads entities with [`Cluster::entity`].
+//! Every request a reader on this node sends to a shard's owner (an entity here, a stream's
+//! metadata and events in [`super::streams`]) goes through [`Cluster::ask_owner`].
 
 use super::{Cluster, FORWARDED, MIN_POSITION, WAIT};
 use crate::failure::Failure;
@@ -57,6 +59,14 @@ impl Val {
 
 /// An entity's features, in the order the tables give them.
 pub type Entity = Vec<(String, Val)>;
+
+/// Where a reader's request to a shard's owner goes and what it carries.
+pub struct Owner<'a> {
+    pub url: &'a str,
+    /// The reader's minimum position (empty: none).
+    pub min: &'a Position,
+    pub auth: Option<&'a HeaderValue>,
+}
 
 impl Cluster {
     /// Whether to serve a read of `shard` here: this node owns it and, within [`WAIT`], has
@@ -151,22 +161,47 @@ impl Cluster {
         let Route::Remote(owner) = self.node.route(Topic::Streams, shard) else {
             return Err(moving(shard));
         };
-        let url = owner.url;
+        let owner = Owner {
+            url: &owner.url,
+            min: &Position::new(),
+            auth,
+        };
+        Ok(self.owner_stream(&owner, stream).await?.is_some())
+    }
+
+    /// `GET target` of a shard's owner, for a reader on this node: it names this node as the
+    /// forwarder (the owner never forwards it on), passes the reader's token on and asks the
+    /// owner to have applied the reader's minimum position first. `None` for a 404 (unknown);
+    /// another answer than 200 is the owner's refusal; no answer means the shard is moving.
+    pub(super) async fn ask_owner(
+        &self,
+        owner: &Owner<'_>,
+        target: String,
+        accept: Option<&'static str>,
+    ) -> Result<Option<reqwest::Response>, Failure> {
         let mut req = self
             .client()
-            .get(format!(
-                "{url}/v1/streams/{}",
-                crate::remote::segment(stream)
-            ))
+            .get(target)
             .header(FORWARDED, self.node_header())
             .timeout(WAIT + Duration::from_secs(2));
-        if let Some(a) = auth {
+        if !owner.min.is_empty() {
+            req = req.header(MIN_POSITION, owner.min.to_string());
+        }
+        if let Some(a) = owner.auth {
             req = req.header(axum::http::header::AUTHORIZATION, a.clone());
         }
-        let resp = req.send().await.map_err(|_| moving_to(&url))?;
+        if let Some(a) = accept {
+            req = req.header(axum::http::header::ACCEPT, a);
+        }
+        self.forwarded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let resp = req.send().await.map_err(|e| {
+            tracing::debug!(url = owner.url, error = %e, "a request to a shard's owner failed");
+            moving_to(owner.url)
+        })?;
         match resp.status().as_u16() {
-            200 => Ok(true),
-            404 => Ok(false),
+            200 => Ok(Some(resp)),
+            404 => Ok(None),
             status => {
                 let body = resp.text().await.unwrap_or_default();
                 Err(owner_refused(status, &body))
@@ -187,31 +222,10 @@ impl Cluster {
             target.push_str("?names=");
             target.push_str(&n.join(","));
         }
-        let mut req = self
-            .client()
-            .get(target)
-            .header(FORWARDED, self.node_header())
-            .timeout(WAIT + Duration::from_secs(2));
-        if !min.is_empty() {
-            req = req.header(MIN_POSITION, min.to_string());
-        }
-        if let Some(a) = auth {
-            req = req.header(axum::http::header::AUTHORIZATION, a.clone());
-        }
-        self.forwarded
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let resp = req.send().await.map_err(|e| {
-            tracing::debug!(url, error = %e, "reading an entity from its owner failed");
-            moving_to(url)
-        })?;
-        match resp.status().as_u16() {
-            200 => {}
-            404 => return Ok(None),
-            status => {
-                let body = resp.text().await.unwrap_or_default();
-                return Err(owner_refused(status, &body));
-            }
-        }
+        let owner = Owner { url, min, auth };
+        let Some(resp) = self.ask_owner(&owner, target, None).await? else {
+            return Ok(None);
+        };
         let body = resp.bytes().await.map_err(|_| moving_to(url))?;
         parse_entity(&body).map(Some)
     }

@@ -5,12 +5,10 @@
 //! the client's token on, and asks the owner to have applied the reader's minimum position
 //! first (read-your-writes).
 
-use super::read::{moving_to, owner_refused};
-use super::{Cluster, FORWARDED, MIN_POSITION, WAIT};
+use super::Cluster;
+pub use super::read::Owner;
+use super::read::moving_to;
 use crate::failure::Failure;
-use axum::http::HeaderValue;
-use std::time::Duration;
-use vx_cluster::position::Position;
 use vx_proto::ErrorCode;
 
 /// What a stream's owner says of it: the members of `GET /v1/streams/{stream}` the readers
@@ -22,31 +20,7 @@ pub struct StreamMeta {
     pub events: u64,
 }
 
-/// Where a reader's requests go and what they carry.
-pub struct Owner<'a> {
-    pub url: &'a str,
-    pub min: &'a Position,
-    pub auth: Option<&'a HeaderValue>,
-}
-
 impl Cluster {
-    fn owner_get(&self, owner: &Owner<'_>, target: String) -> reqwest::RequestBuilder {
-        let mut req = self
-            .client()
-            .get(target)
-            .header(FORWARDED, self.node_header())
-            .timeout(WAIT + Duration::from_secs(2));
-        if !owner.min.is_empty() {
-            req = req.header(MIN_POSITION, owner.min.to_string());
-        }
-        if let Some(a) = owner.auth {
-            req = req.header(axum::http::header::AUTHORIZATION, a.clone());
-        }
-        self.forwarded
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        req
-    }
-
     /// A stream's metadata from its owner; `None` for an unknown (or deleted) stream.
     pub async fn owner_stream(
         &self,
@@ -58,19 +32,9 @@ impl Cluster {
             owner.url,
             crate::remote::segment(stream)
         );
-        let resp = self
-            .owner_get(owner, target)
-            .send()
-            .await
-            .map_err(|_| moving_to(owner.url))?;
-        match resp.status().as_u16() {
-            200 => {}
-            404 => return Ok(None),
-            status => {
-                let body = resp.text().await.unwrap_or_default();
-                return Err(owner_refused(status, &body));
-            }
-        }
+        let Some(resp) = self.ask_owner(owner, target, None).await? else {
+            return Ok(None);
+        };
         let body = resp.bytes().await.map_err(|_| moving_to(owner.url))?;
         serde_json::from_slice(&body)
             .map(Some)
@@ -95,20 +59,12 @@ impl Cluster {
         if to < u64::MAX {
             target.push_str(&format!("&to={to}"));
         }
-        let mut resp = self
-            .owner_get(owner, target)
-            .header(axum::http::header::ACCEPT, "application/x-ndjson")
-            .send()
-            .await
-            .map_err(|_| moving_to(owner.url))?;
-        match resp.status().as_u16() {
-            200 => {}
-            404 => return Ok(false),
-            status => {
-                let body = resp.text().await.unwrap_or_default();
-                return Err(owner_refused(status, &body));
-            }
-        }
+        let Some(mut resp) = self
+            .ask_owner(owner, target, Some("application/x-ndjson"))
+            .await?
+        else {
+            return Ok(false);
+        };
         let mut partial: Vec<u8> = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|_| moving_to(owner.url))? {
             partial.extend_from_slice(&chunk);

@@ -42,12 +42,25 @@ pub(crate) struct Reader {
 /// Where one stream is read.
 pub(super) enum Source {
     Local(Store),
-    Remote {
-        cluster: Arc<Cluster>,
-        url: String,
-        min: Position,
-        auth: Option<HeaderValue>,
-    },
+    Remote(Remote),
+}
+
+/// A stream read from its owner: the node, and what the requests carry.
+pub(super) struct Remote {
+    cluster: Arc<Cluster>,
+    url: String,
+    min: Position,
+    auth: Option<HeaderValue>,
+}
+
+impl Remote {
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            url: &self.url,
+            min: &self.min,
+            auth: self.auth.as_ref(),
+        }
+    }
 }
 
 /// A stream's extent.
@@ -159,12 +172,12 @@ impl Source {
             return Ok(Source::Local(store));
         }
         match cluster.node.route(Topic::Streams, shard) {
-            Route::Remote(owner) => Ok(Source::Remote {
+            Route::Remote(owner) => Ok(Source::Remote(Remote {
                 cluster: Arc::clone(cluster),
                 url: owner.url,
                 min: min.clone(),
                 auth: reader.auth.clone(),
-            }),
+            })),
             _ => Err(crate::cluster::read::moving(shard)),
         }
     }
@@ -187,18 +200,8 @@ impl Source {
                     events: i.events,
                 }))
             }
-            Source::Remote {
-                cluster,
-                url,
-                min,
-                auth,
-            } => {
-                let owner = Owner {
-                    url,
-                    min,
-                    auth: auth.as_ref(),
-                };
-                let meta = cluster.owner_stream(&owner, stream).await?;
+            Source::Remote(r) => {
+                let meta = r.cluster.owner_stream(&r.owner(), stream).await?;
                 Ok(meta.map(|m| Meta {
                     first_seq: m.first_seq,
                     last_seq: m.last_seq,
@@ -236,21 +239,12 @@ impl Source {
                 read.await
                     .map_err(|e| Failure::new(ErrorCode::Internal, e.to_string()))?
             }
-            Source::Remote {
-                cluster,
-                url,
-                min,
-                auth,
-            } => {
-                let owner = Owner {
-                    url,
-                    min,
-                    auth: auth.as_ref(),
-                };
+            Source::Remote(r) => {
                 let mut entries = entries;
                 let mut line = |l: &[u8]| entries.push_json(l) && !entries.full();
-                let found = cluster
-                    .owner_events(&owner, stream, span, &mut line)
+                let found = r
+                    .cluster
+                    .owner_events(&r.owner(), stream, span, &mut line)
                     .await?;
                 Ok(found.then_some(entries))
             }
@@ -269,7 +263,7 @@ impl Source {
                 // No I/O: the cursor's metadata is in memory.
                 local_meta(store, stream)
             }
-            Source::Remote { .. } => self.meta(stream).await?,
+            Source::Remote(_) => self.meta(stream).await?,
         };
         let Some(meta) = meta else {
             return Ok(None);
