@@ -355,7 +355,10 @@ mod cached_tests {
     /// `WouldBlock` when its bytes are not there; a plain read then brings them in.
     #[test]
     fn cached_only_reads_refuse_what_is_not_cached() {
-        let dir = tempfile::tempdir().unwrap();
+        // Beside the test binary (the build's disk), not in /tmp: a tmpfs /tmp (Debian 13's
+        // default) keeps its pages whatever `posix_fadvise` says, and nothing is uncached.
+        let beside = std::env::current_exe().unwrap();
+        let dir = tempfile::tempdir_in(beside.parent().unwrap()).unwrap();
         let path = dir.path().join("f");
         let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
