@@ -24,7 +24,9 @@
 # medians are printed as a table.
 #
 # Parameters (environment): REPS=3 WARMUP_S=2 MEASURE_S=8 RATE=20000 PORT=17300 (HTTP; RESP is
-# PORT+1, Redis PORT+2, OLD's HTTP PORT+3) OLD= (a checkout with target/release/veltrix)
+# PORT+1, Redis PORT+2, OLD's HTTP PORT+3) OLD= (a checkout with target/release/veltrix) or
+# OLD_BIN= (an older veltrix binary itself); ONLY= (a regex of the measures to run, e.g.
+# ONLY='point_http|redis_get|xrange' while iterating; the table then shows only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -40,6 +42,8 @@ RESP_PORT=$((PORT + 1))
 REDIS_PORT=$((PORT + 2))
 OLD_PORT=$((PORT + 3))
 OLD=${OLD:-}
+OLD_BIN=${OLD_BIN:-${OLD:+$OLD/target/release/veltrix}}
+ONLY=${ONLY:-.}
 
 command -v jq >/dev/null || { as_root apt-get update >&2; as_root apt-get install -y jq >&2; }
 command -v redis-server >/dev/null || { as_root apt-get update >&2; as_root apt-get install -y redis-server >&2; }
@@ -59,8 +63,8 @@ trap stop_all EXIT
 PIDS+=($!)
 PID=$!
 wait_ready || { cat "$WORK/vx.log" >&2; exit 1; }
-if [[ -n $OLD ]]; then
-  "$OLD/target/release/veltrix" serve --data-dir "$WORK/old" --listen "127.0.0.1:$OLD_PORT" \
+if [[ -n $OLD_BIN ]]; then
+  "$OLD_BIN" serve --data-dir "$WORK/old" --listen "127.0.0.1:$OLD_PORT" \
     --fsync always >"$WORK/old.log" 2>&1 &
   PIDS+=($!)
   (PORT=$OLD_PORT PID=$! wait_ready) || { cat "$WORK/old.log" >&2; exit 1; }
@@ -79,6 +83,7 @@ REDIS="endpoints=\"resp://127.0.0.1:$REDIS_PORT\""
 # lt KEY OP WORKLOAD [--set …]: one run; records KEY's ops/s, events/s and latency.
 lt() {
   local key=$1 op=$2 wl=$3; shift 3
+  [[ $key =~ $ONLY ]] || return 0
   local l; l=$(load1)
   "$LT" run "$W/$wl" -q --set "warmup_s=$WARMUP_S" --set "measure_s=$MEASURE_S" "$@" \
     --json "$WORK/r.json" >/dev/null
@@ -101,16 +106,17 @@ for rep in $(seq 1 "$REPS"); do
   lt xadd_vx xadd xadd.toml --set "$VX_RESP"
   # The ingest lane's streams from the last repetition: written with XADD *, their ids are
   # Redis's own (time-based), which the preparation of a later run refuses.
-  for s in $(seq 0 15); do redis-cli -p "$REDIS_PORT" DEL "xadd-$s" >/dev/null; done
+  [[ xadd_redis =~ $ONLY ]] && for s in $(seq 0 15); do redis-cli -p "$REDIS_PORT" DEL "xadd-$s" >/dev/null; done
   lt xadd_redis xadd xadd.toml --set "$REDIS"
   lt pages page replay-pages.toml --set "$HTTP"
-  [[ -n $OLD ]] && lt old_pages page replay-pages.toml --set "$OLD_HTTP"
+  [[ -n $OLD_BIN ]] && lt old_pages page replay-pages.toml --set "$OLD_HTTP"
   lt scans scan replay-pages.toml --set "$HTTP" --set scan_pct=100
-  [[ -n $OLD ]] && lt old_scans scan replay-pages.toml --set "$OLD_HTTP" --set scan_pct=100
+  [[ -n $OLD_BIN ]] && lt old_scans scan replay-pages.toml --set "$OLD_HTTP" --set scan_pct=100
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 row() { # LABEL KEY UNIT
+  [[ $2 =~ $ONLY ]] || return 0
   printf '| %s | %s %s | %s / %s |\n' "$1" "$(med "${2}_$3")" "$3" "$(med "${2}_p50")" "$(med "${2}_p99")"
 }
 echo
@@ -126,14 +132,14 @@ row "XRANGE s N-0 N-0 on Redis, 50 conns" xrange_redis ops
 row "XADD pipeline 16 on Veltrix (fsync always)" xadd_vx ops
 row "XADD pipeline 16 on Redis (AOF everysec)" xadd_redis ops
 row "256-event pages, 4 conns" pages events
-[[ -n $OLD ]] && row "256-event pages, 4 conns, OLD" old_pages events
+[[ -n $OLD_BIN ]] && row "256-event pages, 4 conns, OLD" old_pages events
 row "whole 100k-event streams, 4 conns" scans events
-[[ -n $OLD ]] && row "whole 100k-event streams, 4 conns, OLD" old_scans events
+[[ -n $OLD_BIN ]] && row "whole 100k-event streams, 4 conns, OLD" old_scans events
 echo
 echo "point read ÷ Redis GET: $(ratio "$(med point_http_ops)" "$(med redis_get_ops)")"
 echo "XRANGE Veltrix ÷ Redis: $(ratio "$(med xrange_vx_ops)" "$(med xrange_redis_ops)")"
 echo "XADD Veltrix ÷ Redis: $(ratio "$(med xadd_vx_ops)" "$(med xadd_redis_ops)")"
-if [[ -n $OLD ]]; then
+if [[ -n $OLD_BIN ]]; then
   echo "pages ÷ OLD: $(ratio "$(med pages_events)" "$(med old_pages_events)")"
   echo "scans ÷ OLD: $(ratio "$(med scans_events)" "$(med old_scans_events)")"
 fi

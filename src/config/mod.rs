@@ -286,6 +286,7 @@ impl Config {
         s.max_streams = self.storage.max_streams;
         s.max_feature_bytes = self.storage.max_feature_bytes;
         s.snapshot_interval = self.storage.snapshot_interval;
+        s.index_cache_bytes = self.storage.index_cache_bytes;
         s.features = self
             .features
             .declare

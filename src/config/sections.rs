@@ -181,6 +181,18 @@ sections! {
             whose events were all retained away still count (they stay listed with `events: 0`) \
             until they are deleted; deleted streams do not count. Memory per stream is bounded \
             (docs/ARCHITECTURE.md), so this key bounds the metadata memory.";
+        /// Bytes of index pages kept in memory for readers (0: none).
+        index_cache_bytes: u64 = 64 * MIB, via Size,
+        de "super::units::size",
+        help "memory for sealed index files' pages that reads touch (0: none)",
+        doc "\
+            Memory for the pages (4KiB) of sealed segments' index files that reads touch, so \
+            that a small read looks its event up without reading the index file again: with \
+            the pages it needs cached, a 1-event read costs one read of the log. Bounded \
+            (S3-FIFO eviction, each page counted with 64 bytes of overhead; \
+            `vx_index_cache_bytes`): 64MiB holds about 16,000 pages, and a 1-event read \
+            touches a few pages per sealed segment its stream's chain visits. `0` turns it \
+            off.";
         /// Budget of the feature tables: past it, writes creating entities or features get 507.
         max_feature_bytes: u64 = 1024 * MIB, via Size,
         de "super::units::size",

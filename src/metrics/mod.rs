@@ -32,6 +32,8 @@
 //!   `vx_log_oldest_append_timestamp_seconds`, `vx_retention_deleted_segments_total`,
 //!   `vx_retention_deleted_bytes_total`, `vx_segment_seal_duration_seconds`,
 //!   `vx_streams_deleted_total`: the log's size, retention and deletes (docs/API.md §5).
+//! - `vx_index_cache_bytes`, `vx_index_cache_hits_total`, `vx_index_cache_misses_total`: the
+//!   index page cache (`storage.index_cache_bytes`).
 //! - `vx_feature_reads_total`: entities read by `GET /v1/features/{entity}` and batch queries;
 //!   `vx_feature_writes_total`: feature PUTs and deletes answered 200.
 //! - `vx_feature_entities`, `vx_feature_bytes`, `vx_feature_max_bytes`: the feature tables

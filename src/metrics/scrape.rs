@@ -250,6 +250,24 @@ impl Collector for RouterCollector {
         )?;
         gauge(
             &mut encoder,
+            "vx_index_cache_bytes",
+            "Bytes of sealed index files' pages held in memory for readers (storage.index_cache_bytes)",
+            log.index_cache_bytes as f64,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_index_cache_hits",
+            "Index page lookups of readers answered from memory",
+            log.index_cache_hits,
+        )?;
+        counter(
+            &mut encoder,
+            "vx_index_cache_misses",
+            "Index page lookups of readers that read the page from its file",
+            log.index_cache_misses,
+        )?;
+        gauge(
+            &mut encoder,
             "vx_log_oldest_append_timestamp_seconds",
             "Append time of the oldest retained record, Unix seconds (0 when the log is empty)",
             log.oldest_append_ms.map_or(0.0, |ms| ms as f64 / 1000.0),

@@ -41,6 +41,7 @@ mod store;
 pub mod vfs;
 
 pub use index::idxfile;
+pub use index::pages;
 pub use log::record;
 use log::{recovery, segment};
 pub use read::watch;

@@ -149,6 +149,9 @@ pub struct StorageConfig {
     /// Descriptors of sealed segments and index files kept open for readers (an LRU cache);
     /// the active segment and the data dir lock take two more.
     pub open_files: usize,
+    /// `storage.index_cache_bytes`: bytes of sealed index files' pages kept in memory for
+    /// readers (`crate::index::pages`); 0 keeps none.
+    pub index_cache_bytes: u64,
     /// Capacity, in requests, of the channel to the writer thread.
     pub channel_capacity: usize,
     /// Truncate a bad record outside the active tail instead of refusing to start.
@@ -194,6 +197,7 @@ impl StorageConfig {
             refuse_at_limits: true,
             snapshot_interval: Duration::from_secs(300),
             open_files: FILE_CACHE,
+            index_cache_bytes: 64 << 20,
             channel_capacity: 4096,
             repair: false,
             observer: None,

@@ -59,6 +59,10 @@ pub struct LogStats {
     pub retained_bytes: u64,
     /// Descriptors of sealed segments and index files open for readers.
     pub open_files: u64,
+    /// The index page cache: bytes held, and page lookups answered from it or read.
+    pub index_cache_bytes: u64,
+    pub index_cache_hits: u64,
+    pub index_cache_misses: u64,
 }
 
 /// A replay query (docs/API.md §5); the engine applies every filter.

@@ -11,4 +11,5 @@ pub(crate) mod carry;
 pub(crate) mod chain;
 pub mod idxfile;
 pub(crate) mod memory;
+pub mod pages;
 pub(crate) mod samples;

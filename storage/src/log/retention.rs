@@ -140,7 +140,7 @@ impl LogWriter {
     /// Remove segment `info`, whose records end before LSN `next_first`.
     fn remove_segment(&mut self, info: SegInfo, next_first: u64) -> io::Result<()> {
         let seg = info.first_lsn;
-        let (f, _) = self.shared.segments.idx(seg)?;
+        let (f, _) = self.shared.segments.idx_uncached(seg)?;
         let mut entries = IdxContents::read(&*f)?.entries()?;
         drop(f);
         // Entries of streams reset since: those streams are new ones of the same name, whose

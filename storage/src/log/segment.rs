@@ -6,6 +6,7 @@
 
 use crate::api::OpenError;
 use crate::index::idxfile::{self, Entry, IdxHeader, NodeRef};
+use crate::index::pages::{IndexPages, PageStats};
 use crate::vfs::{DirLock, FileCache, OpenMode, VFile, Vfs};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -203,14 +204,26 @@ pub struct Segments {
     pub log_dir: PathBuf,
     map: RwLock<BTreeMap<u64, SegInfo>>,
     files: FileCache,
+    /// Pages of sealed index files that readers touched.
+    pages: Arc<IndexPages>,
+}
+
+/// The bounds of what readers keep: descriptors and index pages.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadCaches {
+    /// Descriptors of sealed segments and index files (`StorageConfig::open_files`).
+    pub open_files: usize,
+    /// Bytes of index pages (`storage.index_cache_bytes`; 0: none).
+    pub index_bytes: u64,
 }
 
 impl Segments {
-    pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf, open_files: usize) -> Self {
+    pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf, caches: ReadCaches) -> Self {
         Segments {
             log_dir,
             map: RwLock::new(BTreeMap::new()),
-            files: FileCache::new(vfs, open_files),
+            files: FileCache::new(vfs, caches.open_files),
+            pages: Arc::new(IndexPages::new(caches.index_bytes)),
         }
     }
 
@@ -228,6 +241,7 @@ impl Segments {
         let info = self.map.write().remove(&first_lsn);
         self.files.evict(&segment_path(&self.log_dir, first_lsn));
         self.files.evict(&idx_path(&self.log_dir, first_lsn));
+        self.pages.forget(first_lsn);
         info
     }
 
@@ -277,14 +291,27 @@ impl Segments {
         self.files.get(&segment_path(&self.log_dir, first_lsn))
     }
 
-    /// A sealed segment's index file and header.
+    /// A sealed segment's index file and header, read through the index page cache: what
+    /// readers look things up in.
     pub fn idx(&self, first_lsn: u64) -> io::Result<(Arc<dyn VFile>, IdxHeader)> {
+        let (f, h) = self.idx_uncached(first_lsn)?;
+        Ok((self.pages.file(first_lsn, f, h.file_len()), h))
+    }
+
+    /// A sealed segment's index file and header, read from the file: for reading it whole
+    /// (retention), which would only push hot pages out of the cache.
+    pub fn idx_uncached(&self, first_lsn: u64) -> io::Result<(Arc<dyn VFile>, IdxHeader)> {
         let h = self
             .get(first_lsn)
             .ok_or_else(|| Self::gone(first_lsn))?
             .idx
             .ok_or_else(|| io::Error::other(format!("segment {first_lsn} is not sealed")))?;
         Ok((self.files.get(&idx_path(&self.log_dir, first_lsn))?, h))
+    }
+
+    /// What the index page cache holds and did.
+    pub fn index_pages(&self) -> PageStats {
+        self.pages.stats()
     }
 
     /// A stream's node in a sealed segment.

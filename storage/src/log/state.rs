@@ -12,7 +12,7 @@ use crate::index::memory::{Index, Placed};
 use crate::index::samples::RunMark;
 use crate::log::active::Active;
 pub(crate) use crate::log::origins::Origins;
-use crate::log::segment::{self, DataDir, Segments};
+use crate::log::segment::{self, DataDir, ReadCaches, Segments};
 pub(crate) use crate::log::streams::{Streams, WState};
 use crate::vfs::{VFile, Vfs};
 use parking_lot::{Mutex, RwLock};
@@ -60,12 +60,12 @@ impl Published {
         vfs: Arc<dyn Vfs>,
         log_dir: PathBuf,
         active_seg: u64,
-        open_files: usize,
+        caches: ReadCaches,
         features: Arc<Features>,
     ) -> Published {
         Published {
             index: Index::new(shards, active_seg),
-            segments: Segments::new(vfs, log_dir, open_files),
+            segments: Segments::new(vfs, log_dir, caches),
             carry: RwLock::new(Carry::default()),
             poison: Poison::default(),
             horizons: (0..shards).map(|_| AtomicI64::new(i64::MIN)).collect(),

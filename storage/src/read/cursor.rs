@@ -46,8 +46,11 @@ const FIRST_READ: usize = 16 << 10;
 const SAMPLE_READ: usize = 8 << 10;
 /// A read of at most this many events is short (see [`SAMPLE_READ`]).
 const SHORT_READ: u64 = 32;
-/// Spans of a sealed node read at a time.
+/// Spans of a sealed node read at a time; a short read reads [`SHORT_SPAN_CHUNK`]: its index
+/// pages are cached (`crate::index::pages`), so reading more spans than it needs is not a
+/// `pread` saved but spans parsed for nothing.
 const SPAN_CHUNK: u32 = 64;
+const SHORT_SPAN_CHUNK: u32 = 2;
 /// Bound on how often a cursor starts over after the segments moved under it.
 const MAX_RETRIES: u32 = 16;
 
@@ -515,8 +518,12 @@ impl Cursor {
                     _ => hi = mid,
                 }
             }
-            node.chunk =
-                idxfile::read_spans(&*node.file, &node.header, &node.entry, lo, SPAN_CHUNK)?;
+            let n = if self.remaining <= SHORT_READ {
+                SHORT_SPAN_CHUNK
+            } else {
+                SPAN_CHUNK
+            };
+            node.chunk = idxfile::read_spans(&*node.file, &node.header, &node.entry, lo, n)?;
             node.chunk_at = lo;
         }
         let i = node.chunk.partition_point(|s| s.last_seq() < seq);

@@ -261,6 +261,7 @@ impl Store {
     pub fn log_stats(&self) -> LogStats {
         let s = &self.inner.shared;
         let all = s.segments.all();
+        let pages = s.segments.index_pages();
         LogStats {
             segments: all.len() as u64,
             bytes: all.iter().map(|i| i.log_len + i.idx_len).sum(),
@@ -268,6 +269,9 @@ impl Store {
             retained_segments: s.retained_segments.load(Ordering::Relaxed),
             retained_bytes: s.retained_bytes.load(Ordering::Relaxed),
             open_files: s.segments.open_files() as u64,
+            index_cache_bytes: pages.bytes,
+            index_cache_hits: pages.hits,
+            index_cache_misses: pages.misses,
         }
     }
 

@@ -94,8 +94,10 @@ pub const SPAN_LEN: usize = 40;
 pub const SPAN_LEN_SAMPLES: usize = 48;
 /// A sample in the samples region (version 3).
 pub const SAMPLE_LEN: usize = 16;
-/// A span's samples are read with one `pread` up to this many, by binary search beyond.
-const SAMPLES_READ_WHOLE: u32 = 128;
+/// A span's samples are read whole up to this many, by binary search beyond. Readers' index
+/// pages are cached (`crate::index::pages`): a binary search costs no `pread`s, and parses a
+/// few samples where a whole read parses them all.
+const SAMPLES_READ_WHOLE: u32 = 8;
 const SLOT_LEN: usize = 8;
 
 pub const F_EVENTS: u16 = 1;
@@ -911,8 +913,8 @@ pub fn read_samples(
 }
 
 /// The sample of `span` a walk to `seq` starts from: the one with the greatest seq ≤ `seq`
-/// (`None`: start at the span's start). One `pread` of the span's samples when it has at most
-/// 128, else a binary search reading one sample a step.
+/// (`None`: start at the span's start). One read of the span's samples when it has at most
+/// 8, else a binary search reading one sample a step.
 pub fn best_sample(
     file: &dyn VFile,
     h: &IdxHeader,

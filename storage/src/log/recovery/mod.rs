@@ -38,7 +38,7 @@ use crate::dedup::DedupTable;
 use crate::index::carry::Carry;
 use crate::index::idxfile::IdxContents;
 use crate::log::active::Active;
-use crate::log::segment::{self, DataDir, LogFile, SegInfo, io_err};
+use crate::log::segment::{self, DataDir, LogFile, ReadCaches, SegInfo, io_err};
 use crate::log::state::{LogWriter, Published};
 use crate::vfs::OpenMode;
 use std::path::{Path, PathBuf};
@@ -176,7 +176,10 @@ fn pass(
         Arc::clone(&vfs),
         log_dir.clone(),
         first,
-        cfg.open_files,
+        ReadCaches {
+            open_files: cfg.open_files,
+            index_bytes: cfg.index_cache_bytes,
+        },
         Arc::new(crate::features::Features::new(
             shards,
             cfg.features.clone(),

@@ -1,0 +1,175 @@
+//! The index page cache: the parts of sealed segments' index files that readers touched, kept
+//! in memory as 4 KiB pages, bounded by `storage.index_cache_bytes`.
+//!
+//! A point read in a sealed segment looks up its stream's entry (a slot probe and the entry),
+//! walks the stream's chain of nodes (one entry per node), binary-searches the node's spans and
+//! reads the span's samples: about fifteen `pread`s of a few dozen bytes each before the one
+//! read of events. Index files never change once sealed, so their pages can be kept without
+//! invalidation: with the hot pages in memory a point read costs one `pread`, of the events.
+//!
+//! The cache is [`quick_cache`]'s (S3-FIFO: a scan of a long stream's spans does not push out
+//! the pages every point read touches), keyed by (segment, page), weighted by bytes. A segment
+//! removed by retention drops its pages ([`IndexPages::forget`]). A page is read whole, through
+//! the file's own backend, so that a read under [`crate::vfs::cached_only`] that misses both
+//! caches is refused as before ([`crate::vfs::would_block`]) and caches nothing.
+
+use crate::vfs::VFile;
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of a page: the page cache's unit, and about what one index `pread` of the kernel's
+/// costs anyway.
+pub const PAGE: u64 = 4096;
+
+/// Bytes counted per page beyond its data: the key, the `Arc` header and the cache's slot.
+const PAGE_OVERHEAD: u64 = 64;
+
+/// (segment's first LSN, page number in its index file).
+type Key = (u64, u64);
+
+#[derive(Clone)]
+struct Bytes;
+
+impl Weighter<Key, Arc<[u8]>> for Bytes {
+    fn weight(&self, _key: &Key, page: &Arc<[u8]>) -> u64 {
+        page.len() as u64 + PAGE_OVERHEAD
+    }
+}
+
+/// What the cache did, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageStats {
+    /// Bytes held now (pages and their overhead).
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// Pages of sealed index files, shared by every reader.
+pub struct IndexPages {
+    /// `None` when `storage.index_cache_bytes` is 0: every read goes to the file.
+    cache: Option<Cache<Key, Arc<[u8]>, Bytes>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl IndexPages {
+    /// A cache of at most `capacity` bytes (0: none).
+    pub fn new(capacity: u64) -> Self {
+        let cache = (capacity > 0).then(|| {
+            let pages = usize::try_from(capacity / (PAGE + PAGE_OVERHEAD)).unwrap_or(usize::MAX);
+            Cache::with_weighter(pages.max(1), capacity, Bytes)
+        });
+        IndexPages {
+            cache,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// `file`, segment `seg`'s index file of `len` bytes, read through this cache.
+    pub fn file(self: &Arc<Self>, seg: u64, file: Arc<dyn VFile>, len: u64) -> Arc<dyn VFile> {
+        if self.cache.is_none() {
+            return file;
+        }
+        Arc::new(CachedIdx {
+            seg,
+            len,
+            file,
+            pages: Arc::clone(self),
+        })
+    }
+
+    /// Drop segment `seg`'s pages (retention removed it).
+    pub fn forget(&self, seg: u64) {
+        if let Some(c) = &self.cache {
+            c.retain(|&(s, _), _| s != seg);
+        }
+    }
+
+    pub fn stats(&self) -> PageStats {
+        PageStats {
+            bytes: self.cache.as_ref().map_or(0, Cache::weight),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Page `no` of `f`, from the cache or read whole (`page_len` bytes) and kept.
+    fn page(&self, f: &CachedIdx, no: u64, page_len: usize) -> io::Result<Arc<[u8]>> {
+        let key = (f.seg, no);
+        let cache = self.cache.as_ref();
+        if let Some(page) = cache.and_then(|c| c.get(&key)) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(page);
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let mut buf = vec![0u8; page_len];
+        f.file.read_exact_at(&mut buf, no * PAGE)?;
+        let page: Arc<[u8]> = buf.into();
+        if let Some(c) = cache {
+            c.insert(key, Arc::clone(&page));
+        }
+        Ok(page)
+    }
+}
+
+/// A sealed index file read through [`IndexPages`]. Read only: index files are written whole
+/// before they are sealed, and never after.
+struct CachedIdx {
+    seg: u64,
+    /// The file's length, from its header (sealed: it does not change).
+    len: u64,
+    file: Arc<dyn VFile>,
+    pages: Arc<IndexPages>,
+}
+
+impl VFile for CachedIdx {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let mut n = 0usize;
+        while n < buf.len() {
+            let at = off.saturating_add(n as u64);
+            if at >= self.len {
+                break;
+            }
+            let no = at / PAGE;
+            let page_len = usize::try_from((self.len - no * PAGE).min(PAGE))
+                .map_err(|_| io::Error::other("page length"))?;
+            let page = self.pages.page(self, no, page_len)?;
+            let within = usize::try_from(at - no * PAGE).map_err(|_| io::Error::other("offset"))?;
+            let k = (buf.len() - n).min(page.len() - within);
+            buf[n..n + k].copy_from_slice(&page[within..within + k]);
+            n += k;
+        }
+        Ok(n)
+    }
+
+    fn write_all_at(&self, _buf: &[u8], _off: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.len)
+    }
+}
+
+fn read_only() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "a sealed index file is read only",
+    )
+}
+
+#[cfg(test)]
+mod tests;

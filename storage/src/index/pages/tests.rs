@@ -1,0 +1,170 @@
+//! The index page cache: reads through it equal the file's, a page is read once, refused reads
+//! stay refused, the bound holds, and retention's removals leave it.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use proptest::prelude::*;
+use std::sync::atomic::AtomicBool;
+
+/// An index file in memory that counts its reads and can refuse them as an uncached read
+/// under `cached_only` is refused.
+struct Mem {
+    bytes: Vec<u8>,
+    reads: AtomicU64,
+    refuse: AtomicBool,
+}
+
+impl Mem {
+    fn new(len: usize) -> Arc<Mem> {
+        Arc::new(Mem {
+            bytes: (0..len).map(|i| (i * 7 + i / 4096) as u8).collect(),
+            reads: AtomicU64::new(0),
+            refuse: AtomicBool::new(false),
+        })
+    }
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
+impl VFile for Mem {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        if self.refuse.load(Ordering::Relaxed) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let off = usize::try_from(off).unwrap().min(self.bytes.len());
+        let k = buf.len().min(self.bytes.len() - off);
+        buf[..k].copy_from_slice(&self.bytes[off..off + k]);
+        Ok(k)
+    }
+    fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        unreachable!()
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn set_len(&self, _: u64) -> io::Result<()> {
+        unreachable!()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.bytes.len() as u64)
+    }
+}
+
+fn cached(pages: &Arc<IndexPages>, seg: u64, mem: &Arc<Mem>) -> Arc<dyn VFile> {
+    let file: Arc<dyn VFile> = Arc::clone(mem) as Arc<dyn VFile>;
+    pages.file(seg, file, mem.bytes.len() as u64)
+}
+
+proptest! {
+    /// Any read through the cache answers the file's bytes, whatever pages it spans, up to the
+    /// end of the file; past the end it answers 0 bytes, as a file does.
+    #[test]
+    fn a_read_through_the_cache_equals_the_file(
+        len in 1usize..20_000,
+        reads in proptest::collection::vec((0u64..21_000, 0usize..9_000), 1..20),
+        capacity in prop_oneof![Just(0u64), Just(3 * PAGE), Just(1 << 20)],
+    ) {
+        let mem = Mem::new(len);
+        let pages = Arc::new(IndexPages::new(capacity));
+        let f = cached(&pages, 7, &mem);
+        for (off, n) in reads {
+            let mut got = vec![0u8; n];
+            let k = f.read_full_at(&mut got, off).unwrap();
+            let mut want = vec![0u8; n];
+            let wk = mem.read_full_at(&mut want, off).unwrap();
+            prop_assert_eq!(k, wk);
+            prop_assert_eq!(&got[..k], &want[..wk]);
+        }
+        prop_assert!(pages.stats().bytes <= capacity);
+    }
+}
+
+/// The second read of the same bytes costs the file nothing; another segment's pages are
+/// its own.
+#[test]
+fn a_page_is_read_from_the_file_once() {
+    let mem = Mem::new(3 * PAGE as usize + 100);
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let f = cached(&pages, 1, &mem);
+    let mut buf = [0u8; 48];
+    f.read_exact_at(&mut buf, 4080).unwrap(); // spans pages 0 and 1
+    assert_eq!(mem.reads(), 2);
+    for off in [0, 10, 4080, 4096, 8000] {
+        f.read_exact_at(&mut buf, off).unwrap();
+    }
+    assert_eq!(mem.reads(), 2, "pages 0 and 1 came from the cache");
+    let s = pages.stats();
+    assert_eq!((s.misses, s.hits), (2, 6));
+    let other = cached(&pages, 2, &mem);
+    other.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(mem.reads(), 3, "segment 2's page 0 is not segment 1's");
+}
+
+/// A read the backend refuses (`cached_only` and cold) is refused through the cache too, and
+/// leaves nothing cached; once the backend answers, the page is kept.
+#[test]
+fn a_refused_read_is_refused_and_caches_nothing() {
+    let mem = Mem::new(10_000);
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let f = cached(&pages, 1, &mem);
+    mem.refuse.store(true, Ordering::Relaxed);
+    let mut buf = [0u8; 16];
+    let e = f.read_exact_at(&mut buf, 5000).unwrap_err();
+    assert!(crate::vfs::would_block(&e), "{e}");
+    assert_eq!(pages.stats().bytes, 0);
+    mem.refuse.store(false, Ordering::Relaxed);
+    f.read_exact_at(&mut buf, 5000).unwrap();
+    mem.refuse.store(true, Ordering::Relaxed);
+    f.read_exact_at(&mut buf, 5000).unwrap(); // from the cache: the backend is not asked
+}
+
+/// The cache never holds more than its capacity, and a segment that retention removed leaves
+/// it.
+#[test]
+fn the_cache_is_bounded_and_forgets_removed_segments() {
+    let mem = Mem::new(64 * PAGE as usize);
+    let capacity = 8 * (PAGE + PAGE_OVERHEAD);
+    let pages = Arc::new(IndexPages::new(capacity));
+    let mut buf = [0u8; 8];
+    for seg in 1..=4 {
+        let f = cached(&pages, seg, &mem);
+        for p in 0..64 {
+            f.read_exact_at(&mut buf, p * PAGE).unwrap();
+            assert!(pages.stats().bytes <= capacity);
+        }
+    }
+    assert!(pages.stats().bytes > 0);
+    for seg in 1..=4 {
+        pages.forget(seg);
+    }
+    assert_eq!(pages.stats().bytes, 0);
+}
+
+/// Without a cache (`storage.index_cache_bytes: 0`) the file is the file itself.
+#[test]
+fn a_zero_capacity_reads_the_file() {
+    let mem = Mem::new(5000);
+    let pages = Arc::new(IndexPages::new(0));
+    let f = cached(&pages, 1, &mem);
+    let mut buf = [0u8; 8];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(mem.reads(), 2);
+    assert_eq!(pages.stats(), PageStats::default());
+}
+
+/// A sealed index file cannot be written through the cache.
+#[test]
+fn a_cached_index_file_is_read_only() {
+    let mem = Mem::new(100);
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let f = cached(&pages, 1, &mem);
+    assert_eq!(
+        f.write_all_at(b"x", 0).unwrap_err().kind(),
+        io::ErrorKind::PermissionDenied
+    );
+    assert_eq!(f.len().unwrap(), 100);
+}
