@@ -478,17 +478,16 @@ impl Rec {
             self.more = ThinVec::new();
         } else if self.more.len() == entries {
             // The same shape as before (most changes): assigned in place, the long encoding's
-            // buffer kept if it is long enough.
+            // buffer kept if it is exactly as long. Only then: the buffer's length is the
+            // encoding's, and a longer one would keep the old encoding's last bytes after the
+            // new one, which reads ignore but a snapshot's strict check refuses (the record
+            // would make every snapshot holding it unusable).
             for (h, k) in self.more.iter_mut().zip(kept) {
                 *h = Held::St(k);
             }
             if !inline && let Some(last) = self.more.last_mut() {
                 match last {
-                    Held::Data(d) if d.len() >= out.len() => {
-                        if let Some(d) = d.get_mut(..out.len()) {
-                            d.copy_from_slice(&out);
-                        }
-                    }
+                    Held::Data(d) if d.len() == out.len() => d.copy_from_slice(&out),
                     _ => *last = Held::Data(out.as_slice().into()),
                 }
             }
@@ -740,6 +739,13 @@ mod tests {
             let mut r = Rec::new();
             r.store(&mut before);
             r.store(&mut e.clone());
+            // What a snapshot copies is exactly the encoding a fresh record holds: no bytes
+            // of what the record held before (a snapshot checks encodings strictly).
+            let mut fresh = Rec::new();
+            fresh.store(&mut e.clone());
+            prop_assert_eq!(r.snapshot_parts().0, fresh.snapshot_parts().0);
+            let strict = check_encoding(r.snapshot_parts().0, |_, _| ()).is_some();
+            prop_assert!(strict, "the encoding does not check");
             let v = r.view();
             prop_assert_eq!(v.head, e.head);
             prop_assert_eq!(v.feats.len(), e.feats.len());

@@ -164,7 +164,8 @@ fn answers_follow_the_apply(threads: usize, then: usize) {
     let (store, report) = Store::open(cfg(&fs, then)).unwrap();
     assert!(
         report.features.snapshot.is_some(),
-        "restarted from a snapshot"
+        "restarted from a snapshot; skipped: {:?}",
+        report.features.skipped
     );
     assert_eq!(dump(&store), before, "{threads} threads, then {then}");
 }
