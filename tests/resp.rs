@@ -2,14 +2,16 @@
 //! here wrote: redis-py from PyPI (tests/clients/resp_client.py, in a virtualenv under Cargo's
 //! scratch dir; `VX_PYTHON_REDIS` may name an interpreter that has `redis`) and Debian's
 //! `redis-cli` (scripts/test installs `redis-tools` where it is missing). Raw sockets check what
-//! the clients cannot show: protocol errors, inline commands, a client that never reads, the
-//! idle timeout, and that an acknowledged `HSET` survives `kill -9`.
+//! the clients cannot show: the exact bytes of values (bulk strings in RESP2 and RESP3),
+//! protocol errors, inline commands, a client that never reads, the idle timeout, and that an
+//! acknowledged `HSET` survives `kill -9`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
+use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
@@ -56,18 +58,36 @@ async fn redis_py_runs_every_command_in_both_protocols_and_http_sees_the_same_ta
     assert_eq!(report["resp2-done"], true);
     assert_eq!(report["resp3-done"], true);
 
-    // What RESP wrote, HTTP reads: the same tables, the same types.
+    // What RESP wrote, HTTP reads: the same tables. HSET keeps the string it was given; the
+    // increments made numbers.
     let r = s.api.features("resp3-player-7", None).await;
     assert_eq!(r.status, 200, "{r}");
     let body = r.json();
-    assert_eq!(body["features"]["damage"], 43);
-    assert_eq!(body["features"]["ratio"], 0.25);
+    assert_eq!(body["features"]["damage"], "43");
+    assert_eq!(body["features"]["ratio"], "0.25");
     assert_eq!(body["features"]["name"], "zed");
     assert!(body["features"].get("level").is_none());
     assert_eq!(s.api.features("resp2-gone", None).await.status, 404);
+    let r = s.api.features("resp2-values", None).await;
+    assert_eq!(r.json()["features"]["zip"], "02134", "{r}");
+    assert_eq!(r.json()["features"]["events"], 12, "{r}");
+    let r = s.api.features("resp2-bin", None).await;
+    assert_eq!(r.json()["features"]["nul"], "a\u{0}b", "{r}");
+    let r = s.api.features("resp3-incr", None).await;
+    let f = &r.json()["features"];
+    assert_eq!(
+        (&f["n"], &f["f"], &f["s"]),
+        (&json!(3), &json!(2.5), &json!(6)),
+        "{r}"
+    );
+    assert_eq!(
+        (&f["zip"], &f["word"]),
+        (&json!(2134.5), &json!("zed")),
+        "{r}"
+    );
 
-    // A counter set over RESP keeps counting when events add to it, and RESP reads what
-    // events and HTTP wrote.
+    // A counter set over RESP (a string that reads as a number) keeps counting when events
+    // add to it, and RESP reads what events and HTTP wrote.
     let ev = r#"{"stream":"s","type":"hits","kind":"counter","value":3,"entity":"resp2-counter","ts":1700000000000}"#;
     assert_accepted(&s.api.post_lines(&[ev.to_string()]).await, 1);
     let r = s
@@ -81,9 +101,29 @@ async fn redis_py_runs_every_command_in_both_protocols_and_http_sees_the_same_ta
     let cli = |args: &[&str]| redis_cli(addr, args);
     assert_eq!(cli(&["HGET", "resp2-counter", "hits"]), "8\n");
     assert_eq!(cli(&["HGET", "resp2-counter", "events"]), "1\n");
-    assert_eq!(cli(&["HGET", "from-http", "flag"]), "1\n");
-    assert_eq!(cli(&["-3", "HGET", "from-http", "flag"]), "(true)\n");
+    // Every value is a bulk string, in RESP2 and RESP3: a boolean is its word.
+    assert_eq!(cli(&["HGET", "from-http", "flag"]), "true\n");
+    assert_eq!(
+        cli(&["--no-raw", "HGET", "from-http", "flag"]),
+        "\"true\"\n"
+    );
+    assert_eq!(
+        cli(&["--no-raw", "-3", "HGET", "from-http", "flag"]),
+        "\"true\"\n"
+    );
+    assert_eq!(
+        cli(&["--no-raw", "-3", "HGETALL", "resp2-counter"]),
+        "1# \"events\" => \"1\"\n2# \"last_ts\" => \"1700000000000\"\n3# \"hits\" => \"8\"\n"
+    );
     assert_eq!(cli(&["HGET", "from-http", "score"]), "1.5\n");
+    assert_eq!(
+        cli(&["HINCRBYFLOAT", "from-http", "score", "0.25"]),
+        "1.75\n"
+    );
+    assert_eq!(
+        cli(&["--no-raw", "HINCRBY", "from-http", "n", "2"]),
+        "(integer) 2\n"
+    );
     assert_eq!(cli(&["HSET", "cli", "a", "1", "b", "two"]), "2\n");
     assert_eq!(cli(&["HGETALL", "cli"]), "a\n1\nb\ntwo\n");
     assert_eq!(cli(&["HMGET", "cli", "b", "zz"]), "two\n\n");
@@ -119,7 +159,125 @@ async fn redis_py_runs_every_command_in_both_protocols_and_http_sees_the_same_ta
     assert!(text.contains("errors: 0, replies: 1000"), "{text}");
     let r = s.api.features("piped-999", None).await;
     assert_eq!(r.status, 200, "{r}");
-    assert_eq!(r.json()["features"]["n"], 999);
+    assert_eq!(r.json()["features"]["n"], "999");
+
+    // Concurrent increments (the redis-py scenario's) survive kill -9: the log replays them.
+    for p in ["resp2-", "resp3-"] {
+        let want = report[format!("{p}incr")]["hits"].as_u64().unwrap();
+        let e = report[format!("{p}incr")]["entity"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(cli(&["HGET", &e, "hits"]), format!("{want}\n"));
+    }
+    let cfg = s.cfg.clone();
+    s.kill9();
+    let s = cfg.start();
+    let addr = resp_addr(&s);
+    for p in ["resp2-", "resp3-"] {
+        let want = report[format!("{p}incr")]["hits"].as_u64().unwrap();
+        let e = report[format!("{p}incr")]["entity"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(redis_cli(addr, &["HGET", &e, "hits"]), format!("{want}\n"));
+        assert_eq!(
+            redis_cli(addr, &["HGET", &e, "score"]),
+            format!("{}\n", want / 2)
+        );
+    }
+    assert_eq!(redis_cli(addr, &["HGET", "resp2-incr", "zip"]), "2134.5\n");
+    assert_eq!(redis_cli(addr, &["HGET", "resp2-incr", "word"]), "zed\n");
+}
+
+/// The exact bytes of values and of the connect-time commands, in RESP2 and after `HELLO 3`:
+/// every hash value a bulk string (a counter's 42 is `$2 42`), counts and `CLIENT ID`
+/// integers, as Redis answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_are_bulk_strings_in_both_protocols() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = resp_server(tmp.path()).start();
+    let addr = resp_addr(&s);
+    let ev = r#"{"stream":"s","type":"kills","kind":"counter","value":42,"entity":"p","ts":1700000000000}"#;
+    assert_accepted(&s.api.post_lines(&[ev.to_string()]).await, 1);
+    let r = s
+        .api
+        .put_features("p", &json!({"r": 0.25, "b": false, "big": 1e21}))
+        .await;
+    assert_eq!(r.status, 200, "{r}");
+    let reads = b"HGET p kills\r\nHMGET p kills r b big nope\r\nHSET p zip 02134\r\n\
+                  HGET p zip\r\nHEXISTS p zip\r\nEXISTS p\r\nHINCRBY p kills 1\r\n\
+                  HINCRBYFLOAT p r 0.5\r\nHDEL p zip\r\n";
+    let want2 = "$2\r\n42\r\n\
+                 *5\r\n$2\r\n42\r\n$4\r\n0.25\r\n$5\r\nfalse\r\n$22\r\n1000000000000000000000\r\n$-1\r\n\
+                 :1\r\n$5\r\n02134\r\n:1\r\n:1\r\n:43\r\n$4\r\n0.75\r\n:1\r\n";
+    let got = tokio::task::spawn_blocking(move || raw(addr, reads, want2.len()))
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), want2);
+    // RESP3: the same bulk strings; HGETALL a map of them. (QUIT closes the connection,
+    // which ends the read.)
+    let input = b"HELLO 3 SETNAME h1\r\nCLIENT GETNAME\r\nHGET p kills\r\nHGETALL p\r\n\
+                  CLIENT SETNAME me\r\nCLIENT GETNAME\r\nSELECT 0\r\nSELECT 1\r\nECHO hi\r\n\
+                  HELLO 3 SETNAME a\x01b\r\nCLIENT GETNAME\r\nQUIT\r\n";
+    let got = tokio::task::spawn_blocking(move || raw(addr, input, 1 << 20))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    let after_hello = text
+        .split_once("*0\r\n")
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    let want3 = "$2\r\nh1\r\n$2\r\n43\r\n%6\r\n$6\r\nevents\r\n$1\r\n1\r\n\
+                 $7\r\nlast_ts\r\n$13\r\n1700000000000\r\n$5\r\nkills\r\n$2\r\n43\r\n\
+                 $1\r\nb\r\n$5\r\nfalse\r\n$3\r\nbig\r\n$22\r\n1000000000000000000000\r\n\
+                 $1\r\nr\r\n$4\r\n0.75\r\n+OK\r\n$2\r\nme\r\n+OK\r\n-ERR DB index is out of range\r\n$2\r\nhi\r\n\
+                 -ERR Client names cannot contain spaces, newlines or special characters.\r\n\
+                 $2\r\nme\r\n+OK\r\n";
+    assert_eq!(after_hello, want3, "{text}");
+    assert!(text.starts_with("%7\r\n$6\r\nserver\r\n"), "{text}");
+    // CLIENT ID: an integer, one per connection.
+    let a = raw(addr, b"CLIENT ID\r\n", 4);
+    let b = raw(addr, b"CLIENT ID\r\n", 4);
+    assert!(
+        a.starts_with(b":") && b.starts_with(b":") && a != b,
+        "{a:?} {b:?}"
+    );
+}
+
+/// While the server is starting (here: joining a cluster whose Kafka never answers), `INFO`
+/// says `loading:1`, which clients such as ioredis wait out, and the data commands answer
+/// `-LOADING`; redis-py connects (with a client name) and sees both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_says_loading_until_the_server_is_ready() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let brokers = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let cfg = resp_server(tmp.path()).args([
+        "--cluster",
+        "kafka",
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-topic",
+        "t",
+        "--node-id",
+        "n0",
+        "--advertise",
+        "http://127.0.0.1:1",
+    ]);
+    let proc = cfg.spawn();
+    let addr = resp_addr_of(&proc);
+    let got = tokio::task::spawn_blocking(move || raw(addr, b"INFO persistence\r\n", 33))
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "$26\r\n# Persistence\r\nloading:1\r\n\r\n"
+    );
+    let report = redis_py_at(addr, "loading").await;
+    assert_eq!(report["done"], true);
+    drop(proc);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,8 +314,8 @@ async fn protocol_errors_inline_commands_and_timeouts() {
         .start();
     let addr = resp_addr(&s);
     // Inline commands, as typed into nc; a blank line does nothing.
-    let got = raw(addr, b"PING\r\n\r\nHSET inl a 5\r\nHGET inl a\r\n", 15);
-    assert_eq!(got, b"+PONG\r\n:1\r\n:5\r\n");
+    let got = raw(addr, b"PING\r\n\r\nHSET inl a 5\r\nHGET inl a\r\n", 18);
+    assert_eq!(got, b"+PONG\r\n:1\r\n$1\r\n5\r\n");
     // Not RESP: an error, then the connection is closed (read returns 0).
     let got = raw(addr, b"*1\r\n:5\r\n", 1 << 20);
     assert_eq!(got, b"-ERR Protocol error: expected '$', got ':'\r\n");
@@ -237,7 +395,7 @@ async fn an_acknowledged_hset_survives_kill_9() {
         b"HGET dur-49 f499\r\nHMGET dur-0 f0 f450 f451\r\n",
         100,
     );
-    assert_eq!(got, b":7\r\n*3\r\n:7\r\n:7\r\n$-1\r\n");
+    assert_eq!(got, b"$1\r\n7\r\n*3\r\n$1\r\n7\r\n$1\r\n7\r\n$-1\r\n");
 }
 
 /// `HDEL` of several names and `DEL` of several entities are atomic as in Redis: one feature
@@ -273,7 +431,7 @@ async fn hdel_and_del_of_several_are_one_record() {
     assert_eq!(cli(&["HGETALL", "p"]), "d\n4\n");
     let r = s.api.features("p", None).await;
     assert_eq!(r.status, 200, "{r}");
-    assert_eq!(r.json()["features"], serde_json::json!({"d": 4}));
+    assert_eq!(r.json()["features"], serde_json::json!({"d": "4"}));
 
     // An aggregate fed by events, deleted with a plain feature: one record, both gone.
     let now = vx_sys::now_ms();
@@ -348,16 +506,16 @@ async fn a_pipeline_of_reads_is_counted_once_each() {
     let mut want = Vec::new();
     for i in 0..40 {
         want.extend_from_slice(match (i % 2, i <= 20) {
-            (0, true) => &b":7\r\n"[..],
-            (0, false) => b":8\r\n",
+            (0, true) => &b"$1\r\n7\r\n"[..],
+            (0, false) => b"$1\r\n8\r\n",
             _ => b"$-1\r\n",
         });
         if i == 20 {
             want.extend_from_slice(b":0\r\n");
         }
     }
-    // Integer features answer as RESP integers.
-    want.extend_from_slice(b"*1\r\n:8\r\n:1\r\n*2\r\n$1\r\nv\r\n:8\r\n:1\r\n");
+    // Values answer as bulk strings; HEXISTS and EXISTS as integers.
+    want.extend_from_slice(b"*1\r\n$1\r\n8\r\n:1\r\n*2\r\n$1\r\nv\r\n$1\r\n8\r\n:1\r\n");
     let len = want.len();
     let got = tokio::task::spawn_blocking(move || raw(addr, &input, len))
         .await

@@ -217,12 +217,20 @@ impl LocalCopy for StoreCopy {
                     alone(outcome)
                 }))
             }
-            (Topic::Entities, body @ (Body::FeaturePut { .. } | Body::FeatureDelete { .. })) => {
+            (
+                Topic::Entities,
+                body @ (Body::FeaturePut { .. }
+                | Body::FeatureDelete { .. }
+                | Body::FeatureIncr { .. }),
+            ) => {
                 let (entity, op) = match body {
                     Body::FeaturePut { entity, set } => (entity, FeatureOp::Put(set)),
                     Body::FeatureDelete { entity, name } => {
                         let op = FeatureOp::Delete(vec![(entity.clone(), name)]);
                         (entity, op)
+                    }
+                    Body::FeatureIncr { entity, name, by } => {
+                        (entity, FeatureOp::Incr { name, by })
                     }
                     _ => return Ok(failed("internal: not a feature write")),
                 };
@@ -241,6 +249,7 @@ impl LocalCopy for StoreCopy {
                             added: o.added,
                             deleted: o.deleted,
                             found: o.found,
+                            incremented: o.incremented,
                         },
                         Submitted::Feature(Err(e)) => Outcome::Failed {
                             message: e.to_string(),
@@ -258,6 +267,7 @@ impl LocalCopy for StoreCopy {
                     Body::EntityEvents { .. } => "entity events",
                     Body::FeaturePut { .. } => "feature put",
                     Body::FeatureDelete { .. } => "feature delete",
+                    Body::FeatureIncr { .. } => "feature increment",
                 }
             ))),
         }

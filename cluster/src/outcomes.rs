@@ -16,7 +16,7 @@ use tokio::sync::watch;
 pub const KEEP: usize = 4096;
 
 /// What one applied record did (the single-node answer of docs/API.md §3, per partition).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// Stored: newly stored events, duplicates, and per stream the last seq.
@@ -41,13 +41,16 @@ pub enum Outcome {
         added: u64,
         deleted: u64,
         found: bool,
+        /// An increment's outcome (`HINCRBY`): the new value, or why the value was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        incremented: Option<vx_storage::features::Incremented>,
     },
     /// The local store refused it (a bug or a broken disk; the node is not ready).
     Failed { message: String },
 }
 
 /// The answer to "what did applying this record do?".
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Lookup {
     Applied(Outcome),
     /// Applied long enough ago that its outcome is no longer kept.

@@ -6,11 +6,11 @@
 //! header (24 bytes)
 //!   0   u8   version     1
 //!   1   u8   kind        1 = events, 2 = stream delete, 3 = entity events,
-//!                        4 = feature put, 5 = feature delete
+//!                        4 = feature put, 5 = feature delete, 6 = feature increment
 //!   2   u8   flags       bit 0: expected_last_seq is set (events only); other bits 0
 //!   3   u8   reserved    0
 //!   4   u32  n           events and entity events: runs; feature put: names;
-//!                        stream delete and feature delete: 1
+//!                        stream delete, feature delete and feature increment: 1
 //!   8   i64  append_ms   the producing node's clock when it took the request, ms since the
 //!                        epoch: the append time every replica of the partition uses (the
 //!                        dedup window and retention count from it), so that they agree
@@ -30,6 +30,12 @@
 //! feature delete (`DELETE /v1/features/{entity}[/{name}]`)
 //!   u16  entity_len, then the entity's bytes
 //!   u8   name_len       0: the whole entity; else the feature's name follows
+//! feature increment (the Redis protocol's `HINCRBY`, `HINCRBYFLOAT`; the owner makes the
+//! sum when it applies the record)
+//!   u16  entity_len, then the entity's bytes
+//!   u8   name_len (1..=128), the name's bytes
+//!   u8   tag            1 = i64, 2 = f64 (finite)
+//!   8 bytes             the increment
 //! ```
 //!
 //! Entity events are the events an owner stored that carry an entity, on their way to the
@@ -42,7 +48,7 @@
 
 use vx_proto::le::Reader;
 use vx_proto::{Batch, packed};
-use vx_storage::features::FeatureValue;
+use vx_storage::features::{FeatureValue, Increment};
 
 pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 24;
@@ -69,6 +75,12 @@ pub enum Body {
     FeatureDelete {
         entity: String,
         name: Option<String>,
+    },
+    /// Add to one feature.
+    FeatureIncr {
+        entity: String,
+        name: String,
+        by: Increment,
     },
 }
 
@@ -193,6 +205,28 @@ pub fn encode_feature_delete(entity: &str, name: Option<&str>, append_ms: i64) -
     out
 }
 
+/// Encode a feature increment.
+pub fn encode_feature_incr(entity: &str, name: &str, by: Increment, append_ms: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 12 + entity.len() + name.len());
+    header(&mut out, 6, 1, append_ms, None);
+    stream(&mut out, entity);
+    // Names are 1–128 bytes: the RESP layer checks them first.
+    let len = u8::try_from(name.len()).unwrap_or(u8::MAX);
+    out.push(len);
+    out.extend_from_slice(&name.as_bytes()[..usize::from(len).min(name.len())]);
+    match by {
+        Increment::Int(i) => {
+            out.push(1);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Increment::Float(f) => {
+            out.push(2);
+            out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+    }
+    out
+}
+
 fn header(out: &mut Vec<u8>, kind: u8, n: u32, append_ms: i64, expected: Option<u64>) {
     out.push(VERSION);
     out.push(kind);
@@ -247,6 +281,13 @@ pub fn decode(value: &[u8]) -> Result<Record, WireError> {
                 stream: stream_name(&mut r)?.to_string(),
             }
         }
+        6 => {
+            if expected_last_seq.is_some() || n != 1 {
+                return Err(WireError::Bad("feature increment header"));
+            }
+            let entity = stream_name(&mut r)?.to_string();
+            feature_incr(&mut r, entity)?
+        }
         4 | 5 => {
             if expected_last_seq.is_some() || (kind == 5 && n != 1) {
                 return Err(WireError::Bad("feature write header"));
@@ -285,6 +326,27 @@ fn stream_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
 
 fn utf8(b: &[u8]) -> Result<&str, WireError> {
     std::str::from_utf8(b).map_err(|_| WireError::Bad("not UTF-8"))
+}
+
+fn feature_incr(r: &mut Reader<'_>, entity: String) -> Result<Body, WireError> {
+    let bad = || WireError::Bad("truncated feature increment");
+    let len = usize::from(r.u8().ok_or_else(bad)?);
+    if !(1..=128).contains(&len) {
+        return Err(WireError::Bad("feature name length"));
+    }
+    let name = utf8(r.bytes(len).ok_or_else(bad)?)?.to_string();
+    let by = match r.u8().ok_or_else(bad)? {
+        1 => Increment::Int(r.i64().ok_or_else(bad)?),
+        2 => {
+            let f = f64::from_bits(r.u64().ok_or_else(bad)?);
+            if !f.is_finite() {
+                return Err(WireError::Bad("non-finite feature increment"));
+            }
+            Increment::Float(f)
+        }
+        _ => return Err(WireError::Bad("unknown feature increment tag")),
+    };
+    Ok(Body::FeatureIncr { entity, name, by })
 }
 
 fn feature_values(

@@ -12,6 +12,7 @@
 //! - a feature put sets values (a PUT wins over everything earlier in the log; the value keeps
 //!   the `ts` of the value it replaced, so a later gauge with an older `ts` does not undo it);
 //!   `null` deletes; a feature delete removes one feature or the whole entity;
+//! - an increment adds to one value, as it is when the record applies ([`crate::incr`]);
 //! - a shard reset (cluster mode: the node discards its copy of one shard) empties the shard.
 //!
 //! A record the tables cannot take is an [`ApplyError`]: the tables no longer follow the log,
@@ -20,6 +21,7 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
+use crate::incr::Incremented;
 use crate::state::{Buckets, Feat, State};
 use crate::table::{EntityRef, Shard};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};
@@ -45,7 +47,7 @@ pub struct Replay<'a> {
 }
 
 /// What applying a direct write found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DirectApplied {
     pub set: u64,
     /// Of `set`, the features the entity did not have (Redis's `HSET` answer).
@@ -53,15 +55,19 @@ pub struct DirectApplied {
     pub deleted: u64,
     /// The entity (or the named feature) existed before a delete.
     pub found: bool,
+    /// An increment's outcome (`crate::incr`); `None` for every other change.
+    pub incremented: Option<Incremented>,
 }
 
-/// The sum of what several changes did (`found`: any of them found its target).
+/// The sum of what several changes did (`found`: any of them found its target; an
+/// increment is one change of one entity, so at most one of them has an outcome).
 impl std::ops::AddAssign for DirectApplied {
     fn add_assign(&mut self, o: DirectApplied) {
         self.set += o.set;
         self.added += o.added;
         self.deleted += o.deleted;
         self.found |= o.found;
+        self.incremented = self.incremented.or(o.incremented);
     }
 }
 
@@ -237,7 +243,12 @@ impl Features {
     /// Move entity `er`'s shard to the record at `lsn`. Records apply in log order: one
     /// before what the shard holds means the caller lost its place (records of one LSN apply
     /// to a shard once per event, hence `<`).
-    fn advance(&self, er: EntityRef<'_>, sh: &mut Shard, lsn: u64) -> Result<(), ApplyError> {
+    pub(crate) fn advance(
+        &self,
+        er: EntityRef<'_>,
+        sh: &mut Shard,
+        lsn: u64,
+    ) -> Result<(), ApplyError> {
         if lsn < sh.lsn {
             return Err(ApplyError::OutOfOrder {
                 lsn,
@@ -251,7 +262,12 @@ impl Features {
 
     /// Whether only redone declarations apply to entity `e` for a record at `lsn`: during
     /// recovery, when its shard's snapshot covers the record.
-    fn redo_only(&self, e: EntityRef<'_>, lsn: u64, replay: Option<&Replay<'_>>) -> bool {
+    pub(crate) fn redo_only(
+        &self,
+        e: EntityRef<'_>,
+        lsn: u64,
+        replay: Option<&Replay<'_>>,
+    ) -> bool {
         let s = e.shard(self.nshards) as usize;
         replay
             .and_then(|r| r.covered.get(s))

@@ -10,7 +10,7 @@
 //! - [`parallel`]: the apply threads, each owning fixed shards, and a record cut into their
 //!   slices.
 //! - `value`, `window`, `hll`: what a record does to a plain value, a windowed or all-time
-//!   aggregate, a `distinct` sketch.
+//!   aggregate, a `distinct` sketch; `incr`: increments, and stored values read as numbers.
 //! - `budget`: `storage.max_feature_bytes`, reserved before a record is written.
 //! - `read`: the query API.
 //! - [`snapshot`]: the snapshot file format, its writer, loader and checker.
@@ -19,7 +19,7 @@
 //! The storage engine's writer is the only caller that changes the tables. After a record
 //! reached the mode's durability and before its request is answered, it hands the record's
 //! contents over as typed values — [`Features::events`] then [`RecordEvents::apply`] per
-//! event, [`Features::put`], [`Features::delete`], [`Features::reset_shard`] (cluster mode:
+//! event, [`Features::put`], [`Features::incr`], [`Features::delete`], [`Features::reset_shard`] (cluster mode:
 //! one shard's copy discarded) — with the record's [`LogPos`]; after each
 //! group it marks the LSN everything is applied through ([`Features::applied_through`]).
 //! Recovery replays the same records through the same calls, in the same order, with a
@@ -40,6 +40,7 @@ mod budget;
 mod cost;
 mod decl;
 mod hll;
+mod incr;
 mod index;
 mod names;
 mod ordered;
@@ -60,6 +61,7 @@ pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,
     MAX_PUT_NAMES, MAX_STRING_VALUE, MAX_WINDOW, MIN_WINDOW, check_decls, valid_name,
 };
+pub use incr::{IncrRefused, Increment, Incremented, float_of, int_of};
 pub use read::{EntityRead, PREFETCH_READS, ReadAt};
 pub use store::{FeatureStats, Features};
 pub use table::entity_hash;

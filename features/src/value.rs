@@ -1,6 +1,7 @@
 //! Plain values: counters, gauges and direct writes, and a feature's removal.
 
 use crate::decl::FeatureValue;
+use crate::incr::{as_float, as_int};
 use crate::names::Names;
 use crate::state::{Entity, Feat, State};
 use vx_proto::Num;
@@ -76,8 +77,13 @@ pub(crate) fn add_counter(st: &mut State, delta: Num, ts: i64) {
             *t = (*t).max(ts);
         }
         State::Plain { v, ts: t } => {
-            // A PUT left a string or a bool: the counter starts over.
-            *v = FeatureValue::Int(d);
+            // A PUT left a string or a bool. A string that reads as a number (`HSET … 5`)
+            // counts on, by the rules increments read it with; anything else starts over.
+            *v = match (as_int(v), as_float(v)) {
+                (Some(i), _) => FeatureValue::Int(i.saturating_add(d)),
+                (None, Some(f)) => FeatureValue::Float(f + d as f64),
+                (None, None) => FeatureValue::Int(d),
+            };
             *t = (*t).max(ts);
         }
         other => {
@@ -103,5 +109,35 @@ pub(crate) fn set_gauge(st: &mut State, value: Num, ts: i64) {
                 ts,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(v: FeatureValue, d: i64) -> FeatureValue {
+        let mut st = State::Plain { v, ts: 5 };
+        add_counter(&mut st, Num::Int(d), 7);
+        match st {
+            State::Plain { v, ts } => {
+                assert_eq!(ts, 7);
+                v
+            }
+            _ => unreachable!("a plain value stays plain"),
+        }
+    }
+
+    #[test]
+    fn a_counter_counts_on_from_a_string_that_is_a_number() {
+        let s = |t: &str| FeatureValue::Str(t.into());
+        assert_eq!(counted(s("5"), 3), FeatureValue::Int(8));
+        assert_eq!(counted(s("2.5"), 1), FeatureValue::Float(3.5));
+        assert_eq!(counted(s("zed"), 3), FeatureValue::Int(3));
+        assert_eq!(counted(FeatureValue::Bool(true), 3), FeatureValue::Int(3));
+        assert_eq!(
+            counted(FeatureValue::Int(i64::MAX), 1),
+            FeatureValue::Int(i64::MAX)
+        );
     }
 }

@@ -14,12 +14,13 @@ pub fn cluster_record_roundtrips(data: &[u8]) {
             batch,
             expected_last_seq,
         } => wire::encode_events(batch, None, rec.append_ms, *expected_last_seq, false),
-        Body::EntityEvents { batch } => {
-            wire::encode_events(batch, None, rec.append_ms, None, true)
-        }
+        Body::EntityEvents { batch } => wire::encode_events(batch, None, rec.append_ms, None, true),
         Body::Delete { stream } => Some(wire::encode_delete(stream, rec.append_ms)),
         Body::FeaturePut { entity, set } => {
             Some(wire::encode_feature_put(entity, set, rec.append_ms))
+        }
+        Body::FeatureIncr { entity, name, by } => {
+            Some(wire::encode_feature_incr(entity, name, *by, rec.append_ms))
         }
         Body::FeatureDelete { entity, name } => Some(wire::encode_feature_delete(
             entity,

@@ -402,8 +402,8 @@ impl Router {
     }
 
     /// Admit and write a direct feature write (docs/API.md §6): admitted like events, on the
-    /// entity's shard, one event per name it sets; a delete, one event per target on the
-    /// target's shard.
+    /// entity's shard, one event per name it sets (an increment: one); a delete, one event
+    /// per target on the target's shard.
     pub async fn submit_features(
         &self,
         mut fw: FeatureWrite,
@@ -437,6 +437,10 @@ impl Router {
                 }
                 (shards, vx_storage::delete_bytes(targets))
             }
+            FeatureOp::Incr { name, .. } => (
+                vec![(features.shard_of(&fw.entity), 1)],
+                fw.entity.len() + name.len() + 16,
+            ),
         };
         let reservation = self.try_admit(&shards, bytes as u64)?;
         let queue_fill = self.fill_of(&reservation.shards);

@@ -15,13 +15,18 @@
 //! - [`conn`]: one connection: reading, pipelining, bounded buffers, timeouts.
 //! - [`session`]: a connection's session (protocol, token) and the checks every command
 //!   passes (arity, auth, readiness).
-//! - [`command`]: the command table and the execution of each command.
+//! - [`command`]: the command table, and the execution of the commands that read.
+//! - [`hash`]: the hash write commands (`HSET`, `HDEL`, `DEL`, `HINCRBY`, `HINCRBYFLOAT`).
+//! - [`connect`]: the connection and server commands (`AUTH`, `HELLO`, `CLIENT`, `SELECT`,
+//!   `COMMAND`, `INFO`).
 //! - [`streams`]: Redis's stream commands (`XADD`, `XRANGE`, `XREAD`, …) over the streams.
 //! - [`value`]: feature values to and from RESP.
 
 mod cluster;
 mod command;
 mod conn;
+mod connect;
+mod hash;
 mod session;
 mod streams;
 mod value;
@@ -48,7 +53,7 @@ pub(crate) struct Ctx {
     /// closed, so one that never reads cannot hold its task and buffers forever.
     pub(crate) write_timeout: Duration,
     pub(crate) limits: vx_proto::resp::Limits,
-    /// The `id` of `HELLO`'s reply.
+    /// The next connection's id (`CLIENT ID`, `HELLO`'s `id`).
     pub(crate) next_id: AtomicU64,
 }
 

@@ -1,9 +1,10 @@
 //! A connection's session on the Redis-protocol listener and what every command is checked
 //! against: the table entry type ([`Spec`]: arity, flags, keys, the scope it needs), the
 //! session's protocol version and token, and [`Session::admit`] (arity, auth, readiness).
-//! The commands themselves are in [`super::command`] (hashes and the connection commands) and
-//! [`super::streams`] (Redis's stream commands); both depend on this module, never on each
-//! other's internals.
+//! The commands themselves are in [`super::command`] (the table, and hashes),
+//! [`super::connect`] (the connection and server commands) and [`super::streams`] (Redis's
+//! stream commands); they depend on this module, and the streams never on the others'
+//! internals.
 
 use super::Ctx;
 use crate::config::Scope;
@@ -29,7 +30,7 @@ pub(crate) type WriteFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 pub(super) enum Needs {
     /// Nothing (`AUTH`, `HELLO`, `QUIT`).
     Nothing,
-    /// Any known token (`PING`, `COMMAND`, `INFO`).
+    /// Any known token (`PING`, `ECHO`, `CLIENT`, `SELECT`, `COMMAND`, `INFO`).
     Known,
     Scope(Scope),
 }
@@ -74,7 +75,10 @@ pub(crate) struct Session {
     pub(crate) resp3: bool,
     /// The token `AUTH` (or `HELLO … AUTH`) accepted.
     pub(super) token: Option<String>,
+    /// `CLIENT ID`, and `HELLO`'s `id`: unique among the listener's connections.
     pub(super) id: u64,
+    /// `CLIENT SETNAME` (or `HELLO … SETNAME`), for `CLIENT GETNAME`.
+    pub(super) name: Option<String>,
     /// Entities read since the connection last added them to `vx_feature_reads_total`: it does
     /// once per batch of commands ([`Session::end_batch`]), since the counter is one cache
     /// line that every worker thread writes.
@@ -108,6 +112,7 @@ impl Session {
             resp3: false,
             token: None,
             id: ctx.next_id.fetch_add(1, Ordering::Relaxed),
+            name: None,
             reads: 0,
             at: None,
             position: Arc::default(),

@@ -1,61 +1,77 @@
 //! Feature values to and from RESP (docs/RESP.md "Values").
 //!
-//! Out: integers (stored integers, the built-ins, counts, integral aggregates) are RESP
-//! integers; other numbers are bulk strings in Rust's shortest round-trip form; strings are
-//! bulk strings; booleans are RESP3 booleans (the integers 1 and 0 in RESP2).
+//! Out: every value is a bulk string, in RESP2 and RESP3 alike, as Redis answers a hash
+//! (typed clients such as Jedis and Lettuce cast hash values to byte arrays):
+//! - integers in decimal (`42`, `-7`);
+//! - other numbers in the shortest decimal form that reads back to the same f64, without an
+//!   exponent, and without a fraction when they have none (`0.25`, `1000`, `-0` is `0`):
+//!   Rust's `Display` for f64, which is also how Redis prints `HINCRBYFLOAT`'s results;
+//! - booleans (written over HTTP) as `true` and `false`;
+//! - strings as their bytes.
 //!
-//! In: every `HSET` value arrives as a string. One that is an integer (`-12`) is stored as an
-//! integer, one that is a finite decimal number (`2.5`, `1e3`) as a float, anything else as
-//! a string; so a counter set over RESP keeps counting when events add to it. Booleans cannot
-//! be written over RESP (the string `true` stays a string).
+//! In: an `HSET` value is stored as the string it is, whatever it looks like (`02134` reads
+//! back `02134`); only the built-ins `events` and `last_ts`, which hold integers, take an
+//! integer in Redis's form. A value must be UTF-8 (feature strings are text).
 
+use crate::cluster::read::Val;
+use crate::failure::Failure;
+use vx_proto::ErrorCode;
 use vx_proto::resp::Reply;
-use vx_storage::features::{FeatureValue, Reading};
+use vx_storage::features::{EVENTS, FeatureValue, LAST_TS, Reading, int_of};
 
-/// An `HSET` value; `None` if it is not UTF-8 (feature strings are text).
-pub(crate) fn parse(b: &[u8]) -> Option<FeatureValue> {
-    let s = std::str::from_utf8(b).ok()?;
-    if let Ok(i) = s.parse::<i64>() {
-        return Some(FeatureValue::Int(i));
-    }
-    // `f64::from_str` also takes `inf`, `NaN` and `infinity`: those stay strings.
-    let numeric = !s.is_empty()
-        && s.bytes()
-            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'+' | b'e' | b'E'));
-    if numeric
-        && let Ok(f) = s.parse::<f64>()
-        && f.is_finite()
+/// An `HSET` value for feature `name`: a string, or an integer for a built-in (the PUT rules
+/// then refuse anything else, [`crate::http::features::check_value`]).
+pub(crate) fn parse(name: &str, b: &[u8]) -> Result<FeatureValue, Failure> {
+    let s = std::str::from_utf8(b).map_err(|_| {
+        Failure::new(
+            ErrorCode::InvalidEvent,
+            format!(
+                "feature {name:?}: a value must be UTF-8 (feature strings are text; \
+                 encode binary values, e.g. as base64)"
+            ),
+        )
+    })?;
+    if (name == EVENTS || name == LAST_TS)
+        && let Some(i) = int_of(s)
     {
-        return Some(FeatureValue::Float(f));
+        return Ok(FeatureValue::Int(i));
     }
-    Some(FeatureValue::Str(s.into()))
+    Ok(FeatureValue::Str(s.into()))
 }
 
-/// Write one value as a reply.
+/// A float as a reply shows it (module docs).
+pub(crate) fn float_text(f: f64) -> String {
+    if f == 0.0 {
+        // Not `-0`.
+        return "0".to_string();
+    }
+    f.to_string()
+}
+
+/// Write one value as a reply: a bulk string.
 pub(crate) fn write(r: &mut Reply<'_>, v: Reading<'_>) {
     match v {
-        Reading::Int(i) | Reading::Value(&FeatureValue::Int(i)) => r.int(i),
-        Reading::Value(FeatureValue::Float(f)) => r.bulk(f.to_string().as_bytes()),
-        Reading::Value(FeatureValue::Bool(b)) => r.boolean(*b),
-        Reading::Value(FeatureValue::Str(s)) => r.bulk(s.as_bytes()),
-        // As over HTTP: integral values print as integers while f64 holds them exactly.
-        Reading::Num(f) => {
-            if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
-                r.int(f as i64);
-            } else {
-                r.bulk(f.to_string().as_bytes());
-            }
-        }
+        Reading::Value(v) => write_value(r, v),
+        Reading::Int(i) => r.bulk(i.to_string().as_bytes()),
+        Reading::Num(f) => r.bulk(float_text(f).as_bytes()),
     }
 }
 
-/// Write one value read on any node ([`crate::cluster::read::Val`]), as [`write`] does.
-pub(crate) fn write_val(r: &mut Reply<'_>, v: &crate::cluster::read::Val) {
-    use crate::cluster::read::Val;
+fn write_value(r: &mut Reply<'_>, v: &FeatureValue) {
     match v {
-        Val::Int(i) => r.int(*i),
-        Val::Float(f) => r.bulk(f.to_string().as_bytes()),
-        Val::Bool(b) => r.boolean(*b),
+        FeatureValue::Int(i) => r.bulk(i.to_string().as_bytes()),
+        FeatureValue::Float(f) => r.bulk(float_text(*f).as_bytes()),
+        FeatureValue::Bool(b) => r.bulk(if *b { b"true" } else { b"false" }),
+        FeatureValue::Str(s) => r.bulk(s.as_bytes()),
+    }
+}
+
+/// Write one value read on any node ([`Val`]), as [`write`] does.
+pub(crate) fn write_val(r: &mut Reply<'_>, v: &Val) {
+    match v {
+        Val::Int(i) => r.bulk(i.to_string().as_bytes()),
+        Val::Float(f) => r.bulk(float_text(*f).as_bytes()),
+        Val::Bool(b) => r.bulk(if *b { b"true" } else { b"false" }),
         Val::Str(s) => r.bulk(s.as_bytes()),
     }
 }
@@ -66,31 +82,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_in() {
-        assert_eq!(parse(b"42"), Some(FeatureValue::Int(42)));
-        assert_eq!(parse(b"-7"), Some(FeatureValue::Int(-7)));
-        assert_eq!(parse(b"2.5"), Some(FeatureValue::Float(2.5)));
-        assert_eq!(parse(b"1e3"), Some(FeatureValue::Float(1000.0)));
-        assert_eq!(parse(b"inf"), Some(FeatureValue::Str("inf".into())));
-        assert_eq!(parse(b"NaN"), Some(FeatureValue::Str("NaN".into())));
-        assert_eq!(parse(b"1e999"), Some(FeatureValue::Str("1e999".into())));
-        assert_eq!(parse(b"true"), Some(FeatureValue::Str("true".into())));
-        assert_eq!(parse(b""), Some(FeatureValue::Str("".into())));
-        assert_eq!(parse(b"\xff"), None);
+    fn values_in_are_kept_as_given() {
+        for s in ["42", "02134", "+5", "1e3", "2.5", "true", "", "a\0b", "inf"] {
+            assert_eq!(
+                parse("x", s.as_bytes()).unwrap(),
+                FeatureValue::Str(s.into()),
+                "{s:?}"
+            );
+        }
+        assert_eq!(parse("events", b"12").unwrap(), FeatureValue::Int(12));
+        // Not an integer: a string, which the PUT rules refuse for a built-in.
+        assert_eq!(
+            parse("last_ts", b"012").unwrap(),
+            FeatureValue::Str("012".into())
+        );
+        let e = parse("x", b"\xff").unwrap_err();
+        assert!(e.message.contains("UTF-8"), "{}", e.message);
     }
 
-    #[test]
-    fn values_out() {
+    fn out(f: impl FnOnce(&mut Reply<'_>), resp3: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut r = Reply {
             out: &mut out,
-            resp3: false,
+            resp3,
         };
-        write(&mut r, Reading::Int(3));
-        write(&mut r, Reading::Value(&FeatureValue::Float(0.1)));
-        write(&mut r, Reading::Value(&FeatureValue::Bool(true)));
-        write(&mut r, Reading::Num(4.0));
-        write(&mut r, Reading::Num(4.5));
-        assert_eq!(out, b":3\r\n$3\r\n0.1\r\n:1\r\n:4\r\n$3\r\n4.5\r\n");
+        f(&mut r);
+        out
+    }
+
+    #[test]
+    fn values_out_are_bulk_strings_in_both_protocols() {
+        for resp3 in [false, true] {
+            let got = out(
+                |r| {
+                    write(r, Reading::Int(42));
+                    write(r, Reading::Value(&FeatureValue::Int(-7)));
+                    write(r, Reading::Value(&FeatureValue::Float(0.1)));
+                    write(r, Reading::Value(&FeatureValue::Float(1000.0)));
+                    write(r, Reading::Value(&FeatureValue::Bool(true)));
+                    write(r, Reading::Value(&FeatureValue::Str("02134".into())));
+                    write(r, Reading::Num(4.0));
+                    write(r, Reading::Num(-0.0));
+                    write(r, Reading::Num(4.5));
+                },
+                resp3,
+            );
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                "$2\r\n42\r\n$2\r\n-7\r\n$3\r\n0.1\r\n$4\r\n1000\r\n$4\r\ntrue\r\n\
+                 $5\r\n02134\r\n$1\r\n4\r\n$1\r\n0\r\n$3\r\n4.5\r\n"
+            );
+            let got = out(
+                |r| {
+                    write_val(r, &Val::Int(42));
+                    write_val(r, &Val::Float(1e21));
+                    write_val(r, &Val::Bool(false));
+                },
+                resp3,
+            );
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                "$2\r\n42\r\n$22\r\n1000000000000000000000\r\n$5\r\nfalse\r\n"
+            );
+        }
     }
 }

@@ -5,9 +5,10 @@
 //!
 //! Truthful answers: a write whose answer depends on what its owner will find — a
 //! conditional write (`X-Vx-Expected-Last-Seq`), a stream delete, a feature delete, a `PUT`
-//! that removes features — waits for its apply outcome whatever durability it asked for, so
-//! that a 200 is never given for a write that is then dropped, and a 404 or a count is the
-//! owner's. Other writes wait only with `X-Vx-Durability: applied`.
+//! that removes features, an increment (whose answer is the sum) — waits for its apply
+//! outcome whatever durability it asked for, so that a 200 is never given for a write that
+//! is then dropped, and a 404, a count or a sum is the owner's. Other writes wait only with
+//! `X-Vx-Durability: applied`.
 
 use super::{
     Change, Events, Features, FeaturesWritten, Pending, Reached, Refusal, StreamDeleted, Written,
@@ -219,14 +220,22 @@ pub(super) fn features(
                 .collect();
             (records, None, unknown_target(targets))
         }
+        Change::Incr { name, by } => {
+            let shard = vx_proto::shard::shard_of(&f.entity, shards);
+            if let Err(r) = feature_budget(&cluster, shard) {
+                return Box::pin(async move { Err(r) });
+            }
+            let value = wire::encode_feature_incr(&f.entity, name, *by, at);
+            (vec![(shard, value)], Some(1), String::new())
+        }
     };
     // A PUT that only sets is answered from what it carries; anything that removes is
-    // answered with what the owner removed.
-    let removes = match &f.change {
+    // answered with what the owner removed, and an increment with the sum the owner made.
+    let owners = match &f.change {
         Change::Put(set) => set.iter().any(|(_, v)| v.is_none()),
-        Change::Delete(_) => true,
+        Change::Delete(_) | Change::Incr { .. } => true,
     };
-    let applied = f.asked.applied || removes;
+    let applied = f.asked.applied || owners;
     Box::pin(async move {
         let mut admitted: Vec<(u32, u64)> = Vec::new();
         for (shard, _) in &records {
@@ -257,6 +266,7 @@ pub(super) fn features(
             added: 0,
             deleted: 0,
             found: 0,
+            incremented: None,
             durability: level(applied.is_some()),
             position: Some(position),
         };
@@ -270,6 +280,7 @@ pub(super) fn features(
                 added,
                 deleted,
                 found,
+                incremented,
             } = o
             else {
                 return Err(Refusal::filled(owner_failed(o), queue_fill));
@@ -278,6 +289,7 @@ pub(super) fn features(
             written.added += added;
             written.deleted += deleted;
             written.found += u64::from(*found);
+            written.incremented = written.incremented.or(*incremented);
         }
         if set.is_none() && written.found == 0 {
             return Err(not_found(what));

@@ -44,6 +44,7 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
                     added: 0,
                     deleted: 0,
                     found: 0,
+                    incremented: None,
                     durability: Reached::Local(d),
                     position: None,
                 })
@@ -63,10 +64,11 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
             }
             FeatureOp::Delete(found)
         }
+        Change::Incr { name, by } => FeatureOp::Incr { name, by },
     };
     let targets = match &op {
         FeatureOp::Delete(t) => t.len() as u64,
-        FeatureOp::Put(_) => 0,
+        FeatureOp::Put(_) | FeatureOp::Incr { .. } => 0,
     };
     let delete = matches!(op, FeatureOp::Delete(_));
     Box::pin(async move {
@@ -88,6 +90,7 @@ pub(super) fn features(router: Router, f: Features) -> Pending<FeaturesWritten> 
                 added: o.added,
                 deleted: o.deleted,
                 found: targets,
+                incremented: o.incremented,
                 durability: Reached::Local(o.durability),
                 position: None,
             }),

@@ -23,7 +23,7 @@ use vx_cluster::position::Position;
 use vx_proto::{Batch, ErrorCode};
 use vx_router::{Reservation, Router};
 use vx_storage::Durability;
-use vx_storage::features::FeatureValue;
+use vx_storage::features::{FeatureValue, Increment, Incremented};
 
 /// A write's future, `'static` so that a connection can keep several in flight.
 pub type Pending<T> = Pin<Box<dyn Future<Output = Result<T, Refusal>> + Send + 'static>>;
@@ -116,6 +116,10 @@ pub enum Change {
     /// Delete each target, in one record: an entity and one of its features, or (`None`)
     /// the whole entity. Nothing found is a 404.
     Delete(Vec<(String, Option<String>)>),
+    /// Add to one feature of the entity (the Redis protocol's `HINCRBY`, `HINCRBYFLOAT`): a
+    /// record of its own, the sum made when it is applied, in log order, so that concurrent
+    /// increments all count. Answered once applied, with the new value.
+    Incr { name: String, by: Increment },
 }
 
 /// A feature write done: what the single-node answer says.
@@ -127,6 +131,8 @@ pub struct FeaturesWritten {
     pub deleted: u64,
     /// The delete targets that existed (Redis's `DEL` answer).
     pub found: u64,
+    /// An increment's outcome: the new value, or why the value was left as it was.
+    pub incremented: Option<Incremented>,
     pub durability: Reached,
     pub position: Option<Position>,
 }

@@ -391,6 +391,7 @@ impl LogCheck {
             }
             RecordType::FeaturePut => Ok(record::feature_put(rec, h.n).map(|_| 0)?),
             RecordType::FeatureDelete => Ok(record::feature_delete(rec, h.n).map(|_| 0)?),
+            RecordType::FeatureIncr => Ok(record::feature_incr(rec, h.n).map(|_| 0)?),
             RecordType::Tombstone => {
                 let (stream, last) = record::tombstone(rec)?;
                 let cur = self.streams.get(stream).copied().unwrap_or(last);

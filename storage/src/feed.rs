@@ -92,6 +92,13 @@ pub(crate) fn apply_part(
             }
             Ok(features.put(at, entity, &set, how.replay)?)
         }
+        RecordType::FeatureIncr => {
+            let (entity, name, by) = record::feature_incr(rec, h.n)?;
+            if !owns(features.shard_of(entity)) {
+                return Ok(DirectApplied::default());
+            }
+            Ok(features.incr(at, entity, name, by, how.replay)?)
+        }
         RecordType::FeatureDelete => {
             let targets = record::feature_delete(rec, h.n)?;
             // Targets of one entity, next to each other (`HDEL` of several names), change it

@@ -1,7 +1,12 @@
 """redis-py (pinned by tests/resp.rs) against Veltrix's Redis-protocol listener.
 
 Usage: resp_client.py HOST PORT SCENARIO
-  open    every command in RESP2 and RESP3, pipelining (10,000 deep), errors
+  open    every command in RESP2 and RESP3, pipelining (10,000 deep), errors; values as
+          given (bulk strings), binary keys, names and values, HINCRBY/HINCRBYFLOAT (also
+          from four connections at once), the connect-time commands (CLIENT, SELECT, ECHO,
+          INFO)
+  loading PING and INFO answer while the server is starting (INFO: loading:1); the data
+          commands are refused with LOADING
   auth    AUTH and HELLO AUTH with the scoped tokens of tests/common (ingest, read, admin)
   budget  HSET until the feature budget refuses one
   cluster PORT2 PORT3 …: nodes of one cluster; writes through one, reads through the others,
@@ -36,18 +41,18 @@ def both_protocols(host, port):
         if proto == 3:
             assert r.connection_pool.get_connection("x").handshake_metadata is not None
         e = p + "player-7"
-        # HSET: values typed from their text; the reply counts the new fields.
+        # HSET: values kept as the bytes given; the reply counts the new fields.
         assert r.hset(e, mapping={"damage": "42", "ratio": "0.25", "name": "zed"}) == 3
         assert r.hset(e, mapping={"damage": "43", "level": "9"}) == 1
-        # Integers come back as integers, other numbers and strings as bulk strings.
-        assert r.hget(e, "damage") == 43, r.hget(e, "damage")
+        # Every value comes back as a bulk string, as Redis answers a hash.
+        assert r.hget(e, "damage") == b"43", r.hget(e, "damage")
         assert r.hget(e, "ratio") == b"0.25"
         assert r.hget(e, "name") == b"zed"
         assert r.hget(e, "nope") is None
         assert r.hget(p + "nobody", "damage") is None
-        assert r.hmget(e, ["name", "nope", "level", "damage"]) == [b"zed", None, 9, 43]
+        assert r.hmget(e, ["name", "nope", "level", "damage"]) == [b"zed", None, b"9", b"43"]
         all_ = r.hgetall(e)
-        assert all_ == {b"damage": 43, b"ratio": b"0.25", b"name": b"zed", b"level": 9}, all_
+        assert all_ == {b"damage": b"43", b"ratio": b"0.25", b"name": b"zed", b"level": b"9"}, all_
         assert r.hgetall(p + "nobody") == {}
         assert r.hexists(e, "level") is True
         assert r.hexists(e, "nope") is False
@@ -92,8 +97,12 @@ def both_protocols(host, port):
         assert len(res) == 10000
         for i in range(5000):
             assert res[2 * i] == 1, (i, res[2 * i])
-            assert res[2 * i + 1] == i, (i, res[2 * i + 1])
-        assert r.hget(p + "bulk-99", "f49") == 4999
+            assert res[2 * i + 1] == str(i).encode(), (i, res[2 * i + 1])
+        assert r.hget(p + "bulk-99", "f49") == b"4999"
+        hash_values(r, p)
+        binary(r, p)
+        out[p + "incr"] = increments(r, p)
+        connecting(host, port, proto, p)
         info = r.info()
         assert info["redis_version"], info
         assert r.command_count() >= 15
@@ -102,6 +111,147 @@ def both_protocols(host, port):
         out[p + "done"] = True
         r.close()
     return out
+
+
+def hash_values(r, p):
+    """What HSET is given reads back as given: strings stay strings, whatever they look like."""
+    e = p + "values"
+    given = {"zip": "02134", "plus": "+5", "exp": "1e3", "int": "42", "neg": "-7",
+             "float": "2.50", "space": " 1", "empty": "", "text": "café ☕"}
+    assert r.hset(e, mapping=given) == len(given)
+    got = r.hmget(e, list(given))
+    assert got == [v.encode() for v in given.values()], got
+    assert r.hgetall(e) == {k.encode(): v.encode() for k, v in given.items()}
+    # The built-ins hold integers: given in Redis's form, anything else refused.
+    assert r.hset(e, "events", "12") == 1
+    assert r.hget(e, "events") == b"12"
+    refused(lambda: r.hset(e, "events", "012"), "invalid_event", "built in")
+
+
+def binary(r, p):
+    """Binary keys, names and values: kept where the feature model allows (values are UTF-8
+    text, NUL included), refused with a clear error where it does not; nothing written then."""
+    e = p + "bin"
+    assert r.hset(e, "nul", b"a\x00b") == 1
+    assert r.hget(e, "nul") == b"a\x00b"
+    refused(lambda: r.hset(e, "raw", b"\xff\x00\x01"), "invalid_event", "UTF-8")
+    refused(lambda: r.hset(b"k\x00\xff", "f", "1"), "bad_request", "not an entity")
+    refused(lambda: r.hset(b"k\x00", "f", "1"), "bad_request", "not an entity")
+    refused(lambda: r.hset(e, b"\xff\x01", "1"), "invalid_event", "not a feature name")
+    refused(lambda: r.hset(e, b"n\x00", "1"), "invalid_event", "feature name")
+    refused(lambda: r.hincrby(b"\xff", "n", 1), "bad_request", "not an entity")
+    # A key that cannot be an entity holds nothing.
+    assert r.hget(b"k\x00\xff", "f") is None
+    assert r.exists(b"k\x00\xff") == 0
+    assert r.hexists(e, b"\xff") is False
+    assert r.hgetall(e) == {b"nul": b"a\x00b"}
+
+
+def increments(r, p):
+    """HINCRBY and HINCRBYFLOAT, as Redis answers them; concurrent increments from several
+    connections all count. Returns the entity and the sums for the Rust side to check after a
+    restart."""
+    e = p + "incr"
+    assert r.hincrby(e, "n", 5) == 5
+    assert r.hincrby(e, "n", -2) == 3
+    assert r.hget(e, "n") == b"3"
+    assert r.hincrbyfloat(e, "f", "0.5") == 0.5
+    assert r.hincrbyfloat(e, "f", "2") == 2.5
+    assert r.hget(e, "f") == b"2.5"
+    # A float with no fraction reads (and counts) as an integer.
+    assert r.hincrbyfloat(e, "g", "1.5") == 1.5
+    assert r.hincrbyfloat(e, "g", "1.5") == 3.0
+    assert r.hget(e, "g") == b"3"
+    assert r.hincrby(e, "g", 1) == 4
+    # Strings that read as numbers count; others are refused and kept.
+    assert r.hset(e, mapping={"s": "5", "zip": "02134", "word": "zed",
+                              "big": str(2 ** 63 - 1), "e3": "1e3"}) == 5
+    assert r.hincrby(e, "s", 1) == 6
+    assert r.hget(e, "s") == b"6"
+    refused(lambda: r.hincrby(e, "zip", 1), "hash value is not an integer")
+    refused(lambda: r.hincrby(e, "e3", 1), "hash value is not an integer")
+    assert r.hget(e, "zip") == b"02134"
+    assert r.hincrbyfloat(e, "zip", "0.5") == 2134.5
+    assert r.hincrbyfloat(e, "e3", "-0.25") == 999.75
+    refused(lambda: r.hincrbyfloat(e, "word", 1), "hash value is not a float")
+    assert r.hget(e, "word") == b"zed"
+    refused(lambda: r.hincrby(e, "big", 1), "increment or decrement would overflow")
+    assert r.hget(e, "big") == str(2 ** 63 - 1).encode()
+    refused(lambda: r.hincrby(e, "n", "1.5"), "value is not an integer or out of range")
+    refused(lambda: r.hincrbyfloat(e, "n", "nan"), "value is not a valid float")
+    refused(lambda: r.hincrbyfloat(e, "events", 1), "invalid_event", "built in")
+    refused(lambda: r.execute_command("HINCRBY", e, "n"), "wrong number of arguments")
+    assert r.hget(e, "n") == b"3"
+    # Concurrent increments of one field from four connections: every one counts, and the
+    # replies are every value from 1 to the total exactly once.
+    host = r.connection_pool.connection_kwargs["host"]
+    port = r.connection_pool.connection_kwargs["port"]
+    c = p + "race"
+    per, threads = 150, 4
+    replies = [None] * threads
+
+    def bump(k):
+        client = redis.Redis(host=host, port=port)
+        pipe = client.pipeline(transaction=False)
+        for _ in range(per):
+            pipe.hincrby(c, "hits", 1)
+            pipe.hincrbyfloat(c, "score", "0.5")
+        replies[k] = pipe.execute()
+        client.close()
+
+    workers = [threading.Thread(target=bump, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    hits = sorted(x for got in replies for x in got[0::2])
+    assert hits == list(range(1, per * threads + 1)), hits
+    assert r.hget(c, "hits") == str(per * threads).encode()
+    assert r.hget(c, "score") == str(per * threads // 2).encode()
+    return {"entity": c, "hits": per * threads}
+
+
+def connecting(host, port, proto, p):
+    """What clients send when they connect: CLIENT SETNAME (redis-py's client_name), CLIENT
+    SETINFO (redis-py sends its name and version), SELECT (redis-py's db), ECHO, INFO."""
+    name = f"{p}feeder"
+    r = redis.Redis(host=host, port=port, protocol=proto, client_name=name)
+    assert str_of(r.client_getname()) == name
+    other = redis.Redis(host=host, port=port, protocol=proto)
+    assert other.client_getname() is None
+    ids = {r.client_id(), other.client_id()}
+    assert len(ids) == 2 and all(isinstance(i, int) and i > 0 for i in ids), ids
+    other.close()
+    assert r.client_setname("worker_2") is True
+    assert str_of(r.client_getname()) == "worker_2"
+    refused(lambda: r.client_setname("a b"), "cannot contain spaces")
+    assert str_of(r.client_getname()) == "worker_2"
+    assert r.client_setinfo("lib-name", "mylib") is True
+    assert r.client_setinfo("LIB-VER", "1.0") is True
+    refused(lambda: r.client_setinfo("lib-name", "my lib"), "cannot contain spaces")
+    refused(lambda: r.client_setinfo("lib-color", "x"), "Unrecognized option")
+    refused(lambda: r.execute_command("CLIENT", "KILL", "x"), "unknown subcommand")
+    refused(lambda: r.execute_command("CLIENT"), "wrong number of arguments")
+    refused(lambda: r.execute_command("CLIENT", "GETNAME", "x"), "wrong number of arguments")
+    assert r.execute_command("SELECT", 0) in (True, b"OK", "OK")
+    refused(lambda: r.execute_command("SELECT", 1), "DB index is out of range")
+    refused(lambda: r.execute_command("SELECT", "x"), "not an integer")
+    assert redis.Redis(host=host, port=port, protocol=proto, db=0).ping() is True
+    try:
+        redis.Redis(host=host, port=port, protocol=proto, db=1).ping()
+        raise AssertionError("SELECT 1 answered")
+    except (redis.ResponseError, redis.ConnectionError) as err:
+        assert "DB index is out of range" in str(err), err
+    assert r.echo("hi") == b"hi"
+    info = r.info()
+    assert info["loading"] == 0 and info["role"] == "master", info
+    assert info["connected_clients"] >= 1, info
+    assert r.info("persistence") == {"loading": 0}
+    r.close()
+
+
+def str_of(x):
+    return x.decode() if isinstance(x, bytes) else x
 
 
 def auth(host, port):
@@ -139,8 +289,28 @@ def auth(host, port):
     w.close()
     # The admin token does both, with a user name (ignored).
     a = redis.Redis(host=host, port=port, username="ops", password="admin-secret")
-    assert a.hget("secured", "x") == 1
+    assert a.hget("secured", "x") == b"1"
     a.close()
+    return {"done": True}
+
+
+def loading(host, port):
+    for proto in (2, 3):
+        r = redis.Redis(host=host, port=port, protocol=proto, client_name="early")
+        assert r.ping() is True
+        assert r.info()["loading"] == 1
+        assert r.info("persistence") == {"loading": 1}
+        try:
+            r.hget("a", "b")
+            raise AssertionError("HGET answered while loading")
+        except redis.exceptions.BusyLoadingError as err:
+            assert "not_ready" in str(err), err
+        try:
+            r.hincrby("a", "b", 1)
+            raise AssertionError("HINCRBY answered while loading")
+        except redis.exceptions.BusyLoadingError:
+            pass
+        r.close()
     return {"done": True}
 
 
@@ -170,17 +340,25 @@ def cluster(host, port, others):
     assert w.hset("rp-1", mapping={"damage": "43", "level": "9"}) == 1
     assert w.hdel("rp-1", "name", "nope", "name") == 1
     assert w.hdel("rp-1", "nope") == 0
+    # Increments through one node: the sums are the owner's.
+    assert w.hincrby("rp-1", "n", 5) == 5
+    assert w.hincrbyfloat("rp-1", "n", "1") == 6.0
+    refused(lambda: w.hincrby("rp-1", "damage", 1.5), "value is not an integer")
+    assert w.hset("rp-1", "word", "zed") == 1
+    refused(lambda: w.hincrby("rp-1", "word", 1), "hash value is not an integer")
+    assert w.hdel("rp-1", "word") == 1
     for k in range(20):
         assert w.hset(f"rp-many-{k}", "n", str(k)) == 1
     assert w.delete("rp-many-0", "rp-many-1", "rp-nobody") == 2
     assert w.delete("rp-nobody") == 0
     # Reads through every other node, whichever owns each entity.
     for r in readers:
-        assert r.hget("rp-1", "damage") == 43, r.hget("rp-1", "damage")
+        assert r.hget("rp-1", "damage") == b"43", r.hget("rp-1", "damage")
         assert r.hget("rp-1", "ratio") == b"0.25"
         assert r.hget("rp-1", "name") is None
-        assert r.hmget("rp-1", ["level", "nope", "damage"]) == [9, None, 43]
-        assert r.hgetall("rp-1") == {b"damage": 43, b"ratio": b"0.25", b"level": 9}
+        assert r.hmget("rp-1", ["level", "nope", "damage"]) == [b"9", None, b"43"]
+        assert r.hgetall("rp-1") == {b"damage": b"43", b"ratio": b"0.25", b"level": b"9",
+                                     b"n": b"6"}
         assert r.hexists("rp-1", "level") is True
         assert r.hexists("rp-1", "name") is False
         assert r.exists(*[f"rp-many-{k}" for k in range(20)], "rp-nobody") == 18
@@ -194,7 +372,27 @@ def cluster(host, port, others):
             p.hset(e, "v", str(k))
             p.hget(e, "v")
         got = p.execute()
-        assert got == [x for k in range(20) for x in (1, k)], got
+        assert got == [x for k in range(20) for x in (1, str(k).encode())], got
+    # Increments of one field through every node at once: all of them count.
+    host_port = [(n.connection_pool.connection_kwargs["host"],
+                  n.connection_pool.connection_kwargs["port"]) for n in nodes]
+
+    def bump(hp):
+        c = redis.Redis(host=hp[0], port=hp[1])
+        pipe = c.pipeline(transaction=False)
+        for _ in range(20):
+            pipe.hincrby("rp-race", "hits", 1)
+        pipe.execute()
+        c.close()
+
+    workers = [threading.Thread(target=bump, args=(hp,)) for hp in host_port]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    # Each increment was answered once its owner applied it: every node reads the total.
+    for r in nodes:
+        assert r.hget("rp-race", "hits") == str(20 * len(nodes)).encode()
     return {"ok": True}
 
 
@@ -248,7 +446,7 @@ def stream_writes(r, p):
                       "ts": "2024-01-01T00:00:00Z"}) == b"3-0"
     assert r.xlen(s) == 3
     # The counter went through the one write path: its entity's feature counts it.
-    assert r.hget(p + "p1", "damage") == 12, r.hget(p + "p1", "damage")
+    assert r.hget(p + "p1", "damage") == b"12", r.hget(p + "p1", "damage")
     # Bad fields: the rules and words of HTTP ingest, nothing written.
     refused(lambda: r.xadd(s, {"type": "bad type!"}), "invalid_event", '"type"')
     refused(lambda: r.xadd(s, {"kind": "sometimes"}), "invalid_event", '"kind"')
@@ -468,7 +666,7 @@ def main():
     elif scenario == "streams":
         out = streams(host, port, int(sys.argv[4]))
     else:
-        out = {"open": both_protocols, "auth": auth, "budget": budget,
+        out = {"open": both_protocols, "auth": auth, "budget": budget, "loading": loading,
                "streams-auth": streams_auth}[scenario](host, port)
     print(json.dumps(out))
 

@@ -46,12 +46,22 @@ pub fn resp_addr(server: &Server) -> std::net::SocketAddr {
     accepting_addr(server, "resp")
 }
 
+/// [`resp_addr`] of a process started without waiting for it to be ready
+/// ([`ServerConfig::spawn`]): the listeners accept before the store is open.
+pub fn resp_addr_of(proc: &Process) -> std::net::SocketAddr {
+    accepting_addr_in(proc, "resp")
+}
+
 /// The address of `<listener>: accepting on <addr>` in the server's log.
 fn accepting_addr(server: &Server, listener: &str) -> std::net::SocketAddr {
+    accepting_addr_in(&server.proc, listener)
+}
+
+fn accepting_addr_in(proc: &Process, listener: &str) -> std::net::SocketAddr {
     let mark = format!("{listener}: accepting on ");
     let deadline = std::time::Instant::now() + START_TIMEOUT;
     loop {
-        for line in server.proc.logs.lines() {
+        for line in proc.logs.lines() {
             let line = strip_ansi(&line);
             if let Some(i) = line.find(&mark) {
                 let token: String = line[i + mark.len()..]
@@ -66,7 +76,7 @@ fn accepting_addr(server: &Server, listener: &str) -> std::net::SocketAddr {
         assert!(
             std::time::Instant::now() < deadline,
             "no `{mark}<addr>` line\n--- log ---\n{}",
-            server.logs()
+            proc.logs.text()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

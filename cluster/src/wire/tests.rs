@@ -112,6 +112,39 @@ fn damaged_records_are_errors() {
 }
 
 #[test]
+fn feature_increments_round_trip_and_are_pinned() {
+    let v = encode_feature_incr("ent", "hp", Increment::Int(-3), 7);
+    assert_eq!(&v[..8], &[1, 6, 0, 0, 1, 0, 0, 0]);
+    let mut body = vec![3, 0, b'e', b'n', b't', 2, b'h', b'p', 1];
+    body.extend_from_slice(&(-3i64).to_le_bytes());
+    assert_eq!(&v[24..], &body[..]);
+    for by in [Increment::Int(-3), Increment::Float(0.25)] {
+        let v = encode_feature_incr("ent", "hp", by, 7);
+        match decode(&v).unwrap().body {
+            Body::FeatureIncr {
+                entity,
+                name,
+                by: got,
+            } => {
+                assert_eq!((entity.as_str(), name.as_str(), got), ("ent", "hp", by));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(decode(&v[..v.len() - 1]).is_err());
+    }
+    // A non-finite float, an unknown tag, an empty name: refused.
+    let mut v = encode_feature_incr("ent", "hp", Increment::Float(1.0), 7);
+    let at = v.len() - 8;
+    v[at..].copy_from_slice(&f64::INFINITY.to_bits().to_le_bytes());
+    assert!(decode(&v).is_err());
+    v[at - 1] = 9;
+    assert!(decode(&v).is_err());
+    let mut v = encode_feature_incr("ent", "hp", Increment::Int(1), 7);
+    v[29] = 0;
+    assert!(decode(&v).is_err());
+}
+
+#[test]
 fn feature_writes_round_trip_and_are_pinned() {
     let set = vec![
         ("a".to_string(), Some(FeatureValue::Int(-2))),

@@ -147,6 +147,13 @@ pub enum FeatureOp {
     /// or entity for the Redis protocol's `HDEL` and `DEL` of several. The write's `entity`
     /// is the first target's.
     Delete(Vec<(String, Option<String>)>),
+    /// Add to feature `name` of the write's entity (the Redis protocol's `HINCRBY` and
+    /// `HINCRBYFLOAT`): a record of its own, the sum made when it applies, in log order
+    /// (vx-features' `incr.rs`).
+    Incr {
+        name: String,
+        by: crate::features::Increment,
+    },
 }
 
 /// Bytes of a delete's targets (their entities and names): what it takes while it waits.
@@ -158,7 +165,7 @@ pub fn delete_bytes(targets: &[(String, Option<String>)]) -> usize {
 }
 
 /// What a direct feature write did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FeatureOutcome {
     pub set: u64,
     /// Of `set`, the features the entity did not have.
@@ -166,6 +173,8 @@ pub struct FeatureOutcome {
     pub deleted: u64,
     /// The entity (for a delete of one feature: the feature) existed.
     pub found: bool,
+    /// An increment's outcome: the new value, or why the value was left as it was.
+    pub incremented: Option<crate::features::Incremented>,
     pub durability: Durability,
 }
 

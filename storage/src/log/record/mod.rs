@@ -11,13 +11,14 @@
 //!   4   u32  crc32c     CRC-32C (Castagnoli) of bytes [8, len)
 //!   8   u8   version    2
 //!   9   u8   type       1 = event batch, 2 = feature put, 3 = feature delete,
-//!                       4 = stream tombstone, 5 = reset, 6 = entity events
+//!                       4 = stream tombstone, 5 = reset, 6 = entity events,
+//!                       7 = feature increment
 //!   10  u16  flags      bit 0: an origin follows the header; every other bit 0
 //!   12  u64  lsn        log sequence number: 1, 2, 3 … with no gaps across segments
 //!   20  i64  append_ms  server append time, ms since the Unix epoch
 //!   28  u32  n          event batch and entity events: number of runs; feature put: number
-//!                       of names; feature delete: number of targets (≥ 1); tombstone and
-//!                       reset: 1
+//!                       of names; feature delete: number of targets (≥ 1); tombstone,
+//!                       reset and feature increment: 1
 //! origin (16 bytes, only with flag bit 0; cluster mode: where the record was consumed)
 //!   32  u8   topic      0 = the streams topic, 1 = the entities topic
 //!   33  [u8;3]          0
@@ -48,6 +49,12 @@
 //!                       the first
 //!   u8   name_len       0: the whole entity; else the feature's name follows
 //! (with n = 1 this is the layout of the records written before several targets existed)
+//! feature increment (the Redis protocol's `HINCRBY`, `HINCRBYFLOAT`: the sum is made when
+//! the record applies, from the value then, in log order)
+//!   u16  entity_len, then the entity's bytes (1..=256)
+//!   u8   name_len (1..=128), then the feature's name
+//!   u8   tag            1 = i64, 2 = f64 (finite)
+//!   8 bytes             the increment
 //! reset (cluster mode: the local copy of one shard is discarded)
 //!   u8   target         0 = the shard's streams, 1 = the shard's feature tables
 //!   u32  shard
@@ -59,7 +66,7 @@
 //! Duplicates are not written: only newly stored events are in runs, so `seq` is gapless.
 
 use crate::api::{Origin, OriginTopic};
-use crate::features::FeatureValue;
+use crate::features::{FeatureValue, Increment};
 use vx_proto::le::Reader;
 use vx_proto::packed::DecodeError;
 
@@ -85,6 +92,8 @@ pub enum RecordType {
     Reset = 5,
     /// Cluster mode: events for the feature tables only.
     EntityEvents = 6,
+    /// An increment of one feature (the Redis protocol's `HINCRBY`, `HINCRBYFLOAT`).
+    FeatureIncr = 7,
 }
 
 impl RecordType {
@@ -96,6 +105,7 @@ impl RecordType {
             4 => Some(Self::Tombstone),
             5 => Some(Self::Reset),
             6 => Some(Self::EntityEvents),
+            7 => Some(Self::FeatureIncr),
             _ => None,
         }
     }
@@ -289,6 +299,23 @@ impl RecordBuilder {
             }
         }
         self.n = u32::try_from(set.len()).unwrap_or(u32::MAX);
+    }
+
+    /// A feature increment record's body: the entity, the name, the increment.
+    pub fn feature_incr(&mut self, buf: &mut Vec<u8>, entity: &str, name: &str, by: Increment) {
+        entity_bytes(buf, entity);
+        name_bytes(buf, name);
+        match by {
+            Increment::Int(i) => {
+                buf.push(1);
+                buf.extend_from_slice(&i.to_le_bytes());
+            }
+            Increment::Float(f) => {
+                buf.push(2);
+                buf.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+        }
+        self.n = 1;
     }
 
     /// A feature delete record's body: its targets (an entity, and one feature or `None` for
@@ -633,6 +660,36 @@ pub fn feature_put(rec: &[u8], n: u32) -> Result<FeaturePut<'_>, Decode> {
         return Err(Decode::Bad("feature put record length"));
     }
     Ok((entity, set))
+}
+
+/// The body of a feature increment record: the entity, the feature's name, the increment.
+pub fn feature_incr(rec: &[u8], n: u32) -> Result<(&str, &str, Increment), Decode> {
+    if n != 1 {
+        return Err(Decode::Bad("feature increment record count"));
+    }
+    let mut r = Fields::at(rec, body_start(rec));
+    let el = usize::from(r.u16()?);
+    let entity = r.str(el)?;
+    let nl = usize::from(r.u8()?);
+    if nl == 0 {
+        return Err(Decode::Bad("feature increment without a name"));
+    }
+    let name = r.str(nl)?;
+    let by = match r.u8()? {
+        1 => Increment::Int(r.i64()?),
+        2 => {
+            let f = f64::from_bits(r.u64()?);
+            if !f.is_finite() {
+                return Err(Decode::Bad("non-finite feature increment"));
+            }
+            Increment::Float(f)
+        }
+        _ => return Err(Decode::Bad("unknown feature increment tag")),
+    };
+    if r.pos() != rec.len() {
+        return Err(Decode::Bad("feature increment record length"));
+    }
+    Ok((entity, name, by))
 }
 
 /// One target of a feature delete record: an entity, and one of its features (`None`: all

@@ -126,6 +126,48 @@ fn golden_bytes() {
     );
 }
 
+/// Feature increment records byte by byte (the module docs' layout), and what decoding refuses.
+#[test]
+fn feature_incr_golden_bytes() {
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureIncr, 13, 81);
+    rb.feature_incr(&mut buf, "p7", "hp", Increment::Int(-3));
+    let len = rb.finish(&mut buf).unwrap();
+    assert_eq!(len, buf.len());
+    assert_eq!(&buf[8..12], &[2, 7, 0, 0]);
+    assert_eq!(&buf[28..32], &1u32.to_le_bytes());
+    let mut body = vec![2, 0, b'p', b'7', 2, b'h', b'p', 1];
+    body.extend_from_slice(&(-3i64).to_le_bytes());
+    assert_eq!(&buf[32..], &body[..]);
+    let h = parse_header(&buf).unwrap();
+    assert_eq!(h.ty, RecordType::FeatureIncr);
+    assert_eq!(
+        feature_incr(&buf, h.n).unwrap(),
+        ("p7", "hp", Increment::Int(-3))
+    );
+    assert!(feature_incr(&buf[..buf.len() - 1], 1).is_err());
+    assert!(feature_incr(&buf, 2).is_err());
+
+    let mut buf = Vec::new();
+    let mut rb = RecordBuilder::begin(&mut buf, RecordType::FeatureIncr, 14, 82);
+    rb.feature_incr(&mut buf, "p7", "r", Increment::Float(0.25));
+    rb.finish(&mut buf).unwrap();
+    let mut body = vec![2, 0, b'p', b'7', 1, b'r', 2];
+    body.extend_from_slice(&0.25f64.to_bits().to_le_bytes());
+    assert_eq!(&buf[32..], &body[..]);
+    assert_eq!(
+        feature_incr(&buf, 1).unwrap(),
+        ("p7", "r", Increment::Float(0.25))
+    );
+    // An unknown tag and a non-finite float are bad records.
+    let mut bad = buf.clone();
+    bad[38] = 3;
+    assert!(feature_incr(&bad, 1).is_err());
+    let mut bad = buf.clone();
+    bad[39..47].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
+    assert!(feature_incr(&bad, 1).is_err());
+}
+
 /// Feature put and delete records byte by byte (the module docs' layout).
 #[test]
 fn feature_records_golden_bytes() {

@@ -251,6 +251,11 @@ impl Recovery<'_> {
                     return Ok(Err(e.into()));
                 }
             }
+            RecordType::FeatureIncr => {
+                if let Err(e) = record::feature_incr(rec, h.n) {
+                    return Ok(Err(e.into()));
+                }
+            }
             // Feature-table records too: only their shape is checked here.
             RecordType::EntityEvents => {
                 for run in record::runs(rec, h.n) {

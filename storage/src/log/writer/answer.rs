@@ -104,6 +104,7 @@ impl Planned {
             out.added = o.applied.added;
             out.deleted = o.applied.deleted;
             out.found = o.applied.found;
+            out.incremented = o.applied.incremented;
         }
     }
 }

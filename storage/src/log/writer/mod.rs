@@ -256,6 +256,7 @@ fn msg_bytes(m: &Msg) -> usize {
         Msg::Feature(fw, _) => match &fw.op {
             FeatureOp::Put(set) => set.iter().map(|(n, _)| n.len() + 16).sum(),
             FeatureOp::Delete(targets) => crate::api::delete_bytes(targets),
+            FeatureOp::Incr { name, .. } => fw.entity.len() + name.len() + 16,
         },
         Msg::EntityEvents { batch, .. } => batch.mem_bytes(),
         Msg::Reset { .. } | Msg::Shutdown => 0,

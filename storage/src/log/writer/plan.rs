@@ -4,6 +4,7 @@
 
 use crate::api::*;
 use crate::apply::Applier;
+use crate::features::FeatureValue;
 use crate::index::memory::Placed;
 use crate::index::samples::RunMark;
 use crate::log::record::{RecordBuilder, RecordType};
@@ -85,19 +86,25 @@ impl LogWriter {
         // Its budget and "found" read the entity as the log has it.
         applier.settle();
         let features = &self.shared.features;
-        let found = match &fw.op {
-            FeatureOp::Put(set) => {
-                match features.reserve_put(&fw.entity, set) {
-                    Some(n) => scratch.reserved += n,
-                    None if self.cfg.refuse_at_limits => {
-                        return Err(WriteError::FeatureBudget {
-                            max: self.cfg.max_feature_bytes,
-                        });
-                    }
-                    None => {}
-                }
-                features.exists(&fw.entity, None)
+        let reserved = match &fw.op {
+            FeatureOp::Put(set) => features.reserve_put(&fw.entity, set),
+            // At most one new number: what a PUT of one takes.
+            FeatureOp::Incr { name, .. } => {
+                features.reserve_put(&fw.entity, &[(name.clone(), Some(FeatureValue::Int(0)))])
             }
+            FeatureOp::Delete(_) => Some(0),
+        };
+        match reserved {
+            Some(n) => scratch.reserved += n,
+            None if self.cfg.refuse_at_limits => {
+                return Err(WriteError::FeatureBudget {
+                    max: self.cfg.max_feature_bytes,
+                });
+            }
+            None => {}
+        }
+        let found = match &fw.op {
+            FeatureOp::Put(_) | FeatureOp::Incr { .. } => features.exists(&fw.entity, None),
             FeatureOp::Delete(targets) => targets
                 .iter()
                 .any(|(e, name)| features.exists(e, name.as_deref())),
@@ -107,6 +114,7 @@ impl LogWriter {
         let ty = match fw.op {
             FeatureOp::Put(_) => RecordType::FeaturePut,
             FeatureOp::Delete(_) => RecordType::FeatureDelete,
+            FeatureOp::Incr { .. } => RecordType::FeatureIncr,
         };
         let mut rb = RecordBuilder::begin_with(buf, ty, self.next_lsn, now, fw.origin);
         match &fw.op {
@@ -114,6 +122,7 @@ impl LogWriter {
             FeatureOp::Delete(targets) => {
                 rb.feature_delete(buf, targets.iter().map(|(e, n)| (e.as_str(), n.as_deref())))
             }
+            FeatureOp::Incr { name, by } => rb.feature_incr(buf, &fw.entity, name, *by),
         }
         let len = match rb.finish(buf) {
             Ok(len) => len,

@@ -79,6 +79,7 @@ impl LogWriter {
                     added: 0,
                     deleted: 0,
                     found,
+                    incremented: None,
                     durability: Durability::None,
                 };
                 Some(Planned {
