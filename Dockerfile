@@ -1,33 +1,34 @@
 # syntax=docker/dockerfile:1
 # Veltrix in a container: `docker build -t veltrix .` then
 #   docker run -p 7100:7100 -v veltrix-data:/data veltrix
-# The build stage compiles the release binary (dependencies in a layer of their own, rebuilt only
-# when a manifest or the lock file changes); the runtime stage is distroless (glibc and libgcc,
-# no shell, no package manager) and runs as the unprivileged `nonroot` user (65532).
+# The build stage compiles the release binary; the runtime stage is distroless (glibc and
+# libgcc, no shell, no package manager: the binary links nothing else, zlib included, which
+# tests/container.rs checks) and runs as the unprivileged `nonroot` user (65532).
 # tests/container.rs runs the binary with this file's ENTRYPOINT, CMD, ENV and HEALTHCHECK, so
 # the two cannot drift.
+#
+# The dependencies get a layer of their own, rebuilt only when a manifest or the lock file
+# changes, made by cargo-chef (`prepare` derives a recipe from the workspace: every member's
+# manifest, its targets and the lock file; `cook` rebuilds that skeleton with stub sources and
+# compiles the dependencies, then removes the stubs' own artifacts). A hand-kept list of the
+# members' manifests here went stale as members were added; the recipe follows Cargo.toml.
+# tests/container.rs runs these steps (`--no-build`) on a copy of the build context and loads
+# the skeleton with cargo; scripts/test installs the cargo-chef version pinned below.
 
-FROM rust:1.95-bookworm AS build
+FROM rust:1.95-bookworm AS chef
+RUN cargo install cargo-chef --locked --version 0.1.78
 WORKDIR /src
-# The dependency layer: the workspace's manifests with empty sources.
-COPY Cargo.toml Cargo.lock ./
-COPY proto/Cargo.toml proto/
-COPY ingest/Cargo.toml ingest/
-COPY router/Cargo.toml router/
-COPY storage/Cargo.toml storage/
-COPY client/Cargo.toml client/
-COPY loadtest/Cargo.toml loadtest/
-RUN mkdir -p src proto/src proto/benches ingest/src router/src storage/src client/src loadtest/src \
- && for f in src/lib.rs proto/src/lib.rs ingest/src/lib.rs router/src/lib.rs storage/src/lib.rs \
-      client/src/lib.rs loadtest/src/lib.rs; do : > "$f"; done \
- && for f in src/main.rs loadtest/src/main.rs proto/benches/decode.rs; do echo 'fn main() {}' > "$f"; done \
- && cargo build --release --locked -p veltrix \
- && rm -rf src proto/src proto/benches ingest/src router/src storage/src client/src loadtest/src
+
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS build
+COPY --from=planner /src/recipe.json recipe.json
+RUN cargo chef cook --release --locked -p veltrix --recipe-path recipe.json
 # The sources, and the binary.
 COPY . .
-RUN touch src/main.rs src/lib.rs proto/src/lib.rs ingest/src/lib.rs router/src/lib.rs \
-      storage/src/lib.rs client/src/lib.rs \
- && cargo build --release --locked -p veltrix \
+RUN cargo build --release --locked -p veltrix \
  && install -D target/release/veltrix /out/usr/local/bin/veltrix \
  && mkdir -p /out/data
 

@@ -273,8 +273,8 @@ async fn redis_py_cluster(ports: &[String], scenario: &str) -> Value {
     redis_py(args).await
 }
 
-/// A node killed with `kill -9`: with the default settings (`cluster.session_timeout` 10 s,
-/// the broker's own defaults), every shard it owned is served again by the other node within
+/// A node killed with `kill -9`: with the default settings (`cluster.session_timeout`'s, the
+/// broker's own), every shard it owned is served again by the other node within
 /// 15 s, since the new owner fences the dead node's open transactions instead of waiting for
 /// the broker to abort them (docs/CLUSTER.md, "Failure modes"). The figure is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,9 +1,10 @@
 //! Connections bounded in time and number (`server.header_timeout`,
 //! `server.keepalive_timeout`, `server.max_connections`; docs/CONFIG.md): a connection that
 //! sends half a request head, or nothing, is closed without an answer; an idle kept-alive one
-//! is closed, but not before its own timeout; past the limit a new connection gets 503
-//! `not_ready` and is counted; a frames client that stops reading its acks is closed and the
-//! server stays healthy.
+//! is closed, but not before its own timeout; past the limit, shared by every listener (HTTP,
+//! frames, the Redis protocol), a new connection is refused and counted (an HTTP one gets 503
+//! `not_ready`); a frames client that stops reading its acks is closed and the server stays
+//! healthy.
 //!
 //! Timeouts are small; the bounds checked are generous, so a slow machine only waits longer.
 
@@ -75,6 +76,16 @@ fn refusals(metrics: &str, listener: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series}in {metrics}"))
         .parse()
         .unwrap()
+}
+
+/// Debian's `redis-cli` against `addr`, once, whatever its exit status (scripts/test installs
+/// redis-tools; missing, the test fails).
+fn redis_cli_once(addr: SocketAddr, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is needed (Debian: apt-get install redis-tools; scripts/test does)")
 }
 
 fn healthz(addr: SocketAddr) -> String {
@@ -229,13 +240,18 @@ async fn a_frames_client_that_never_reads_its_acks_is_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_limit_is_shared_by_http_and_frames() {
+async fn the_limit_is_shared_by_every_listener() {
     let tmp = tempfile::tempdir().unwrap();
     let server = ServerConfig::new(tmp.path().join("data"))
-        .args(["--frames-listen", "127.0.0.1:0"])
+        .args([
+            "--frames-listen",
+            "127.0.0.1:0",
+            "--resp-listen",
+            "127.0.0.1:0",
+        ])
         .env("VX_SERVER_MAX_CONNECTIONS", "2")
         .start();
-    let (addr, frames) = (server.addr, frames_addr(&server));
+    let (addr, frames, resp) = (server.addr, frames_addr(&server), resp_addr(&server));
     let deadline = Instant::now() + BOUND;
     // One frames and one HTTP connection fill the two places (retried while the harness's
     // readiness probe may still hold one).
@@ -262,7 +278,7 @@ async fn the_limit_is_shared_by_http_and_frames() {
     })
     .await
     .unwrap();
-    // Full: a third connection is refused on either listener.
+    // Full: a third connection is refused on every listener.
     assert!(
         vx_client::Client::connect_tcp(frames, &vx_client::Options::default())
             .await
@@ -276,12 +292,27 @@ async fn the_limit_is_shared_by_http_and_frames() {
     .await
     .unwrap();
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    // A Redis client is closed without an answer.
+    let cli = redis_cli_once(resp, &["PING"]);
+    assert!(
+        !cli.status.success(),
+        "a Redis connection past the limit: {cli:?}"
+    );
     drop(http);
     let metrics = tokio::task::spawn_blocking(move || metrics_once_served(addr, deadline + BOUND))
         .await
         .unwrap();
-    for listener in ["http", "frames"] {
+    for listener in ["http", "frames", "resp"] {
         assert!(refusals(&metrics, listener) >= 1.0, "{metrics}");
+    }
+    // With a place free, the Redis client is served.
+    loop {
+        let cli = redis_cli_once(resp, &["PING"]);
+        if cli.status.success() && cli.stdout == b"PONG\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline + 2 * BOUND, "not served: {cli:?}");
+        std::thread::sleep(Duration::from_millis(50));
     }
     server.stop_clean();
 }

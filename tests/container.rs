@@ -8,46 +8,27 @@
 //!
 //! The test runs the dev build of the same package the Dockerfile builds in release
 //! (`cargo build --release --locked -p veltrix`, checked below), with the same features.
+//! How the image is built, where no container builder runs, is checked in [`layers`]: the
+//! dependency layer's steps run on a copy of the build context, and the binary's shared
+//! libraries against the runtime image's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "container/context.rs"]
+mod context;
+#[path = "container/dockerfile.rs"]
+mod dockerfile;
+#[path = "container/layers.rs"]
+mod layers;
+
+use dockerfile::stages;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const DOCKERFILE: &str = include_str!("../Dockerfile");
 const IMAGE_BINARY: &str = "/usr/local/bin/veltrix";
-
-/// The Dockerfile's instructions, continuation lines joined, comments dropped; split by stage.
-fn stages() -> Vec<Vec<(String, String)>> {
-    let mut stages: Vec<Vec<(String, String)>> = Vec::new();
-    let mut logical = String::new();
-    for line in DOCKERFILE.lines() {
-        let t = line.trim();
-        if t.starts_with('#') || (t.is_empty() && logical.is_empty()) {
-            continue;
-        }
-        if let Some(part) = t.strip_suffix('\\') {
-            logical.push_str(part);
-            logical.push(' ');
-            continue;
-        }
-        logical.push_str(t);
-        let full = std::mem::take(&mut logical);
-        let (op, rest) = full.split_once(' ').unwrap_or((&full, ""));
-        let op = op.to_ascii_uppercase();
-        if op == "FROM" {
-            stages.push(Vec::new());
-        }
-        stages
-            .last_mut()
-            .expect("FROM comes first")
-            .push((op, rest.trim().to_string()));
-    }
-    stages
-}
 
 fn exec_form(s: &str) -> Vec<String> {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("not the exec (JSON) form: {s:?}: {e}"))
@@ -63,25 +44,23 @@ struct Image {
 fn image() -> Image {
     let stages = stages();
     assert!(stages.len() >= 2, "a multi-stage build");
-    let build = &stages[0];
+    let build = dockerfile::stage(&stages, "build");
     assert!(
         build
-            .iter()
-            .filter(|(op, _)| op == "RUN")
-            .filter(|(_, r)| r.contains("cargo build --release --locked -p veltrix"))
-            .count()
-            >= 2,
-        "a dependency layer and the release build of the veltrix package"
+            .last("RUN")
+            .starts_with(&format!("{} ", layers::BUILD)),
+        "the build stage ends with the release build of the veltrix package"
     );
     let runtime = stages.last().unwrap();
-    let one = |name: &str| {
+    assert!(
         runtime
-            .iter()
-            .rev()
-            .find(|(op, _)| op == name)
-            .map(|(_, r)| r.clone())
-            .unwrap_or_else(|| panic!("the runtime stage has no {name}"))
-    };
+            .all("COPY")
+            .into_iter()
+            .filter_map(dockerfile::copy_from)
+            .any(|(from, paths)| from == "build" && paths.last() == Some(&IMAGE_BINARY)),
+        "the runtime stage takes the binary from the build stage"
+    );
+    let one = |name: &str| runtime.last(name).to_string();
     let user = one("USER");
     let uid = user.split(':').next().unwrap();
     assert!(
@@ -94,7 +73,7 @@ fn image() -> Image {
     let hc = one("HEALTHCHECK");
     let (_, hc) = hc.split_once("CMD ").expect("HEALTHCHECK … CMD [...]");
     let mut env = BTreeMap::new();
-    for (_, rest) in runtime.iter().filter(|(op, _)| op == "ENV") {
+    for rest in runtime.all("ENV") {
         for pair in rest.split_whitespace() {
             let (k, v) = pair.split_once('=').expect("ENV KEY=VALUE");
             env.insert(k.to_string(), v.to_string());
@@ -231,12 +210,4 @@ fn the_binary_runs_as_the_image_runs_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains(&addr.to_string()), "{err}");
-}
-
-#[test]
-fn dockerignore_keeps_build_output_and_data_out_of_the_context() {
-    let ignore = include_str!("../.dockerignore");
-    for entry in ["target/", ".git/", "veltrix-data/"] {
-        assert!(ignore.lines().any(|l| l.trim() == entry), "{entry}");
-    }
 }

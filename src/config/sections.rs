@@ -125,11 +125,11 @@ sections! {
         max_connections: u64 = 16_384, via Num<u64>,
         help "open connections of all listeners; new ones refused past it",
         doc "\
-            Open connections of all listeners together (HTTP over TCP and the Unix socket, binary \
-            frames over TCP and the Unix socket; followers count). Past it a new connection is \
-            accepted and closed at once: HTTP ones first get `503` `not_ready` (`\"limit\": \
-            \"server.max_connections\"`, `Retry-After: 1`, `Connection: close`), frames ones \
-            nothing. Counted in `vx_connections_refused_total{listener}`. Keep it below the \
+            Open connections of all listeners together (HTTP, binary frames and the Redis \
+            protocol, each over TCP and the Unix socket; followers count). Past it a new \
+            connection is accepted and closed at once: HTTP ones first get `503` `not_ready` \
+            (`\"limit\": \"server.max_connections\"`, `Retry-After: 1`, `Connection: close`), \
+            frames and Redis-protocol ones nothing. Counted in `vx_connections_refused_total{listener}`. Keep it below the \
             process's descriptor limit minus what the store needs. At least 1.";
     }
     storage: StorageSection {
@@ -201,10 +201,10 @@ sections! {
             Budget of the feature tables' memory, as they measure it (their slot arenas and \
             index tables from their capacity, what entities keep outside their slots, names; \
             `vx_feature_bytes`, docs/FEATURES.md). A request whose apply could take them past it \
-            gets 507 `storage_full` naming this limit, and nothing of it is stored. An entity with the \
-            built-ins and a counter counts about 142 bytes; a new declared aggregate is reserved \
-            at its largest (a window 1.5KiB, a windowed `distinct` 1KiB) while the request is \
-            checked.";
+            gets 507 `storage_full` naming this limit, and nothing of it is stored. What an \
+            entity with the built-ins and a counter counts is measured in docs/BENCHMARKS.md, \
+            \"Feature memory per entity\"; a new declared aggregate is reserved at its largest (a \
+            window 1.5KiB, a windowed `distinct` 1KiB) while the request is checked.";
         /// How often the feature tables are snapshotted (also at shutdown).
         snapshot_interval: Duration = Duration::from_secs(300), via Dur,
         de "super::units::duration",
@@ -391,9 +391,9 @@ sections! {
             The consumer group's `session.timeout.ms`: a node that is silent for this long \
             (killed, frozen, cut off) loses its partitions, which move to the other nodes; \
             the new owners fence the dead node's open transactions at once (docs/CLUSTER.md, \
-            \"Failure modes\"). With the default 6s a dead node's shards are served again \
-            within 15s. Also the producers' `transaction.timeout.ms` (at \
-            least 5s). 1s–5m; the broker's `group.min.session.timeout.ms` (default 6s) and \
+            \"Failure modes\", which also says how soon a dead node's shards are served again \
+            with the defaults). Also the producers' `transaction.timeout.ms` (at least 5s). \
+            1s–5m; the broker's `group.min.session.timeout.ms` (default 6s) and \
             `group.max.session.timeout.ms` bound it too.";
         /// A partition whose local copy lags the topic by more than this much replay time is
         /// discarded and rebuilt.

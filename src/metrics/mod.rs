@@ -57,9 +57,10 @@
 //!   `vx_cluster_direct_seconds_total`,
 //!   `vx_cluster_produced_requests_total`, `vx_cluster_forwarded_requests_total`,
 //!   `vx_cluster_ready`.
-//! - `vx_connections_open`: open connections of every listener (HTTP and frames, TCP and
-//!   Unix socket), against `server.max_connections`; `vx_connections_refused_total{listener}`:
-//!   connections refused past it (`listener` `http` or `frames`).
+//! - `vx_connections_open`: open connections of every listener (HTTP, frames and the Redis
+//!   protocol, TCP and Unix socket), against `server.max_connections`;
+//!   `vx_connections_refused_total{listener}`: connections refused past it (`listener` `http`,
+//!   `frames` or `resp`).
 
 //!
 //! # Layout
@@ -331,7 +332,7 @@ impl Metrics {
         let connections = ConnectionHandles::default();
         registry.register(
             "vx_connections_open",
-            "Open connections of every listener (HTTP and frames), against server.max_connections",
+            "Open connections of every listener (HTTP, frames, Redis protocol), against server.max_connections",
             connections.open.clone(),
         );
         registry.register(
