@@ -217,9 +217,13 @@ async fn frames_and_resp_on_every_node() {
         .collect();
     let report = redis_py_cluster(&ports, "cluster").await;
     assert_eq!(report["ok"], true, "{report}");
-    // What RESP wrote, HTTP reads on any node.
+    // What RESP wrote, HTTP reads on any node: HSET's strings as given, the increments'
+    // number (HINCRBYFLOAT's last: a float).
     let got = features_on(&servers[2].api, "rp-1", "").await;
-    assert_eq!(got["features"]["level"], 9, "{got}");
+    assert_eq!(got["features"]["level"], "9", "{got}");
+    assert_eq!(got["features"]["n"], 6.0, "{got}");
+    let got = features_on(&servers[1].api, "rp-race", "").await;
+    assert_eq!(got["features"]["hits"], 60, "{got}");
     // The stream commands: XADD through one node, reads through all (docs/RESP.md, "Streams").
     let report = redis_py_cluster(&ports, "cluster-streams").await;
     assert_eq!(report["ok"], true, "{report}");

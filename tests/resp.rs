@@ -215,9 +215,11 @@ async fn values_are_bulk_strings_in_both_protocols() {
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&got), want2);
-    // RESP3: the same bulk strings; HGETALL a map of them.
-    let input = b"HELLO 3\r\nHGET p kills\r\nHGETALL p\r\nCLIENT SETNAME me\r\n\
-                  CLIENT GETNAME\r\nSELECT 0\r\nSELECT 1\r\nECHO hi\r\n";
+    // RESP3: the same bulk strings; HGETALL a map of them. (QUIT closes the connection,
+    // which ends the read.)
+    let input = b"HELLO 3 SETNAME h1\r\nCLIENT GETNAME\r\nHGET p kills\r\nHGETALL p\r\n\
+                  CLIENT SETNAME me\r\nCLIENT GETNAME\r\nSELECT 0\r\nSELECT 1\r\nECHO hi\r\n\
+                  HELLO 3 SETNAME a\x01b\r\nCLIENT GETNAME\r\nQUIT\r\n";
     let got = tokio::task::spawn_blocking(move || raw(addr, input, 1 << 20))
         .await
         .unwrap();
@@ -226,10 +228,12 @@ async fn values_are_bulk_strings_in_both_protocols() {
         .split_once("*0\r\n")
         .map(|(_, t)| t)
         .unwrap_or_default();
-    let want3 = "$2\r\n43\r\n%6\r\n$6\r\nevents\r\n$1\r\n1\r\n\
+    let want3 = "$2\r\nh1\r\n$2\r\n43\r\n%6\r\n$6\r\nevents\r\n$1\r\n1\r\n\
                  $7\r\nlast_ts\r\n$13\r\n1700000000000\r\n$5\r\nkills\r\n$2\r\n43\r\n\
                  $1\r\nb\r\n$5\r\nfalse\r\n$3\r\nbig\r\n$22\r\n1000000000000000000000\r\n\
-                 $1\r\nr\r\n$4\r\n0.75\r\n+OK\r\n$2\r\nme\r\n+OK\r\n-ERR DB index is out of range\r\n$2\r\nhi\r\n";
+                 $1\r\nr\r\n$4\r\n0.75\r\n+OK\r\n$2\r\nme\r\n+OK\r\n-ERR DB index is out of range\r\n$2\r\nhi\r\n\
+                 -ERR Client names cannot contain spaces, newlines or special characters.\r\n\
+                 $2\r\nme\r\n+OK\r\n";
     assert_eq!(after_hello, want3, "{text}");
     assert!(text.starts_with("%7\r\n$6\r\nserver\r\n"), "{text}");
     // CLIENT ID: an integer, one per connection.

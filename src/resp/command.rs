@@ -1,14 +1,14 @@
 //! The commands of the Redis-protocol listener (docs/RESP.md): the table that names each with
-//! its arity, its flags and the scope it needs, the dispatch of the commands that do not
-//! write, and the hash commands (the session they run in: [`super::session`]; the connection
-//! and server commands: [`super::connect`]).
+//! its arity, its flags and the scope it needs; the dispatch of the commands that do not
+//! write, with the hash reads; and the submission of the writes (the session they run in:
+//! [`super::session`]; the connection and server commands: [`super::connect`]).
 //!
 //! Reads answer at once from the tables. Writes (`HSET`, `HDEL`, `DEL`, `HINCRBY`,
-//! `HINCRBYFLOAT`) are checked here and turned into a future that submits the same feature
-//! record a `PUT`/`DELETE` would (an increment: a record of its own, summed when applied)
-//! and yields its reply; the connection decides when to await it (see [`super::conn`]). The
-//! stream commands (`XADD`, `XRANGE`, `XREAD`, …) are in the same table, and run in
-//! [`super::streams`].
+//! `HINCRBYFLOAT`) are checked by [`super::hash`] and turned here into a future that submits
+//! the same feature record a `PUT`/`DELETE` would (an increment: a record of its own, summed
+//! when applied) and yields its reply; the connection decides when to await it (see
+//! [`super::conn`]). The stream commands (`XADD`, `XRANGE`, `XREAD`, …) are in the same
+//! table, and run in [`super::streams`].
 
 use super::Ctx;
 use super::hash;

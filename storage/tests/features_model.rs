@@ -1,6 +1,7 @@
 //! Recovery equals history, for the feature tables (docs/API.md §6): random events (counters,
-//! gauges, plain events, with and without entities), direct PUTs (numbers, strings, booleans,
-//! null deletes) and deletes of one feature or a whole entity go through the real writer on
+//! gauges, plain events, with and without entities), direct PUTs (numbers, strings — some that
+//! read as numbers —, booleans, null deletes), increments (the Redis protocol's `HINCRBY` and
+//! `HINCRBYFLOAT`) and deletes of one feature or a whole entity go through the real writer on
 //! the simulated disk, with snapshots taken at random points, clean restarts, power cuts (the
 //! disk keeps what was synced plus an arbitrary prefix of the rest) and restarts with changed
 //! declarations. After every restart the tables must equal:
@@ -25,7 +26,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use support::*;
 use vx_proto::{Batch, EventView, Kind, Num};
-use vx_storage::features::{Agg, DistinctOf, FeatureDecl, FeatureValue, ReadAt, Reading};
+use vx_storage::features::{
+    Agg, DistinctOf, FeatureDecl, FeatureValue, Increment, ReadAt, Reading, float_of, int_of,
+};
 use vx_storage::sim::SimFs;
 use vx_storage::*;
 
@@ -79,6 +82,55 @@ enum Op {
     /// Feature DELETE targets, one record: an entity and one of its features, or `None` for
     /// all of it (one target over HTTP; several for the Redis protocol's `HDEL` and `DEL`).
     Delete(Vec<(&'static str, Option<&'static str>)>),
+    /// An increment of one feature (`HINCRBY`, `HINCRBYFLOAT`).
+    Incr(&'static str, &'static str, Increment),
+}
+
+/// A plain value of the model read as an integer, by vx-features' rules (`incr.rs`): an
+/// integer, a float without a fraction, a string in Redis's integer form.
+fn int_in(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) if n.is_i64() => n.as_i64(),
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
+            .map(|f| f as i64),
+        Value::String(s) => int_of(s),
+        _ => None,
+    }
+}
+
+/// A plain value of the model read as a float: a number, a string that is a decimal number.
+fn float_in(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => float_of(s),
+        _ => None,
+    }
+}
+
+/// The model's value after an increment of `cur` (`None`: missing); `None` if refused.
+fn incremented(name: &str, cur: Option<&Value>, by: Increment) -> Option<Value> {
+    match by {
+        Increment::Int(d) => {
+            let base = match cur {
+                None => 0,
+                Some(v) => int_in(v)?,
+            };
+            Some(json!(base.checked_add(d)?))
+        }
+        // The built-ins hold integers.
+        Increment::Float(_) if name == "events" => None,
+        Increment::Float(d) => {
+            let base = match cur {
+                None => 0.0,
+                Some(v) => float_in(v)?,
+            };
+            let sum = base + d;
+            sum.is_finite()
+                .then(|| json_of(Reading::Value(&FeatureValue::Float(sum))))
+        }
+    }
 }
 
 /// The model: per entity, per name, a value and the ts that orders it.
@@ -128,7 +180,12 @@ fn fold(history: &[Op], decls: &[FeatureDecl]) -> BTreeMap<String, Value> {
                                         json!(n.as_i64().unwrap() + v)
                                     }
                                     Value::Number(n) => json!(n.as_f64().unwrap() + v as f64),
-                                    _ => json!(v),
+                                    // A string that reads as a number counts on.
+                                    other => match (int_in(other), float_in(other)) {
+                                        (Some(i), _) => json!(i + v),
+                                        (None, Some(x)) => json!(x + v as f64),
+                                        (None, None) => json!(v),
+                                    },
                                 };
                                 f.1 = f.1.max(e.ts);
                             }
@@ -165,6 +222,14 @@ fn fold(history: &[Op], decls: &[FeatureDecl]) -> BTreeMap<String, Value> {
                             me.plain.insert(name.to_string(), (j, ts));
                         }
                     }
+                }
+            }
+            Op::Incr(ent, name, by) => {
+                let cur = m.get(ent).and_then(|me| me.plain.get(*name));
+                if let Some(j) = incremented(name, cur.map(|x| &x.0), *by) {
+                    let ts = cur.map_or(i64::MIN, |x| x.1);
+                    let me = m.entry(ent).or_default();
+                    me.plain.insert(name.to_string(), (j, ts));
                 }
             }
             Op::Delete(targets) => {
@@ -293,7 +358,7 @@ fn comparable(
 }
 
 fn random_op(rng: &mut Rng, now: i64) -> Op {
-    match rng.below(10) {
+    match rng.below(12) {
         0..=5 => {
             let n = 1 + rng.below(6) as usize;
             Op::Events(
@@ -328,7 +393,11 @@ fn random_op(rng: &mut Rng, now: i64) -> Op {
                         1 => Some(FeatureValue::Int(rng.below(1000) as i64)),
                         2 => Some(FeatureValue::Float(rng.below(1000) as f64 / 4.0 + 0.25)),
                         3 => Some(FeatureValue::Bool(rng.chance(50))),
-                        _ => Some(FeatureValue::Str(format!("s{}", rng.below(9)).into())),
+                        // Some read as numbers (counters and increments count on from them).
+                        _ => Some(FeatureValue::Str(
+                            ["s1", "s2", "5", "-3", "07", "2.5", "1e3"][rng.below(7) as usize]
+                                .into(),
+                        )),
                     };
                     // The built-ins hold integers (the HTTP layer refuses anything else).
                     let v = match (name, v) {
@@ -353,11 +422,20 @@ fn random_op(rng: &mut Rng, now: i64) -> Op {
                     .collect(),
             )
         }
-        _ => Op::Delete(
+        9 => Op::Delete(
             (0..1 + rng.below(3))
                 .map(|_| (ENTITIES[rng.below(5) as usize], None))
                 .collect(),
         ),
+        _ => {
+            let by = if rng.chance(60) {
+                Increment::Int(rng.below(20) as i64 - 5)
+            } else {
+                Increment::Float(rng.below(8) as f64 / 4.0 - 0.5)
+            };
+            let name = PUT_NAMES[rng.below(PUT_NAMES.len() as u64) as usize];
+            Op::Incr(ENTITIES[rng.below(5) as usize], name, by)
+        }
     }
 }
 
@@ -399,6 +477,21 @@ fn apply(store: &Store, op: &Op) -> bool {
             block(store.write_features(FeatureWrite {
                 entity: ent.to_string(),
                 op: FeatureOp::Put(set),
+                durability: None,
+                guard: None,
+                origin: None,
+                append_ms: None,
+            }))
+            .unwrap();
+            true
+        }
+        Op::Incr(ent, name, by) => {
+            block(store.write_features(FeatureWrite {
+                entity: ent.to_string(),
+                op: FeatureOp::Incr {
+                    name: name.to_string(),
+                    by: *by,
+                },
                 durability: None,
                 guard: None,
                 origin: None,

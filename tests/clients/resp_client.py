@@ -357,8 +357,8 @@ def cluster(host, port, others):
         assert r.hget("rp-1", "ratio") == b"0.25"
         assert r.hget("rp-1", "name") is None
         assert r.hmget("rp-1", ["level", "nope", "damage"]) == [b"9", None, b"43"]
-        assert r.hgetall("rp-1") == {b"damage": b"43", b"ratio": b"0.25", b"level": b"9"}
-        assert r.hget("rp-1", "n") == b"6"
+        assert r.hgetall("rp-1") == {b"damage": b"43", b"ratio": b"0.25", b"level": b"9",
+                                     b"n": b"6"}
         assert r.hexists("rp-1", "level") is True
         assert r.hexists("rp-1", "name") is False
         assert r.exists(*[f"rp-many-{k}" for k in range(20)], "rp-nobody") == 18
