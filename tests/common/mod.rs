@@ -9,6 +9,8 @@
 //! - `sse`: live follows (SSE and NDJSON) read frame by frame.
 //! - `browser`: headless Chromium driven by playwright-core, for the status page.
 //! - `python`: third-party Python clients in a pinned virtualenv.
+//! - `programs`: third-party client programs in Go, Java and JavaScript, built from pinned
+//!   versions.
 //! - `cluster`: cluster-mode nodes beside Kafka brokers.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -17,6 +19,7 @@ pub mod browser;
 mod client;
 pub mod cluster;
 mod events;
+pub mod programs;
 mod python;
 mod server;
 mod sse;

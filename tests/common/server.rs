@@ -115,6 +115,11 @@ fn parse_listening(line: &str) -> Option<SocketAddr> {
     None
 }
 
+/// The tokens of [`ServerConfig::with_scoped_tokens`], one per scope.
+pub const INGEST_TOKEN: &str = "ingest-secret";
+pub const READ_TOKEN: &str = "read-secret";
+pub const ADMIN_TOKEN: &str = "admin-secret";
+
 /// How to start one server; `Clone` so that the same configuration can be restarted.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -169,14 +174,16 @@ impl ServerConfig {
             .arg(file.to_string_lossy().into_owned())
     }
 
-    /// With three bearer tokens, one per scope: `ingest-secret`, `read-secret` and
-    /// `admin-secret`, in a config file written into `dir`.
+    /// With three bearer tokens, one per scope: [`INGEST_TOKEN`], [`READ_TOKEN`] and
+    /// [`ADMIN_TOKEN`], in a config file written into `dir`.
     pub fn with_scoped_tokens(self, dir: &Path) -> Self {
         self.with_config(
             dir,
-            "auth:\n  tokens:\n    - token: ingest-secret\n      scopes: [ingest]\n    \
-             - token: read-secret\n      scopes: [read]\n    - token: admin-secret\n      \
-             scopes: [admin]\n",
+            &format!(
+                "auth:\n  tokens:\n    - token: {INGEST_TOKEN}\n      scopes: [ingest]\n    \
+                 - token: {READ_TOKEN}\n      scopes: [read]\n    - token: {ADMIN_TOKEN}\n      \
+                 scopes: [admin]\n"
+            ),
         )
     }
 
