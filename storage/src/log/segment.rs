@@ -201,9 +201,11 @@ pub struct SegInfo {
 
 /// The segments readers can reach, by first LSN.
 pub struct Segments {
-    pub log_dir: PathBuf,
+    /// Shared with each read's walk, which names its file only in an error.
+    pub log_dir: Arc<Path>,
     map: RwLock<BTreeMap<u64, SegInfo>>,
-    files: FileCache,
+    /// Keyed by (first LSN, is the index file).
+    files: FileCache<(u64, bool)>,
     /// Pages of sealed index files that readers touched.
     pages: Arc<IndexPages>,
 }
@@ -220,7 +222,7 @@ pub struct ReadCaches {
 impl Segments {
     pub fn new(vfs: Arc<dyn Vfs>, log_dir: PathBuf, caches: ReadCaches) -> Self {
         Segments {
-            log_dir,
+            log_dir: log_dir.into(),
             map: RwLock::new(BTreeMap::new()),
             files: FileCache::new(vfs, caches.open_files),
             pages: Arc::new(IndexPages::new(caches.index_bytes)),
@@ -239,8 +241,8 @@ impl Segments {
 
     pub fn remove(&self, first_lsn: u64) -> Option<SegInfo> {
         let info = self.map.write().remove(&first_lsn);
-        self.files.evict(&segment_path(&self.log_dir, first_lsn));
-        self.files.evict(&idx_path(&self.log_dir, first_lsn));
+        self.files.evict(&(first_lsn, false));
+        self.files.evict(&(first_lsn, true));
         self.pages.forget(first_lsn);
         info
     }
@@ -288,7 +290,9 @@ impl Segments {
         if self.get(first_lsn).is_none() {
             return Err(Self::gone(first_lsn));
         }
-        self.files.get(&segment_path(&self.log_dir, first_lsn))
+        self.files.get(&(first_lsn, false), || {
+            segment_path(&self.log_dir, first_lsn)
+        })
     }
 
     /// A sealed segment's index file and header, read through the index page cache: what
@@ -306,7 +310,22 @@ impl Segments {
             .ok_or_else(|| Self::gone(first_lsn))?
             .idx
             .ok_or_else(|| io::Error::other(format!("segment {first_lsn} is not sealed")))?;
-        Ok((self.files.get(&idx_path(&self.log_dir, first_lsn))?, h))
+        let f = self
+            .files
+            .get(&(first_lsn, true), || idx_path(&self.log_dir, first_lsn))?;
+        Ok((f, h))
+    }
+
+    /// Every span of a sealed node, decoded, from the index page cache (`None`: a node of
+    /// more than `pages::DECODED_SPANS` spans, or no cache; search its spans in the file).
+    pub fn node_spans(
+        &self,
+        seg: u64,
+        file: &dyn VFile,
+        h: &IdxHeader,
+        e: &Entry,
+    ) -> io::Result<Option<Arc<[idxfile::Span]>>> {
+        self.pages.spans(seg, file, h, e)
     }
 
     /// What the index page cache holds and did.

@@ -28,7 +28,7 @@ use crate::log::segment;
 use crate::log::state::Published;
 use crate::vfs::VFile;
 use std::io;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use vx_proto::EventView;
 use vx_proto::packed::{self, EVENT_HEADER_LEN};
@@ -81,8 +81,11 @@ struct Node {
     entry: Entry,
     file: Arc<dyn VFile>,
     header: IdxHeader,
-    chunk: Vec<Span>,
+    /// Spans read from the node: all of them (`whole`, decoded from the index page cache),
+    /// or a chunk starting at its `chunk_at`-th.
+    chunk: Arc<[Span]>,
     chunk_at: u32,
+    whole: bool,
 }
 
 /// A span to read, where it is, and where to start: at `sample`, or at its start. `sampled`:
@@ -119,7 +122,9 @@ enum At {
 struct SpanWalk {
     span: Span,
     file: Arc<dyn VFile>,
-    path: PathBuf,
+    /// The segment and the log's directory: the file's name, for errors.
+    seg: u64,
+    log_dir: Arc<Path>,
     /// File offsets: the span's end, the end of its first record, the next byte to read.
     end: u64,
     first_rec_end: u64,
@@ -136,7 +141,7 @@ struct SpanWalk {
 impl SpanWalk {
     fn corrupt(&self, at: u64, reason: impl Into<String>) -> ReadError {
         ReadError::Corrupt {
-            file: self.path.clone(),
+            file: segment::segment_path(&self.log_dir, self.seg),
             offset: at,
             reason: reason.into(),
         }
@@ -489,12 +494,16 @@ impl Cursor {
                 return Ok(None);
             }
             let (file, header) = shared.segments.idx(at.seg)?;
+            let all = shared
+                .segments
+                .node_spans(at.seg, &*file, &header, &entry)?;
             self.node = Some(Node {
                 seg: at.seg,
                 entry,
                 file,
                 header,
-                chunk: Vec::new(),
+                whole: all.is_some(),
+                chunk: all.unwrap_or_else(|| Arc::new([])),
                 chunk_at: 0,
             });
         }
@@ -502,11 +511,12 @@ impl Cursor {
             return Ok(None);
         };
         let seq = self.next_seq;
-        let in_chunk = node
-            .chunk
-            .first()
-            .is_some_and(|f| f.first_seq <= seq || node.chunk_at == 0)
-            && node.chunk.last().is_some_and(|l| l.last_seq() >= seq);
+        let in_chunk = node.whole
+            || node
+                .chunk
+                .first()
+                .is_some_and(|f| f.first_seq <= seq || node.chunk_at == 0)
+                && node.chunk.last().is_some_and(|l| l.last_seq() >= seq);
         if !in_chunk {
             // Binary search the node's spans for the first one ending at or after `seq`.
             let (mut lo, mut hi) = (0u32, node.entry.spans_n);
@@ -523,7 +533,7 @@ impl Cursor {
             } else {
                 SPAN_CHUNK
             };
-            node.chunk = idxfile::read_spans(&*node.file, &node.header, &node.entry, lo, n)?;
+            node.chunk = idxfile::read_spans(&*node.file, &node.header, &node.entry, lo, n)?.into();
             node.chunk_at = lo;
         }
         let i = node.chunk.partition_point(|s| s.last_seq() < seq);
@@ -594,7 +604,8 @@ impl Cursor {
                 let mut walk = SpanWalk {
                     span,
                     file,
-                    path: segment::segment_path(&shared.segments.log_dir, seg),
+                    seg,
+                    log_dir: Arc::clone(&shared.segments.log_dir),
                     end,
                     first_rec_end: off + u64::from(span.rec_end),
                     pos: off,

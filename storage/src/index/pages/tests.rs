@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::index::idxfile;
 use proptest::prelude::*;
 use std::sync::atomic::AtomicBool;
 
@@ -167,4 +168,76 @@ fn a_cached_index_file_is_read_only() {
         io::ErrorKind::PermissionDenied
     );
     assert_eq!(f.len().unwrap(), 100);
+}
+
+/// An index file holding two entries: `small` with 3 spans and `big` with one span more than
+/// [`DECODED_SPANS`].
+fn two_entries() -> (Arc<Mem>, IdxHeader, Entry, Entry) {
+    use crate::index::idxfile::{F_EVENTS, IdxBuilder, SegSummary};
+    let span = |i: u32| Span {
+        first_seq: u64::from(i) * 10 + 1,
+        min_ts: 1,
+        max_ts: 2,
+        count: 10,
+        off: i * 100,
+        len: 50,
+        rec_end: 60,
+        samples_at: 0,
+        samples_n: 0,
+    };
+    let mut b = IdxBuilder::new();
+    for (name, n) in [("small", 3), ("big", DECODED_SPANS + 1)] {
+        let spans: Vec<Span> = (0..n).map(span).collect();
+        let e = Entry {
+            name: name.into(),
+            flags: F_EVENTS,
+            first_seq: 1,
+            last_seq: u64::from(n) * 10,
+            count: u64::from(n) * 10,
+            spans_n: n,
+            depth: 1,
+            ..Entry::default()
+        };
+        b.add(&e, &spans, &[]).unwrap();
+    }
+    let bytes = b
+        .finish(&SegSummary {
+            segment: 1,
+            next_lsn: 2,
+            log_len: 1 << 20,
+            min_append_ms: 0,
+            max_append_ms: 0,
+            ids: 0,
+        })
+        .unwrap();
+    let mem = Arc::new(Mem {
+        bytes,
+        reads: AtomicU64::new(0),
+        refuse: AtomicBool::new(false),
+    });
+    let h = idxfile::read_header(&*mem).unwrap();
+    let small = idxfile::lookup(&*mem, &h, "small").unwrap().unwrap();
+    let big = idxfile::lookup(&*mem, &h, "big").unwrap().unwrap();
+    (mem, h, small, big)
+}
+
+/// A node's spans come back decoded, equal to the file's, and the second time from memory; a
+/// node of more than `DECODED_SPANS` spans is not kept (it is searched through the pages).
+#[test]
+fn a_nodes_spans_are_kept_decoded() {
+    let (mem, h, small, big) = two_entries();
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let f = cached(&pages, 1, &mem);
+    let want = idxfile::read_spans(&*mem, &h, &small, 0, small.spans_n).unwrap();
+    let got = pages.spans(1, &*f, &h, &small).unwrap().unwrap();
+    assert_eq!(&got[..], &want[..]);
+    let reads = mem.reads();
+    let again = pages.spans(1, &*f, &h, &small).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&got, &again));
+    assert_eq!(mem.reads(), reads, "the second time reads nothing");
+    assert!(pages.spans(1, &*f, &h, &big).unwrap().is_none());
+    pages.forget(1);
+    assert_eq!(pages.stats().bytes, 0);
+    let none = Arc::new(IndexPages::new(0));
+    assert!(none.spans(1, &*f, &h, &small).unwrap().is_none());
 }
