@@ -32,7 +32,10 @@ const HOOKS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/clients/schemathesis_hooks.py"
 );
-const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openapi_client.py");
+const CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/clients/openapi_client.py"
+);
 
 /// Test cases per operation and phase: every operation is covered in about a minute on two
 /// cores, each run the same (`--seed`).
@@ -48,9 +51,10 @@ fn python() -> String {
     )
 }
 
-/// `python args…` with the interpreter's directory first on `PATH` (openapi-python-client
-/// runs the `ruff` installed beside it), within `secs` seconds.
-fn run_python(python: &str, args: &[&str], secs: u64, envs: &[(&str, &str)]) -> Output {
+/// `python args…` in `dir` (schemathesis keeps a cache in its working directory), with the
+/// interpreter's directory first on `PATH` (openapi-python-client runs the `ruff` installed
+/// beside it), within `secs` seconds.
+fn run_python(python: &str, dir: &Path, args: &[&str], secs: u64, envs: &[(&str, &str)]) -> Output {
     let bin = Path::new(python).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -59,7 +63,7 @@ fn run_python(python: &str, args: &[&str], secs: u64, envs: &[(&str, &str)]) -> 
     );
     let mut cmd = Command::new("timeout");
     cmd.arg(secs.to_string()).arg(python).args(args);
-    cmd.env("PATH", path);
+    cmd.env("PATH", path).current_dir(dir);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -135,11 +139,12 @@ async fn schemathesis_finds_no_answer_that_contradicts_the_document() {
         .start();
     let url = format!("{}/v1/openapi.json", s.api.base);
     let report_dir = tmp.path().join("report");
-    let report = report_dir.clone();
+    let (report, cwd) = (report_dir.clone(), tmp.path().to_path_buf());
     let out = tokio::task::spawn_blocking(move || {
         let report = report.to_string_lossy().into_owned();
         run_python(
             &python,
+            &cwd,
             &[
                 "-m",
                 "schemathesis.cli",
@@ -206,9 +211,11 @@ async fn a_client_generated_from_the_document_ingests_and_replays() {
     let generated = tmp.path().join("generated");
     let out = {
         let (python, generated) = (python.clone(), generated.clone());
+        let cwd = tmp.path().to_path_buf();
         tokio::task::spawn_blocking(move || {
             run_python(
                 &python,
+                &cwd,
                 &[
                     "-m",
                     "openapi_python_client",
@@ -232,10 +239,12 @@ async fn a_client_generated_from_the_document_ingests_and_replays() {
         .with_scoped_tokens(tmp.path())
         .start();
     let base = s.api.base.clone();
+    let cwd = tmp.path().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         let pythonpath = generated.to_string_lossy().into_owned();
         run_python(
             &python,
+            &cwd,
             &[CLIENT, &base, "admin-secret"],
             120,
             &[("PYTHONPATH", &pythonpath)],

@@ -121,7 +121,9 @@ pub fn start(params: &Params, headers: &HeaderMap) -> Result<(Option<u64>, bool)
         .to_str()
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .ok_or_else(|| AppError::bad_request("Last-Event-ID must be the seq of an event received"))?;
+        .ok_or_else(|| {
+            AppError::bad_request("Last-Event-ID must be the seq of an event received")
+        })?;
     // Checked all the same: a bad `from` is a bad request whatever the header says.
     params.u64("from")?;
     Ok((Some(id.saturating_add(1)), true))

@@ -19,8 +19,8 @@
 //! range's end + 1 (or `start` when the range is empty).
 
 use super::AppError;
-use super::openapi::schemas::{Binary, ErrorBody, StoredEvent, Timestamp};
 use super::follow::{self, LiveQuery};
+use super::openapi::schemas::{Binary, ErrorBody, StoredEvent, Timestamp};
 use super::output::{Output, negotiate, position_headers, unknown_stream};
 use super::params::Params;
 use super::streams::engine;

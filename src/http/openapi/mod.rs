@@ -82,11 +82,22 @@ pub fn document() -> &'static str {
         rules::apply(&mut doc);
         // Serializing the document's maps and strings cannot fail; should it, serve an
         // empty object rather than panic.
-        let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into());
-        text.push('\n');
-        text
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into());
+        unsigned_formats(text) + "\n"
     });
     &DOC
+}
+
+/// utoipa spells the unsigned formats of `non_strict_integers` in kebab case (`u-int64`); the
+/// formats' usual names are `uint64` and `uint32`. Replaced as whole JSON tokens: inside a
+/// string their quotes would be escaped.
+fn unsigned_formats(text: String) -> String {
+    ["8", "16", "32", "64"].iter().fold(text, |t, bits| {
+        t.replace(
+            &format!("\"format\": \"u-int{bits}\""),
+            &format!("\"format\": \"uint{bits}\""),
+        )
+    })
 }
 
 /// This document

@@ -10,16 +10,17 @@
 //! - response headers are marked required, but for the few that only some answers carry.
 
 use super::schemas::{
-    ContentEncoding, Durability, DurabilityAsked, ErrorBody, Event, OtlpErrorBody, Timestamp, count, string,
+    Binary, ContentEncoding, Durability, DurabilityAsked, ErrorBody, Event, OtlpErrorBody,
+    Timestamp, count, string,
 };
 use crate::config::Scope;
 use crate::http::{cluster, guard, otlp};
 use axum::http::Method;
 use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
-use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{Schema, SchemaType, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Required};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -35,7 +36,10 @@ pub fn apply(doc: &mut OpenApi) {
         BEARER,
         SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
     );
-    components.add_security_scheme(BASIC, SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)));
+    components.add_security_scheme(
+        BASIC,
+        SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+    );
     // utoipa collects the schemas of bodies, not of parameters: those, the ones named by
     // the rules below, and `Event`, which `EventsJson` refers to.
     for schema in [
@@ -64,14 +68,28 @@ pub fn apply(doc: &mut OpenApi) {
     }
 }
 
-/// One operation's middleware answers and headers.
+/// One operation's middleware answers, parameters and headers.
 fn route(path: &str, method: &Method, op: &mut Operation) {
     if let Some(scope) = guard::required_scope(method, path) {
         secured(path, scope, op);
     }
     if !guard::always_open(path) {
-        add(op, 503, "`not_ready`: starting or draining (docs/API.md §1.3)");
+        add(
+            op,
+            503,
+            "`not_ready`: starting or draining (docs/API.md §1.3)",
+        );
     }
+    parameters(path, method, op);
+    for (status, resp) in op.responses.responses.iter_mut() {
+        if let RefOr::T(resp) = resp {
+            response(path, method, status, resp);
+        }
+    }
+}
+
+/// Cluster mode's `X-Vx-Min-Position` on the reads it forwards; no parameter is nullable.
+fn parameters(path: &str, method: &Method, op: &mut Operation) {
     if cluster::forward::forwards(method, path) {
         let param = ParameterBuilder::new()
             .name("X-Vx-Min-Position")
@@ -83,7 +101,9 @@ fn route(path: &str, method: &Method, op: &mut Operation) {
             ))
             .schema(Some(string()))
             .build();
-        op.parameters.get_or_insert_with(Vec::new).push(RefOr::T(param));
+        op.parameters
+            .get_or_insert_with(Vec::new)
+            .push(RefOr::T(param));
     }
     for param in op.parameters.iter_mut().flatten() {
         if let RefOr::T(param) = param
@@ -92,57 +112,55 @@ fn route(path: &str, method: &Method, op: &mut Operation) {
             not_null(schema);
         }
     }
-    for (status, resp) in op.responses.responses.iter_mut() {
-        let RefOr::T(resp) = resp else { continue };
-        if guard::reports_queue_fill(path) {
-            resp.headers.insert(
-                "X-Vx-Queue-Fill".into(),
-                header(
-                    string().pattern(Some("^[01]\\.[0-9]{2}$")),
-                    "the fill (0.00–1.00) of the fullest shard the request touched",
-                ),
-            );
-        }
-        if cluster::forward::forwards(method, path) && status.starts_with('2') {
-            resp.headers.insert(
-                "X-Vx-Node".into(),
-                header(string(), "cluster mode: the node that answered"),
-            );
-        }
-        if status == "503" {
-            resp.headers.insert(
-                "Retry-After".into(),
-                header(count().minimum(Some(1)), "whole seconds"),
-            );
-        }
-        if otlp::is_otlp(path) && !status.starts_with('2') {
-            resp.content = [
-                (
-                    "application/json".to_string(),
-                    RefOr::T(json_content::<OtlpErrorBody>()),
-                ),
-                (
-                    "application/x-protobuf".to_string(),
-                    RefOr::T(Content::new(Some(
-                        string().content_media_type("application/x-protobuf").description(
-                            Some("a google.rpc.Status whose message is `<veltrix code>: <message>`"),
-                        ),
-                    ))),
-                ),
-            ]
-            .into_iter()
-            .collect();
-        }
-        for (name, h) in resp.headers.iter_mut() {
-            if let RefOr::T(h) = h
-                && !CONDITIONAL_HEADERS.contains(&name.as_str())
-            {
-                // utoipa's Header has no `required` field (OpenAPI's Header Object has): it
-                // goes in as its one extension-map entry, serialized among the fields.
-                h.extensions
-                    .get_or_insert_with(Default::default)
-                    .insert("required".into(), true.into());
-            }
+}
+
+/// One answer's headers from the middleware, OTLP's error shapes, and `required` on the
+/// headers every such answer carries.
+fn response(path: &str, method: &Method, status: &str, resp: &mut Response) {
+    if guard::reports_queue_fill(path) {
+        resp.headers.insert(
+            "X-Vx-Queue-Fill".into(),
+            header(
+                string().pattern(Some("^[01]\\.[0-9]{2}$")),
+                "the fill (0.00–1.00) of the fullest shard the request touched",
+            ),
+        );
+    }
+    if cluster::forward::forwards(method, path) && status.starts_with('2') {
+        resp.headers.insert(
+            "X-Vx-Node".into(),
+            header(string(), "cluster mode: the node that answered"),
+        );
+    }
+    if status == "503" {
+        resp.headers.insert(
+            "Retry-After".into(),
+            header(count().minimum(Some(1)), "whole seconds"),
+        );
+    }
+    if otlp::is_otlp(path) && !status.starts_with('2') {
+        resp.content = [
+            (
+                "application/json".to_string(),
+                RefOr::T(content_ref::<OtlpErrorBody>()),
+            ),
+            (
+                "application/x-protobuf".to_string(),
+                RefOr::T(content_ref::<Binary>()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+    }
+    for (name, h) in resp.headers.iter_mut() {
+        if let RefOr::T(h) = h
+            && !CONDITIONAL_HEADERS.contains(&name.as_str())
+        {
+            // utoipa's Header has no `required` field (OpenAPI's Header Object has): it
+            // goes in as its one extension-map entry, serialized among the fields.
+            h.extensions
+                .get_or_insert_with(Default::default)
+                .insert("required".into(), true.into());
         }
     }
 }
@@ -184,17 +202,20 @@ fn add(op: &mut Operation, status: u16, description: &str) {
             RefOr::T(
                 ResponseBuilder::new()
                     .description(description)
-                    .content("application/json", json_content::<ErrorBody>())
+                    .content("application/json", content_ref::<ErrorBody>())
                     .build(),
             )
         });
 }
 
-fn json_content<T: ToSchema>() -> Content {
+fn content_ref<T: ToSchema>() -> Content {
     Content::new(Some(Ref::from_schema_name(T::name())))
 }
 
-fn header(schema: impl Into<RefOr<utoipa::openapi::schema::Schema>>, description: &str) -> RefOr<Header> {
+fn header(
+    schema: impl Into<RefOr<utoipa::openapi::schema::Schema>>,
+    description: &str,
+) -> RefOr<Header> {
     RefOr::T(
         HeaderBuilder::new()
             .schema(Some(schema))

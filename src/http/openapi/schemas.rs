@@ -6,8 +6,8 @@
 
 use std::borrow::Cow;
 use utoipa::openapi::schema::{
-    AdditionalProperties, ArrayBuilder, ArrayItems, KnownFormat, ObjectBuilder, OneOfBuilder, Schema,
-    SchemaFormat, Type,
+    AdditionalProperties, ArrayBuilder, ArrayItems, KnownFormat, ObjectBuilder, OneOfBuilder,
+    Schema, SchemaFormat, Type,
 };
 use utoipa::openapi::{RefOr, schema::SchemaType};
 use utoipa::{PartialSchema, ToSchema};
@@ -97,12 +97,18 @@ fn error_object() -> ObjectBuilder {
             "index",
             count().description(Some("0-based position of the event in the request")),
         )
-        .property("line", count().description(Some("1-based line in the body")))
+        .property(
+            "line",
+            count().description(Some("1-based line in the body")),
+        )
         .property(
             "column",
             count().description(Some("1-based column in the body")),
         )
-        .property("document", count().description(Some("0-based YAML document")))
+        .property(
+            "document",
+            count().description(Some("0-based YAML document")),
+        )
         .property(
             "field",
             string().description(Some("the event field or feature name at fault")),
@@ -211,7 +217,12 @@ fn event(with_seq: bool) -> ObjectBuilder {
     let mut o = object()
         .property(
             "stream",
-            text(1, MAX_STREAM_LEN, NO_CONTROL, "the unit of order and replay"),
+            text(
+                1,
+                MAX_STREAM_LEN,
+                NO_CONTROL,
+                "the unit of order and replay",
+            ),
         )
         .required("stream")
         .property(
@@ -228,10 +239,12 @@ fn event(with_seq: bool) -> ObjectBuilder {
         .property(
             "value",
             optional(
-                ObjectBuilder::new().schema_type(Type::Number).description(Some(
-                    "counter: an i64 delta (required); gauge: a finite number (required); \
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .description(Some(
+                        "counter: an i64 delta (required); gauge: a finite number (required); \
                      event: optional",
-                )),
+                    )),
                 Type::Number,
             ),
         )

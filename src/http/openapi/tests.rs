@@ -36,7 +36,9 @@ fn served() -> BTreeMap<String, BTreeSet<String>> {
     let router = crate::http::app(AppState::new(&Config::default()));
     let text = format!("{router:?}");
     // The matched routes; the fallbacks come after.
-    let text = &text[..text.find("fallback_router").expect("axum's Router Debug form")];
+    let text = &text[..text
+        .find("fallback_router")
+        .expect("axum's Router Debug form")];
     let mut methods = BTreeMap::new();
     for part in text.split("RouteId(").skip(1) {
         let Some((id, rest)) = part.split_once(')') else {
@@ -44,7 +46,10 @@ fn served() -> BTreeMap<String, BTreeSet<String>> {
         };
         if let Some(allow) = rest.split("allow_header: Bytes(b\"").nth(1) {
             let allow = allow.split('"').next().unwrap_or("");
-            methods.insert(id.to_string(), allow.split(',').map(str::to_string).collect());
+            methods.insert(
+                id.to_string(),
+                allow.split(',').map(str::to_string).collect(),
+            );
         }
     }
     let paths = &text[text.rfind("paths: {").expect("the router's paths")..];
@@ -98,7 +103,11 @@ async fn methods_the_document_lists_are_the_methods_answered() {
                 .uri(&uri)
                 .body(Body::empty())
                 .unwrap();
-            let status = crate::http::app(state.clone()).oneshot(req).await.unwrap().status();
+            let status = crate::http::app(state.clone())
+                .oneshot(req)
+                .await
+                .unwrap()
+                .status();
             assert_eq!(
                 status == StatusCode::METHOD_NOT_ALLOWED,
                 !methods.contains(method),
@@ -149,7 +158,11 @@ fn scopes_and_middleware_answers_are_documented() {
             let documented = op["security"][0]["bearer"][0].as_str();
             assert_eq!(documented, scope, "{method} {path}");
             let responses = &op["responses"];
-            assert_eq!(responses.get("401").is_some(), scope.is_some(), "{method} {path}");
+            assert_eq!(
+                responses.get("401").is_some(),
+                scope.is_some(),
+                "{method} {path}"
+            );
             if !crate::http::guard::always_open(path) {
                 assert!(
                     responses["503"]["headers"]["Retry-After"]["required"] == true,
@@ -162,6 +175,9 @@ fn scopes_and_middleware_answers_are_documented() {
     }
     let ingest = &doc["paths"]["/v1/events"]["post"]["responses"];
     for (status, r) in ingest.as_object().unwrap() {
-        assert_eq!(r["headers"]["X-Vx-Queue-Fill"]["required"], true, "{status}");
+        assert_eq!(
+            r["headers"]["X-Vx-Queue-Fill"]["required"], true,
+            "{status}"
+        );
     }
 }

@@ -16,8 +16,8 @@
 pub mod status;
 
 use super::AppError;
-use super::openapi::schemas::{Binary, ContentEncoding, DurabilityAsked};
 use super::ingest::{body_error, closing, durability, encoding, submit};
+use super::openapi::schemas::{Binary, ContentEncoding, DurabilityAsked};
 use super::queue_fill::with_fill;
 use crate::otlp::{self, Signal, Wire};
 use crate::state::AppState;
