@@ -121,7 +121,7 @@ fn response(path: &str, method: &Method, status: &str, resp: &mut Response) {
         resp.headers.insert(
             "X-Vx-Queue-Fill".into(),
             header(
-                string().pattern(Some("^[01]\\.[0-9]{2}$")),
+                string().pattern(Some("^(?:0\\.[0-9]{2}|1\\.00)$")),
                 "the fill (0.00–1.00) of the fullest shard the request touched",
             ),
         );
@@ -132,10 +132,11 @@ fn response(path: &str, method: &Method, status: &str, resp: &mut Response) {
             header(string(), "cluster mode: the node that answered"),
         );
     }
-    if status == "503" {
+    // 503 `not_ready` always says when to come back; so does 429 where documented.
+    if status == "503" || resp.headers.contains_key("Retry-After") {
         resp.headers.insert(
             "Retry-After".into(),
-            header(count().minimum(Some(1)), "whole seconds"),
+            header(count().minimum(Some(1)), "whole seconds, at least 1"),
         );
     }
     if otlp::is_otlp(path) && !status.starts_with('2') {
