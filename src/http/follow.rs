@@ -86,20 +86,7 @@ impl LiveQuery {
         if pace.is_none() && params.get("speed").is_some() {
             return Err(AppError::bad_request("speed needs pace=original"));
         }
-        let mut from = params.u64("from")?;
-        let mut resume = false;
-        if let Some(v) = headers.get(LAST_EVENT_ID) {
-            let id = v
-                .to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| {
-                    AppError::bad_request("Last-Event-ID must be the seq of an event received")
-                })?;
-            // A reconnecting EventSource repeats its URL: the header is the newer position.
-            from = Some(id.saturating_add(1));
-            resume = true;
-        }
+        let (from, resume) = start(params, headers)?;
         // Live, `limit` ends the follow only when given; a bounded replay keeps its default.
         let limit = if follow && params.get("limit").is_none() {
             None
@@ -122,6 +109,24 @@ impl LiveQuery {
             pace,
         })
     }
+}
+
+/// Where a replay starts: `from`, or right after `Last-Event-ID`, which wins (a reconnecting
+/// EventSource repeats its URL: the header is the newer position); whether it is a resume.
+pub fn start(params: &Params, headers: &HeaderMap) -> Result<(Option<u64>, bool), AppError> {
+    let Some(v) = headers.get(LAST_EVENT_ID) else {
+        return Ok((params.u64("from")?, false));
+    };
+    let id = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            AppError::bad_request("Last-Event-ID must be the seq of an event received")
+        })?;
+    // Checked all the same: a bad `from` is a bad request whatever the header says.
+    params.u64("from")?;
+    Ok((Some(id.saturating_add(1)), true))
 }
 
 fn parse_speed(v: Option<&str>) -> Result<f64, AppError> {

@@ -16,12 +16,26 @@ use tracing::Instrument;
 
 /// Routes that answer while starting and draining: an orchestrator must be able to see why,
 /// and so must an operator watching the status page (its JSON then says `starting` or
-/// `draining`, with `null` for what needs the store).
-const ALWAYS_OPEN: [&str; 5] = ["/healthz", "/readyz", "/metrics", "/v1/status", "/"];
+/// `draining`, with `null` for what needs the store). The API's description needs nothing
+/// either.
+const ALWAYS_OPEN: [&str; 6] = [
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/v1/status",
+    "/",
+    super::openapi::PATH,
+];
 
-fn always_open(path: &str) -> bool {
+/// Whether `path` (a request's, or a route template) answers in every phase.
+pub(crate) fn always_open(path: &str) -> bool {
     // The page's assets: `/ui/{asset}`.
     ALWAYS_OPEN.contains(&path) || path.starts_with("/ui/")
+}
+
+/// Whether every answer on `path` carries `X-Vx-Queue-Fill` (the ingest routes).
+pub(crate) fn reports_queue_fill(path: &str) -> bool {
+    matches!(path, "/v1/events" | super::otlp::TRACES | super::otlp::LOGS)
 }
 
 /// One span per request; the handlers' events (and errors) are logged inside it, and an
@@ -60,7 +74,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 /// that never reached admission (docs/API.md §3: every ingest response carries it).
 pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let is_ingest = matches!(path, "/v1/events" | super::otlp::TRACES | super::otlp::LOGS);
+    let is_ingest = reports_queue_fill(path);
     let mut resp = if always_open(path) {
         next.run(req).await
     } else {
@@ -99,9 +113,10 @@ pub async fn latency(
 
 /// The scope a route needs; `None`: open to all (health checks). Deleting a stream destroys
 /// what producers wrote, so it needs `admin`, not `ingest`.
-fn required_scope(method: &Method, route: &str) -> Option<Scope> {
+pub(crate) fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     match route {
-        "/healthz" | "/readyz" => None,
+        // The API's description is public, like the health checks (docs/API.md §7.8).
+        "/healthz" | "/readyz" | super::openapi::PATH => None,
         "/v1/events" | "/v1/traces" | "/v1/logs" => Some(Scope::Ingest),
         // Asked by the node that took a write with `applied`, with its client's token.
         crate::cluster::OUTCOME => Some(Scope::Ingest),

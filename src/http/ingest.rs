@@ -5,6 +5,7 @@
 //! `X-Vx-Queue-Fill`.
 
 use super::AppError;
+use super::openapi::schemas::{Binary, ContentEncoding, DurabilityAsked, ErrorBody, EventsJson};
 use super::queue_fill::with_fill;
 use crate::metrics::Measured;
 use crate::state::AppState;
@@ -35,13 +36,21 @@ impl Serialize for LastSeq<'_> {
     }
 }
 
-#[derive(Serialize)]
-struct Stored<'a> {
+/// The 200 of a write (docs/API.md §3.6); cluster mode at `replicated` leaves out
+/// `duplicates` and `last_seq` (§12.1).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Stored<'a> {
+    /// Events newly stored.
     accepted: u64,
+    /// Repeats of stored ids (docs/API.md §2.4).
     #[serde(skip_serializing_if = "Option::is_none")]
     duplicates: Option<u64>,
+    /// Per stream, in first-appearance order: the highest seq newly assigned, or the stored
+    /// seq of the duplicate when all of the stream's events were duplicates.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<std::collections::BTreeMap<String, u64>>)]
     last_seq: Option<LastSeq<'a>>,
+    #[schema(value_type = crate::http::openapi::schemas::Durability)]
     durability: &'static str,
     /// Cluster mode: the write's position (also `X-Vx-Position`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -199,7 +208,52 @@ pub(super) fn closing(mut resp: Response) -> Response {
     resp
 }
 
-/// `POST /v1/events`.
+/// Ingest events
+///
+/// One request is atomic: every event in it is stored, or none is (docs/API.md §3). Bodies
+/// are decoded as they arrive; the format is chosen by `Content-Type`, parameters ignored.
+/// Every answer carries `X-Vx-Queue-Fill`.
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    operation_id = "ingest_events",
+    tag = "ingest",
+    params(
+        ("Content-Encoding" = Option<ContentEncoding>, Header,
+            description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
+            description = "the durability level to reach before answering (docs/API.md §3.5; `replicated` and `applied` in cluster mode only, else 400); case-insensitive"),
+        ("X-Vx-Expected-Last-Seq" = Option<u64>, Header,
+            description = "conditional write: the stream's last seq must be this (0: empty); all events must belong to one stream"),
+    ),
+    request_body(
+        description = "Events, in the format `Content-Type` names (docs/API.md §3.2)",
+        content(
+            (EventsJson = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "application/jsonl"),
+            (EventsJson = "application/yaml"),
+            (EventsJson = "application/x-yaml"),
+            (EventsJson = "text/yaml"),
+            (Binary = "application/vnd.veltrix.frames"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Stored (or a no-op), at the durability level reached", body = Stored,
+            headers(("X-Vx-Position" = String, description = "cluster mode: the write's position"))),
+        (status = 400, description = "`malformed`: not well-formed in the declared format; `bad_request`: a bad header", body = ErrorBody),
+        (status = 408, description = "`timeout`: the body stalled for `ingest.body_timeout`", body = ErrorBody),
+        (status = 409, description = "`conflict`: the expected last seq differs (`last_seq`)", body = ErrorBody),
+        (status = 413, description = "`too_large`: a body, event, depth or expansion over its limit (`limit`, `max`)", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the content type or encoding (`supported`)", body = ErrorBody),
+        (status = 422, description = "`invalid_event`: an event breaks a rule (`index`, `field`)", body = ErrorBody),
+        (status = 429, description = "`backpressure`", body = ErrorBody, headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 500, description = "`internal`: a decoder failed for a reason of the server's own", body = ErrorBody),
+        (status = 507, description = "`storage_full`", body = ErrorBody),
+    ),
+)]
 pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let metrics = state.metrics();
     let req = match check_headers(&headers, state.cluster().is_some()) {

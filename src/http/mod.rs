@@ -12,6 +12,8 @@
 //!   (`Accept` negotiation, position headers).
 //! - [`features`]: the feature store's routes (docs/API.md §6).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`openapi`]: the route table every route is served from, and the OpenAPI document it
+//!   generates (`GET /v1/openapi.json`).
 //! - [`status`]: the status page (`/`, `/ui/{asset}`, embedded) and `GET /v1/status`.
 //! - [`guard`]: the middleware every request passes: readiness, auth, latency.
 //! - [`params`]: query-string parsing with errors in the one error shape.
@@ -22,6 +24,7 @@ pub mod features;
 pub mod follow;
 pub mod guard;
 pub mod ingest;
+pub mod openapi;
 pub mod ops;
 pub mod otlp;
 pub mod output;
@@ -38,39 +41,11 @@ pub use crate::error::AppError;
 use crate::state::AppState;
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
-use axum::routing::{get, post};
 
-/// The whole HTTP application.
+/// The whole HTTP application: the routes of [`openapi::routes`] behind the middleware.
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/events", post(ingest::ingest))
-        .route(otlp::TRACES, post(otlp::traces))
-        .route(otlp::LOGS, post(otlp::logs))
-        .route("/v1/streams", get(streams::list))
-        .route(
-            "/v1/streams/{stream}",
-            get(streams::one).delete(streams::delete),
-        )
-        .route("/v1/streams/{stream}/events", get(replay::events))
-        .route("/v1/streams/{stream}/ws", get(replay::ws))
-        .route("/v1/features/query", post(features::query))
-        .route(
-            "/v1/features/{entity}",
-            get(features::get)
-                .put(features::put)
-                .delete(features::delete_entity),
-        )
-        .route(
-            "/v1/features/{entity}/{name}",
-            axum::routing::delete(features::delete_one),
-        )
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/v1/status", get(status::status))
-        .route("/", get(status::index))
-        .route("/ui/{asset}", get(status::asset))
-        .route(cluster::internal::OUTCOME, get(cluster::internal::outcome))
+    let (routes, _) = openapi::routes().split_for_parts();
+    routes
         // Route layers run after matching, so they see the route template; the later one
         // wraps the earlier, so latency includes auth. Cluster mode forwards reads of a shard
         // another node owns once they are authorized here.

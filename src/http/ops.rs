@@ -1,6 +1,7 @@
 //! Operations endpoints (docs/API.md §7): liveness, readiness and the metrics exposition.
 
 use super::AppError;
+use super::openapi::schemas::{ErrorBody, Health};
 use crate::state::{AppState, Phase};
 use axum::Json;
 use axum::extract::State;
@@ -9,12 +10,34 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-/// Alive: the process answers.
+/// Liveness
+///
+/// 200 while the process runs, in every phase, without auth (docs/API.md §7.1).
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    responses((status = 200, description = "Alive: `{\"status\": \"ok\"}`", body = Health)),
+)]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// 200 once bootstrapped; 503 `not_ready` before, while draining, and after a failed fsync.
+/// Readiness
+///
+/// 200 once bootstrapped; 503 `not_ready` before, while draining, and after a failed fsync
+/// (docs/API.md §7.2). No auth.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready: `{\"status\": \"ready\"}`", body = Health),
+        (status = 503, description = "`not_ready`: starting, draining, or the store refuses writes after a failed fsync", body = ErrorBody),
+    ),
+)]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
         return Json(json!({"status": "ready"})).into_response();
@@ -29,8 +52,23 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Metrics
+///
 /// The Prometheus text format by default (what `promtool check metrics` reads); OpenMetrics
-/// when the scraper asks for it in `Accept`, as Prometheus itself does.
+/// when the scraper asks for it in `Accept`, as Prometheus itself does (docs/API.md §7.3).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The exposition", content(
+            (String = "text/plain; version=0.0.4; charset=utf-8"),
+            (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )),
+        (status = 500, description = "`internal`: encoding the metrics failed", body = ErrorBody),
+    ),
+)]
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let openmetrics = headers
         .get_all(ACCEPT)

@@ -20,6 +20,7 @@
 
 use super::AppError;
 use super::follow::{self, LiveQuery};
+use super::openapi::schemas::{Binary, ErrorBody, StoredEvent, Timestamp};
 use super::output::{Output, negotiate, position_headers, unknown_stream};
 use super::params::Params;
 use super::streams::engine;
@@ -150,7 +151,41 @@ fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
     Ok(Some(types))
 }
 
-/// `GET /v1/streams/{stream}/ws`: a live follower over WebSocket (docs/API.md §5).
+/// Follow a stream over WebSocket
+///
+/// A live follower (docs/API.md §5.6): the query of the events route with `follow`
+/// defaulting to true; one text message per event (canonical JSON with `seq`). The query,
+/// the stream and `server.max_followers` are checked before the upgrade.
+#[utoipa::path(
+    get,
+    path = "/v1/streams/{stream}/ws",
+    operation_id = "follow_websocket",
+    tag = "streams",
+    params(
+        ("stream" = String, Path, description = "the stream's name, one percent-encoded segment"),
+        ("from" = Option<u64>, Query, description = "first seq, inclusive (default and floor: the first retained)"),
+        ("to" = Option<u64>, Query, description = "last seq, inclusive"),
+        ("since" = Option<Timestamp>, Query, description = "events with `ts` ≥ this: integer milliseconds or an RFC 3339 time"),
+        ("until" = Option<Timestamp>, Query, description = "events with `ts` < this: integer milliseconds or an RFC 3339 time"),
+        ("types" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$", description = "a comma list of event types"),
+        ("entity" = Option<String>, Query, description = "only events of this entity"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100000, description = "events in the answer (default 1000; live: ends the follow after that many, no default)"),
+        ("follow" = Option<bool>, Query, description = "true (or 1): go on live after the stored events (docs/API.md §5.5)"),
+        ("pace" = Option<String>, Query, pattern = "^original$", description = "`original`: space events by their original `ts`"),
+        ("speed" = Option<f64>, Query, minimum = 0.1, maximum = 100, description = "with pace=original: the speed-up (default 1.0)"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "the seq of the last event received: start right after it (wins over `from`)"),
+    ),
+    responses(
+        (status = 101, description = "Switching to the WebSocket protocol", headers(
+            ("X-Vx-First-Seq" = u64, description = "the stream's first retained seq"),
+            ("X-Vx-Last-Seq" = u64, description = "the stream's last visible seq when the answer started"),
+            ("X-Vx-Shard" = u32, description = "the stream's shard"),
+        )),
+        (status = 400, description = "`bad_request`: a parameter, or not a WebSocket upgrade", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown stream", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the shard it would live on"))),
+        (status = 503, description = "`not_ready`: starting, draining, or over `server.max_followers` (`limit`, `max`)", body = ErrorBody),
+    ),
+)]
 pub async fn ws(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -171,7 +206,52 @@ pub async fn ws(
     follow::websocket(&state, &stream, q, upgrade)
 }
 
-/// `GET /v1/streams/{stream}/events`.
+/// Replay a stream
+///
+/// The stream's events in `seq` order (docs/API.md §5.4), streamed with bounded memory, in
+/// the format `Accept` picks: NDJSON (none, `*/*`), a JSON array, YAML documents, EVENT
+/// frames, or Server-Sent Events. With `follow`, `pace` or `speed`, or `Accept:
+/// text/event-stream`, the live and paced form (§5.5): SSE or NDJSON only, with
+/// `Cache-Control: no-cache` and `X-Accel-Buffering: no`.
+#[utoipa::path(
+    get,
+    path = "/v1/streams/{stream}/events",
+    operation_id = "replay_events",
+    tag = "streams",
+    params(
+        ("stream" = String, Path, description = "the stream's name, one percent-encoded segment"),
+        ("from" = Option<u64>, Query, description = "first seq, inclusive (default and floor: the first retained)"),
+        ("to" = Option<u64>, Query, description = "last seq, inclusive"),
+        ("since" = Option<Timestamp>, Query, description = "events with `ts` ≥ this: integer milliseconds or an RFC 3339 time"),
+        ("until" = Option<Timestamp>, Query, description = "events with `ts` < this: integer milliseconds or an RFC 3339 time"),
+        ("types" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$", description = "a comma list of event types"),
+        ("entity" = Option<String>, Query, description = "only events of this entity"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100000, description = "events in the answer (default 1000; live: ends the follow after that many, no default)"),
+        ("follow" = Option<bool>, Query, description = "true (or 1): go on live after the stored events (docs/API.md §5.5)"),
+        ("pace" = Option<String>, Query, pattern = "^original$", description = "`original`: space events by their original `ts`"),
+        ("speed" = Option<f64>, Query, minimum = 0.1, maximum = 100, description = "with pace=original: the speed-up (default 1.0)"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "the seq of the last event received: start right after it (wins over `from`)"),
+    ),
+    responses(
+        (status = 200, description = "The events", content(
+            (String = "application/x-ndjson"),
+            (Vec<StoredEvent> = "application/json"),
+            (String = "application/yaml"),
+            (Binary = "application/vnd.veltrix.frames"),
+            (String = "text/event-stream"),
+        ), headers(
+            ("X-Vx-First-Seq" = u64, description = "the stream's first retained seq"),
+            ("X-Vx-Last-Seq" = u64, description = "the stream's last visible seq when the answer started"),
+            ("X-Vx-Shard" = u32, description = "the stream's shard"),
+            ("X-Vx-Next-Seq" = u64, description = "without since/until/types/entity: the seq to ask for next"),
+        )),
+        (status = 400, description = "`bad_request`: a parameter, `Last-Event-ID`, or a non-ASCII `Accept`", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown stream", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the shard it would live on"))),
+        (status = 406, description = "`not_acceptable`: no output for `Accept` (`supported`)", body = ErrorBody),
+        (status = 500, description = "`internal`: reading the log failed before the first byte", body = ErrorBody),
+        (status = 503, description = "`not_ready`: starting, draining, or over `server.max_followers` (`limit`, `max`)", body = ErrorBody),
+    ),
+)]
 pub async fn events(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -191,7 +271,7 @@ pub async fn events(
     }
     let limit = params.limit(LIMIT_DEFAULT, LIMIT_MAX)?;
     let query = ReadQuery {
-        from: params.u64("from")?,
+        from: follow::start(&params, &headers)?.0,
         to: params.u64("to")?,
         since: params.ts("since")?,
         until: params.ts("until")?,

@@ -9,6 +9,7 @@
 //! prompts for the token (see [`crate::auth::http_token`]).
 
 use super::AppError;
+use super::openapi::schemas::ErrorBody;
 use super::params::Params;
 use crate::state::AppState;
 use axum::Json;
@@ -63,12 +64,45 @@ fn page_headers(content_type: &'static str) -> HeaderMap {
     h
 }
 
-/// `GET /`: the page.
+/// Status page
+///
+/// The embedded status page (docs/API.md §7.4); it polls `GET /v1/status`.
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "status_page",
+    tag = "operations",
+    responses((status = 200, description = "The page", content((String = "text/html; charset=utf-8")), headers(
+            ("Cache-Control" = String, description = "`no-cache`"),
+            ("X-Content-Type-Options" = String, description = "`nosniff`"),
+            ("Referrer-Policy" = String, description = "`no-referrer`"),
+            ("Content-Security-Policy" = String, description = "only the page's own origin")))),
+)]
 pub async fn index() -> Response {
     (page_headers("text/html; charset=utf-8"), INDEX).into_response()
 }
 
-/// `GET /ui/{asset}`: one of [`ASSETS`]; 404 for any other name.
+/// Status page asset
+///
+/// One of the page's embedded assets, `app.js` or `app.css`; 404 for any other name.
+#[utoipa::path(
+    get,
+    path = "/ui/{asset}",
+    operation_id = "status_page_asset",
+    tag = "operations",
+    params(("asset" = String, Path, description = "`app.js` or `app.css`")),
+    responses(
+        (status = 200, description = "The asset", content(
+            (String = "text/javascript; charset=utf-8"),
+            (String = "text/css; charset=utf-8"),
+        ), headers(
+            ("Cache-Control" = String, description = "`no-cache`"),
+            ("X-Content-Type-Options" = String, description = "`nosniff`"),
+            ("Referrer-Policy" = String, description = "`no-referrer`"),
+            ("Content-Security-Policy" = String, description = "only the page's own origin"))),
+        (status = 404, description = "`not_found`: no such asset", body = ErrorBody),
+    ),
+)]
 pub async fn asset(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|(n, _, _)| *n == name) {
         Some((_, content_type, body)) => (page_headers(content_type), *body).into_response(),
@@ -76,7 +110,20 @@ pub async fn asset(Path(name): Path<String>) -> Response {
     }
 }
 
-/// `GET /v1/status`: the snapshot, never cached.
+/// Status
+///
+/// One JSON object of counters and gauges for the status page (docs/API.md §7.4,
+/// OPERATIONS.md); what needs the open store is `null` while starting. Never cached.
+#[utoipa::path(
+    get,
+    path = "/v1/status",
+    operation_id = "status",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The snapshot", body = crate::status::Status, headers(("Cache-Control" = String, description = "`no-store`"))),
+        (status = 400, description = "`bad_request`: a query parameter (there are none)", body = ErrorBody),
+    ),
+)]
 pub async fn status(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
     Params::parse(&uri, &[])?;
     let snapshot = crate::status::snapshot(&state).await;

@@ -2,6 +2,7 @@
 //! `GET /v1/streams/{stream}`, and `DELETE /v1/streams/{stream}` (a durable tombstone).
 
 use super::AppError;
+use super::openapi::schemas::{DurabilityAsked, ErrorBody};
 use super::params::Params;
 use crate::state::AppState;
 use axum::Json;
@@ -18,13 +19,18 @@ const LIST_DEFAULT: u64 = 100;
 const LIST_MAX: u64 = 10_000;
 
 /// The JSON form of one stream.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Stream)]
 pub struct StreamJson<'a> {
     stream: &'a str,
+    /// The first retained seq.
     first_seq: u64,
+    /// The last visible seq.
     last_seq: u64,
+    /// Retained events and their bytes.
     events: u64,
     bytes: u64,
+    /// The least and greatest `ts` of the retained events; `null` without any.
     first_ts: Option<i64>,
     last_ts: Option<i64>,
 }
@@ -43,9 +49,11 @@ impl<'a> From<&'a StreamInfo> for StreamJson<'a> {
     }
 }
 
-#[derive(Serialize)]
-struct Page<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = StreamPage)]
+pub struct Page<'a> {
     streams: Vec<StreamJson<'a>>,
+    /// The last name of the page when more follow (pass it as `after`), else `null`.
     next: Option<String>,
 }
 
@@ -58,7 +66,25 @@ pub fn with_shard(mut resp: Response, shard: u32) -> Response {
     resp
 }
 
-/// `GET /v1/streams?prefix=&limit=&after=`.
+/// List streams
+///
+/// A page of streams, sorted bytewise by name (docs/API.md §5.1). Deleted streams are not
+/// listed; a stream whose events were all retained away is, with `events: 0`.
+#[utoipa::path(
+    get,
+    path = "/v1/streams",
+    operation_id = "list_streams",
+    tag = "streams",
+    params(
+        ("prefix" = Option<String>, Query, description = "only names starting with it"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000, description = "streams per page (default 100)"),
+        ("after" = Option<String>, Query, description = "exclusive: start after this name (a page's `next`)"),
+    ),
+    responses(
+        (status = 200, description = "A page of streams", body = Page),
+        (status = 400, description = "`bad_request`: an unknown, repeated or invalid parameter", body = ErrorBody),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     uri: Uri,
@@ -138,7 +164,23 @@ async fn local_page(
     .map_err(|e| AppError::internal(format!("listing streams failed: {e}")))
 }
 
-/// `GET /v1/streams/{stream}`; `{stream}` arrives percent-decoded (`%2F` is a `/` in the name).
+/// One stream
+///
+/// That stream's metadata (docs/API.md §5.2); `{stream}` arrives percent-decoded (`%2F` is a
+/// `/` in the name).
+#[utoipa::path(
+    get,
+    path = "/v1/streams/{stream}",
+    operation_id = "get_stream",
+    tag = "streams",
+    params(("stream" = String, Path, description = "the stream's name, one percent-encoded segment")),
+    responses(
+        (status = 200, description = "The stream", body = StreamJson, headers(("X-Vx-Shard" = u32, description = "the stream's shard"))),
+        (status = 400, description = "`bad_request`: a query parameter, or a name that is not UTF-8", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown or deleted", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the shard it would live on"))),
+        (status = 500, description = "`internal`: reading the stream failed", body = ErrorBody),
+    ),
+)]
 pub async fn one(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -166,19 +208,42 @@ pub async fn one(
     }
 }
 
-#[derive(Serialize)]
-struct Deleted<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = StreamDeleted)]
+pub struct Deleted<'a> {
     stream: &'a str,
+    /// The stream's last seq: a later write continues after it.
     last_seq: u64,
+    #[schema(value_type = crate::http::openapi::schemas::Durability)]
     durability: &'static str,
     /// Cluster mode: the delete's position (also `X-Vx-Position`).
     #[serde(skip_serializing_if = "Option::is_none")]
     position: Option<String>,
 }
 
-/// `DELETE /v1/streams/{stream}`: a tombstone record in the log. 200 with the stream's last
-/// seq (a later write continues after it) and the durability reached (`X-Vx-Durability` as for
-/// writes); 404 for an unknown or already deleted stream.
+/// Delete a stream
+///
+/// A tombstone record in the log (docs/API.md §5.3): from then on the stream is 404 and
+/// unlisted and its followers end. 200 with the stream's last seq (a later write continues
+/// after it) and the durability reached; 404 for an unknown or already deleted stream.
+#[utoipa::path(
+    delete,
+    path = "/v1/streams/{stream}",
+    operation_id = "delete_stream",
+    tag = "streams",
+    params(
+        ("stream" = String, Path, description = "the stream's name, one percent-encoded segment"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header, description = "as for writes (docs/API.md §3.5)"),
+    ),
+    responses(
+        (status = 200, description = "Deleted", body = Deleted, headers(
+            ("X-Vx-Shard" = u32, description = "the stream's shard"),
+            ("X-Vx-Position" = String, description = "cluster mode: the delete's position"))),
+        (status = 400, description = "`bad_request`: a query parameter, `X-Vx-Durability`, or a name that is not UTF-8", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown or already deleted", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the stream's shard"))),
+        (status = 507, description = "`storage_full`: the log cannot be written", body = ErrorBody),
+    ),
+)]
 pub async fn delete(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,

@@ -685,3 +685,36 @@ async fn a_failed_feature_apply_answers_507_and_is_not_ready() {
     let a = call(&state, get("/v1/features/p1")).await;
     assert_eq!(a.json()["features"]["hp"], 1);
 }
+
+/// A paged replay honours `Last-Event-ID` as the live form does: it starts right after it,
+/// wins over `from`, and a value that is not a seq is 400 (docs/API.md §5.4).
+#[tokio::test]
+async fn a_paged_replay_starts_after_last_event_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = ready_with_store(&dir, |_| {});
+    let body = r#"[{"stream":"r","type":"t"},{"stream":"r","type":"t"},{"stream":"r","type":"t"}]"#;
+    let a = call(&state, post(Some("application/json"), body)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let with_id = |id: &str| {
+        Request::get("/v1/streams/r/events?from=1")
+            .header("accept", "application/json")
+            .header("last-event-id", id)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let a = call(&state, with_id("1")).await;
+    let seqs: Vec<u64> = a
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [2, 3]);
+    assert_eq!(a.header("x-vx-next-seq"), Some("4"));
+    let a = call(&state, with_id("seven")).await;
+    assert_eq!(
+        (a.status, a.code().as_str()),
+        (StatusCode::BAD_REQUEST, "bad_request")
+    );
+}

@@ -92,7 +92,7 @@ impl EncodeMetric for Timed {
 
 /// A histogram's count, sum and bucket counts (see [`Timed`]): two readings give the mean and
 /// the quantiles over the interval between them.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct Sums {
     pub count: u64,
     pub sum_seconds: f64,

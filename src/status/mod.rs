@@ -21,7 +21,7 @@ pub mod top;
 pub use top::{TOP_MAX_AGE, TOP_STREAMS, TopCache, TopLists};
 
 /// The document. Field names are the public contract (docs/OPERATIONS.md); add, never rename.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Status {
     pub version: &'static str,
     /// `starting`, `ready` or `draining`.
@@ -53,7 +53,7 @@ pub struct Status {
 }
 
 /// What a cluster node is doing (docs/CLUSTER.md).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Cluster {
     pub node: String,
     pub topic: String,
@@ -67,7 +67,7 @@ pub struct Cluster {
     pub members: Vec<Member>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct OwnedPartition {
     pub partition: u32,
     /// `live`, or `catching_up`.
@@ -76,7 +76,7 @@ pub struct OwnedPartition {
     pub lag: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Member {
     pub node: String,
     pub url: String,
@@ -121,11 +121,13 @@ fn cluster(state: &AppState) -> Option<Cluster> {
     })
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct LatencyBounds {
     #[serde(serialize_with = "floats")]
+    #[schema(value_type = Vec<f64>)]
     pub requests: Arc<[f64]>,
     #[serde(serialize_with = "floats")]
+    #[schema(value_type = Vec<f64>)]
     pub fsync: Arc<[f64]>,
 }
 
@@ -133,7 +135,7 @@ fn floats<S: serde::Serializer>(v: &Arc<[f64]>, s: S) -> Result<S::Ok, S::Error>
     v.as_ref().serialize(s)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Ingest {
     /// Events newly stored by ingest (all formats), and duplicates acknowledged.
     pub events: u64,
@@ -145,14 +147,14 @@ pub struct Ingest {
     pub stored_records: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Rejection {
     pub reason: &'static str,
     pub requests: u64,
     pub events: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Queues {
     pub shards: u32,
     /// Per-shard reservation capacity and refusal mark, in events.
@@ -168,13 +170,13 @@ pub struct Queues {
     pub storage_poisoned: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Inflight {
     pub bytes: u64,
     pub capacity: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Followers {
     /// By transport: `sse`, `ndjson`, `websocket`.
     pub by_transport: BTreeMap<&'static str, u64>,
@@ -184,19 +186,20 @@ pub struct Followers {
     pub reading_storage: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Log {
     pub segments: u64,
     pub bytes: u64,
     pub oldest_append_ms: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Streams {
     /// Listed streams.
     pub count: usize,
     /// At most [`TOP_STREAMS`] each, largest first.
     #[serde(serialize_with = "shared")]
+    #[schema(value_type = TopLists)]
     pub top: Arc<TopLists>,
 }
 

@@ -18,9 +18,11 @@ pub const TOP_MAX_AGE: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub struct TopCache(tokio::sync::Mutex<Option<(Instant, Arc<TopLists>)>>);
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
 pub struct TopLists {
+    #[schema(value_type = Vec<crate::http::openapi::schemas::TopStream>)]
     pub by_events: Vec<TopStream>,
+    #[schema(value_type = Vec<crate::http::openapi::schemas::TopStream>)]
     pub by_bytes: Vec<TopStream>,
 }
 

@@ -41,6 +41,12 @@ fn target(path: &str, shards: u32) -> Option<(Topic, u32)> {
     }
 }
 
+/// Whether cluster mode answers `method` on `path` (a request's, or a route template) at the
+/// owner of a shard: the reads this middleware forwards.
+pub(crate) fn forwards(method: &Method, path: &str) -> bool {
+    method == Method::GET && target(path, 1).is_some()
+}
+
 pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (Some(cluster), Some(router)) = (state.cluster(), state.router()) else {
         return next.run(req).await;

@@ -7,6 +7,7 @@
 
 use crate::cluster::WAIT;
 use crate::http::AppError;
+use crate::http::openapi::schemas::{ErrorBody, Outcome};
 use crate::http::params::Params;
 use crate::state::AppState;
 use axum::Json;
@@ -20,6 +21,28 @@ use vx_cluster::txn::Topic;
 
 pub use crate::cluster::OUTCOME;
 
+/// What applying a record did
+///
+/// Asked by the node that took a write with `X-Vx-Durability: applied`, with its client's
+/// token (docs/API.md §12.4). A single node answers 404.
+#[utoipa::path(
+    get,
+    path = "/v1/cluster/outcome",
+    operation_id = "cluster_outcome",
+    tag = "cluster",
+    params(
+        ("topic" = String, Query, pattern = "^(streams|entities)$", description = "`streams` or `entities`"),
+        ("partition" = u32, Query, description = "the partition"),
+        ("offset" = u64, Query, description = "the record's offset"),
+        ("wait_ms" = Option<u64>, Query, description = "how long to wait for it to be applied (at most 10 s)"),
+    ),
+    responses(
+        (status = 200, description = "The outcome", body = Outcome),
+        (status = 400, description = "`bad_request`: a missing or invalid parameter", body = ErrorBody),
+        (status = 404, description = "`not_found`: not a cluster node, or applied too long ago to say", body = ErrorBody),
+        (status = 503, description = "`not_ready`: this node does not apply the partition, or has not applied the record yet", body = ErrorBody),
+    ),
+)]
 pub async fn outcome(State(state): State<AppState>, uri: Uri) -> Result<Response, AppError> {
     let params = Params::parse(&uri, &["topic", "partition", "offset", "wait_ms"])?;
     let Some(cluster) = state.cluster() else {

@@ -9,6 +9,10 @@
 mod render;
 
 use super::AppError;
+use super::openapi::schemas::{
+    DurabilityAsked, EntityFeatures, ErrorBody, FeatureQuery, FeatureResults, FeatureValues,
+    FeatureWritten,
+};
 use super::params::Params;
 use super::streams::{engine, with_shard};
 use crate::failure::Failure;
@@ -118,7 +122,25 @@ fn names_param(params: &Params) -> Result<Option<Vec<&str>>, AppError> {
     Ok(Some(names))
 }
 
-/// `GET /v1/features/{entity}?names=a,b`.
+/// An entity's features
+///
+/// Read from the in-memory tables (docs/API.md §6.2); reflects every write acknowledged
+/// before it.
+#[utoipa::path(
+    get,
+    path = "/v1/features/{entity}",
+    operation_id = "get_features",
+    tag = "features",
+    params(
+        ("entity" = String, Path, min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$", description = "the entity: 1–256 bytes of UTF-8 without control characters, one percent-encoded segment"),
+        ("names" = Option<String>, Query, description = "a comma list of at most 1024 feature names: only these (unknown names are left out)"),
+    ),
+    responses(
+        (status = 200, description = "The entity's features", body = EntityFeatures, headers(("X-Vx-Shard" = u32, description = "the entity's shard"))),
+        (status = 400, description = "`bad_request`: the entity, or a parameter", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown entity", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the entity's shard"))),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -151,7 +173,24 @@ struct QueryBody {
     names: Option<Vec<String>>,
 }
 
-/// `POST /v1/features/query`: `{"entities": [...], "names": [...]?}` → results in order.
+/// Features of many entities
+///
+/// `{"entities": [...], "names": [...]?}` → results in request order, `null` for an unknown
+/// entity (docs/API.md §6.3).
+#[utoipa::path(
+    post,
+    path = "/v1/features/query",
+    operation_id = "query_features",
+    tag = "features",
+    request_body(content = FeatureQuery, content_type = "application/json", description = "at most 8 MiB, 10000 entities, 1024 names"),
+    responses(
+        (status = 200, description = "One result per entity", body = FeatureResults),
+        (status = 400, description = "`malformed`: not JSON; `bad_request`: a query parameter", body = ErrorBody),
+        (status = 413, description = "`too_large`: `query.body_bytes`, `query.entities` or `query.names`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send application/json (or no Content-Type)", body = ErrorBody),
+        (status = 422, description = "`invalid_event`: JSON of another shape (`field`: `entities`)", body = ErrorBody),
+    ),
+)]
 pub async fn query(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -303,7 +342,34 @@ fn value_of(name: &str, v: serde_json::Value) -> Result<Option<FeatureValue>, Ap
     })
 }
 
-/// `PUT /v1/features/{entity}` with `{"name": value, …}`.
+/// Set features
+///
+/// `{"name": value, …}`: set each (a `null` deletes that feature), durable like events and
+/// applied before the answer (docs/API.md §6.4). A PUT wins over everything earlier in the log.
+#[utoipa::path(
+    put,
+    path = "/v1/features/{entity}",
+    operation_id = "put_features",
+    tag = "features",
+    params(
+        ("entity" = String, Path, min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$", description = "the entity: 1–256 bytes of UTF-8 without control characters, one percent-encoded segment"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header, description = "as for writes (docs/API.md §3.5)"),
+    ),
+    request_body(content = FeatureValues, content_type = "application/json", description = "at most 1 MiB and 1024 names"),
+    responses(
+        (status = 200, description = "Written", body = FeatureWritten, headers(
+            ("X-Vx-Shard" = u32, description = "the entity's shard"),
+            ("X-Vx-Position" = String, description = "cluster mode: the write's position"))),
+        (status = 400, description = "`malformed`: not JSON; `bad_request`: the entity, a parameter or a header", body = ErrorBody),
+        (status = 413, description = "`too_large`: `features.max_put_bytes`, `features.max_put_names` or `features.max_string_bytes`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send application/json (or no Content-Type)", body = ErrorBody),
+        (status = 422, description = "`invalid_event`: not an object, a bad name or value, a declared aggregate (`field`)", body = ErrorBody),
+        (status = 429, description = "`backpressure`", body = ErrorBody, headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 507, description = "`storage_full`: the log cannot be written, or past `storage.max_feature_bytes`", body = ErrorBody),
+    ),
+)]
 pub async fn put(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -385,7 +451,30 @@ fn outcome(
     resp
 }
 
-/// `DELETE /v1/features/{entity}`: every feature of the entity; 404 if unknown.
+/// Delete an entity
+///
+/// Every feature of the entity (docs/API.md §6.5); 404 if unknown, with nothing written.
+#[utoipa::path(
+    delete,
+    path = "/v1/features/{entity}",
+    operation_id = "delete_entity",
+    tag = "features",
+    params(
+        ("entity" = String, Path, min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$", description = "the entity: 1–256 bytes of UTF-8 without control characters, one percent-encoded segment"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header, description = "as for writes (docs/API.md §3.5)"),
+    ),
+    responses(
+        (status = 200, description = "Written", body = FeatureWritten, headers(
+            ("X-Vx-Shard" = u32, description = "the entity's shard"),
+            ("X-Vx-Position" = String, description = "cluster mode: the write's position"))),
+        (status = 400, description = "`bad_request`: the entity, a parameter or a header", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown entity", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the entity's shard"))),
+        (status = 429, description = "`backpressure`", body = ErrorBody, headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 507, description = "`storage_full`: the log cannot be written, or past `storage.max_feature_bytes`", body = ErrorBody),
+    ),
+)]
 pub async fn delete_entity(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -397,8 +486,32 @@ pub async fn delete_entity(
     delete(state, entity, None, &headers).await
 }
 
-/// `DELETE /v1/features/{entity}/{name}`: one feature (a declared aggregate starts over);
-/// 404 if the entity or the feature is unknown.
+/// Delete a feature
+///
+/// One feature (a declared aggregate starts over; docs/API.md §6.5); 404 if the entity or the
+/// feature is unknown, with nothing written.
+#[utoipa::path(
+    delete,
+    path = "/v1/features/{entity}/{name}",
+    operation_id = "delete_feature",
+    tag = "features",
+    params(
+        ("entity" = String, Path, min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$", description = "the entity: 1–256 bytes of UTF-8 without control characters, one percent-encoded segment"),
+        ("name" = String, Path, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$", description = "the feature: 1–128 bytes of [A-Za-z0-9_.:-]"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header, description = "as for writes (docs/API.md §3.5)"),
+    ),
+    responses(
+        (status = 200, description = "Written", body = FeatureWritten, headers(
+            ("X-Vx-Shard" = u32, description = "the entity's shard"),
+            ("X-Vx-Position" = String, description = "cluster mode: the write's position"))),
+        (status = 400, description = "`bad_request`: the entity or name, a parameter or a header", body = ErrorBody),
+        (status = 404, description = "`not_found`: unknown entity or feature", body = ErrorBody, headers(("X-Vx-Shard" = u32, description = "the entity's shard"))),
+        (status = 429, description = "`backpressure`", body = ErrorBody, headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 507, description = "`storage_full`: the log cannot be written, or past `storage.max_feature_bytes`", body = ErrorBody),
+    ),
+)]
 pub async fn delete_one(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,

@@ -17,6 +17,7 @@ pub mod status;
 
 use super::AppError;
 use super::ingest::{body_error, closing, durability, encoding, submit};
+use super::openapi::schemas::{Binary, ContentEncoding, DurabilityAsked};
 use super::queue_fill::with_fill;
 use crate::otlp::{self, Signal, Wire};
 use crate::state::AppState;
@@ -32,18 +33,97 @@ use vx_sys::now_ms;
 pub const TRACES: &str = "/v1/traces";
 pub const LOGS: &str = "/v1/logs";
 
+/// Whether `path` is an OTLP route, whose errors take OTLP's shape.
+pub(crate) fn is_otlp(path: &str) -> bool {
+    path == TRACES || path == LOGS
+}
+
 /// `/v1/events`' conditional write header.
 const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";
 
 /// Largest error body [`error_shape`] re-shapes (Veltrix's own error bodies are far smaller).
 const MAX_ERROR_BODY: usize = 64 << 10;
 
-/// `POST /v1/traces`.
+/// OTLP traces in
+///
+/// Each span becomes one event (docs/API.md §7.5), with the admission, atomicity and
+/// durability of `/v1/events`. Errors take OTLP's shape (§10.4).
+#[utoipa::path(
+    post,
+    path = "/v1/traces",
+    operation_id = "export_traces",
+    tag = "ingest",
+    params(
+        ("Content-Encoding" = Option<ContentEncoding>, Header,
+            description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
+            description = "as on `/v1/events` (docs/API.md §3.5)"),
+    ),
+    request_body(
+        description = "An OTLP/HTTP export request, protobuf or JSON",
+        content(
+            (Binary = "application/x-protobuf"),
+            (Object = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Stored; `partialSuccess` counts the items that could not be events. Protobuf or JSON, as sent",
+            content(
+                (Binary = "application/x-protobuf"),
+                (Object = "application/json"),
+            )),
+        (status = 400, description = "`malformed` (the body does not decode) or `bad_request` (a bad header, or `X-Vx-Expected-Last-Seq`)"),
+        (status = 408, description = "`timeout`: the body stalled"),
+        (status = 413, description = "`too_large`: the body, or its events, over `ingest.max_body_bytes` or the in-flight budget"),
+        (status = 415, description = "`unsupported_media_type`"),
+        (status = 429, description = "`backpressure`", headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 507, description = "`storage_full`"),
+    ),
+)]
 pub async fn traces(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     export(&state, Signal::Traces, &headers, body).await
 }
 
-/// `POST /v1/logs`.
+/// OTLP logs in
+///
+/// Each log record becomes one event (docs/API.md §7.5), with the admission, atomicity and
+/// durability of `/v1/events`. Errors take OTLP's shape (§10.4).
+#[utoipa::path(
+    post,
+    path = "/v1/logs",
+    operation_id = "export_logs",
+    tag = "ingest",
+    params(
+        ("Content-Encoding" = Option<ContentEncoding>, Header,
+            description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
+        ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
+            description = "as on `/v1/events` (docs/API.md §3.5)"),
+    ),
+    request_body(
+        description = "An OTLP/HTTP export request, protobuf or JSON",
+        content(
+            (Binary = "application/x-protobuf"),
+            (Object = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Stored; `partialSuccess` counts the items that could not be events. Protobuf or JSON, as sent",
+            content(
+                (Binary = "application/x-protobuf"),
+                (Object = "application/json"),
+            )),
+        (status = 400, description = "`malformed` (the body does not decode) or `bad_request` (a bad header, or `X-Vx-Expected-Last-Seq`)"),
+        (status = 408, description = "`timeout`: the body stalled"),
+        (status = 413, description = "`too_large`: the body, or its events, over `ingest.max_body_bytes` or the in-flight budget"),
+        (status = 415, description = "`unsupported_media_type`"),
+        (status = 429, description = "`backpressure`", headers(
+            ("Retry-After" = u64, description = "whole seconds, at least 1"),
+            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+        (status = 507, description = "`storage_full`"),
+    ),
+)]
 pub async fn logs(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     export(&state, Signal::Logs, &headers, body).await
 }
@@ -164,8 +244,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
 /// readiness, a fallback), gets OTLP's `Status` shape in the request's encoding
 /// ([`status`]). Status and headers stay as they are.
 pub async fn error_shape(req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    if path != TRACES && path != LOGS {
+    if !is_otlp(req.uri().path()) {
         return next.run(req).await;
     }
     let protobuf = req
