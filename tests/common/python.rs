@@ -23,6 +23,13 @@ pub fn python_with(override_var: &str, venv: &str, pinned: &[&str], modules: &st
         );
         return p;
     }
+    // The tests of one binary run at once and may ask for the same virtualenv on a fresh
+    // machine: one creates it while the others wait (two `venv` runs in one directory fail
+    // with "File exists"). Binaries run one after another.
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = CREATING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(venv);
     let python = venv.join("bin/python").to_string_lossy().into_owned();
     if imports(&python, modules) {

@@ -13,7 +13,8 @@
 //! the file's own backend, so that a read under [`crate::vfs::cached_only`] that misses both
 //! caches is refused as before ([`crate::vfs::would_block`]) and caches nothing.
 //!
-//! Beside the pages, the same cache (and bound) keeps a node's spans decoded
+//! Beside the pages, the same cache (and bound) keeps streams' entries decoded
+//! ([`IndexPages::entry`]: a chain walk reads one per node it visits) and a node's spans decoded
 //! ([`IndexPages::spans`], for nodes of at most [`DECODED_SPANS`] spans): finding the span of a
 //! seq is then a binary search in memory, where through pages it was a dozen lookups and
 //! parses (about 10% of a point read's CPU).
@@ -44,18 +45,22 @@ enum Key {
     Page { seg: u64, no: u64 },
     /// The spans of the entry of segment `seg` whose spans start at index `at`.
     Spans { seg: u64, at: u64 },
+    /// The entry of segment `seg` of the stream whose name hashes to `name` (xxh3-64; the
+    /// name is compared on a hit).
+    Entry { seg: u64, name: u64 },
 }
 
 #[derive(Clone)]
 enum Val {
     Page(Arc<[u8]>),
     Spans(Arc<[Span]>),
+    Entry(Arc<Entry>),
 }
 
 impl Key {
     fn seg(&self) -> u64 {
         match *self {
-            Key::Page { seg, .. } | Key::Spans { seg, .. } => seg,
+            Key::Page { seg, .. } | Key::Spans { seg, .. } | Key::Entry { seg, .. } => seg,
         }
     }
 }
@@ -68,6 +73,7 @@ impl Weighter<Key, Val> for Bytes {
         let bytes = match v {
             Val::Page(p) => p.len(),
             Val::Spans(s) => std::mem::size_of_val::<[Span]>(s),
+            Val::Entry(e) => std::mem::size_of::<Entry>() + e.name.len(),
         };
         bytes as u64 + PAGE_OVERHEAD
     }
@@ -160,6 +166,37 @@ impl IndexPages {
         let all: Arc<[Span]> = idxfile::read_spans(file, h, e, 0, e.spans_n)?.into();
         cache.insert(key, Val::Spans(Arc::clone(&all)));
         Ok(Some(all))
+    }
+
+    /// Stream `name`'s entry in segment `seg`'s index file, from the cache, or found with
+    /// `lookup` and kept.
+    pub fn entry(
+        &self,
+        seg: u64,
+        name: &str,
+        lookup: impl FnOnce() -> io::Result<Option<Entry>>,
+    ) -> io::Result<Option<Entry>> {
+        let Some(cache) = self.cache.as_ref() else {
+            return lookup();
+        };
+        let key = Key::Entry {
+            seg,
+            name: xxhash_rust::xxh3::xxh3_64(name.as_bytes()),
+        };
+        if let Some(Val::Entry(e)) = cache.get(&key)
+            && e.name == name
+        {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(Entry::clone(&e)));
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let found = lookup()?;
+        if let Some(e) = &found {
+            // Two names of one hash in one segment (never seen with 64 bits) would only take
+            // turns in the cache: the name is compared on every hit.
+            cache.insert(key, Val::Entry(Arc::new(e.clone())));
+        }
+        Ok(found)
     }
 
     /// Page `no` of `f`, from the cache or read whole (`page_len` bytes) and kept.

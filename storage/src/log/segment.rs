@@ -335,8 +335,15 @@ impl Segments {
 
     /// A stream's node in a sealed segment.
     pub fn entry(&self, node: NodeRef, stream: &str) -> io::Result<Entry> {
-        let (f, h) = self.idx(node.seg)?;
-        idxfile::lookup(&*f, &h, stream)?.ok_or_else(|| {
+        if self.get(node.seg).is_none() {
+            // Retention removed it: `NotFound`, whatever the cache still holds.
+            return Err(Self::gone(node.seg));
+        }
+        let found = self.pages.entry(node.seg, stream, || {
+            let (f, h) = self.idx(node.seg)?;
+            idxfile::lookup(&*f, &h, stream)
+        })?;
+        found.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(

@@ -241,3 +241,26 @@ fn a_nodes_spans_are_kept_decoded() {
     let none = Arc::new(IndexPages::new(0));
     assert!(none.spans(1, &*f, &h, &small).unwrap().is_none());
 }
+
+/// A stream's entry is looked up in the file once, then comes from memory; a stream the
+/// segment does not hold is looked up every time (nothing is kept for it).
+#[test]
+fn an_entry_is_looked_up_once() {
+    let (mem, h, small, _) = two_entries();
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let lookups = std::cell::Cell::new(0);
+    let find = |name: &str| {
+        pages
+            .entry(1, name, || {
+                lookups.set(lookups.get() + 1);
+                idxfile::lookup(&*mem, &h, name)
+            })
+            .unwrap()
+    };
+    assert_eq!(find("small"), Some(small.clone()));
+    assert_eq!(find("small"), Some(small));
+    assert_eq!(lookups.get(), 1);
+    assert_eq!(find("missing"), None);
+    assert_eq!(find("missing"), None);
+    assert_eq!(lookups.get(), 3);
+}
