@@ -21,7 +21,7 @@
 use crate::Features;
 use crate::decl::{Agg, Decls, FeatureValue, MAX_FUTURE_MS};
 use crate::hll;
-use crate::incr::Incremented;
+use crate::number::Incremented;
 use crate::state::{Buckets, Feat, State};
 use crate::table::{EntityRef, Shard};
 use crate::value::{add_counter, plain_mut, remove_feat, set_gauge};

@@ -10,7 +10,8 @@
 //! - [`parallel`]: the apply threads, each owning fixed shards, and a record cut into their
 //!   slices.
 //! - `value`, `window`, `hll`: what a record does to a plain value, a windowed or all-time
-//!   aggregate, a `distinct` sketch; `incr`: increments, and stored values read as numbers.
+//!   aggregate, a `distinct` sketch; `incr`: increments applied to the tables; `number`:
+//!   stored values read as numbers, and what an increment does to one.
 //! - `budget`: `storage.max_feature_bytes`, reserved before a record is written.
 //! - `read`: the query API.
 //! - [`snapshot`]: the snapshot file format, its writer, loader and checker.
@@ -43,6 +44,7 @@ mod hll;
 mod incr;
 mod index;
 mod names;
+mod number;
 mod ordered;
 pub mod parallel;
 mod prefetch;
@@ -61,7 +63,7 @@ pub use decl::{
     Agg, BUCKETS, DeclError, DistinctOf, EVENTS, FeatureDecl, FeatureValue, LAST_TS, MAX_FUTURE_MS,
     MAX_PUT_NAMES, MAX_STRING_VALUE, MAX_WINDOW, MIN_WINDOW, check_decls, valid_name,
 };
-pub use incr::{IncrRefused, Increment, Incremented, float_of, int_of};
+pub use number::{IncrRefused, Increment, Incremented, float_of, int_of};
 pub use read::{EntityRead, PREFETCH_READS, ReadAt};
 pub use store::{FeatureStats, Features};
 pub use table::entity_hash;

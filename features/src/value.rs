@@ -1,8 +1,8 @@
 //! Plain values: counters, gauges and direct writes, and a feature's removal.
 
 use crate::decl::FeatureValue;
-use crate::incr::{as_float, as_int};
 use crate::names::Names;
+use crate::number::{as_float, as_int};
 use crate::state::{Entity, Feat, State};
 use vx_proto::Num;
 

@@ -24,7 +24,7 @@ const ALWAYS_OPEN: [&str; 6] = [
     "/metrics",
     "/v1/status",
     "/",
-    super::openapi::PATH,
+    super::openapi::path::PATH,
 ];
 
 /// Whether `path` (a request's, or a route template) answers in every phase.
@@ -116,7 +116,7 @@ pub async fn latency(
 pub(crate) fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     match route {
         // The API's description is public, like the health checks (docs/API.md §7.8).
-        "/healthz" | "/readyz" | super::openapi::PATH => None,
+        "/healthz" | "/readyz" | super::openapi::path::PATH => None,
         "/v1/events" | "/v1/traces" | "/v1/logs" => Some(Scope::Ingest),
         // Asked by the node that took a write with `applied`, with its client's token.
         crate::cluster::OUTCOME => Some(Scope::Ingest),

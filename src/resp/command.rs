@@ -14,7 +14,7 @@ use super::Ctx;
 use super::hash;
 use super::session::{AUTH_REQUIRED, Flow, Needs, Prepared, READ, Session, Spec, WRITE, spec};
 use super::streams;
-use super::value;
+use super::value::{self, text};
 use crate::failure::Failure;
 use crate::write::{Asked, Features};
 use bytes::Bytes;
@@ -315,10 +315,6 @@ impl Session {
             out
         }))
     }
-}
-
-pub(super) fn text(b: &[u8]) -> Option<&str> {
-    std::str::from_utf8(b).ok()
 }
 
 /// Redis's answer to a command it does not know.

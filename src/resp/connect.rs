@@ -4,8 +4,9 @@
 //! that names them is [`super::command`]'s.
 
 use super::Ctx;
-use super::command::{all, lookup, text};
+use super::command::{all, lookup};
 use super::session::{Session, Spec};
+use super::value::text;
 use crate::config::Scope;
 use crate::state::Phase;
 use bytes::Bytes;

@@ -7,8 +7,7 @@
 //! So two `HINCRBY`s of one field from two connections both count, and the reply is the
 //! value the tables made, as Redis's is.
 
-use super::command::text;
-use super::value;
+use super::value::{self, text};
 use crate::failure::Failure;
 use crate::http::features::{check_name, check_value};
 use crate::write::{Change, FeaturesWritten};

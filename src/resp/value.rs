@@ -76,6 +76,11 @@ pub(crate) fn write_val(r: &mut Reply<'_>, v: &Val) {
     }
 }
 
+/// An argument as text (keys, names and values are UTF-8 here), if it is.
+pub(super) fn text(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -13,6 +13,7 @@
 //! bytes; `docs/openapi.json` is a copy that a test keeps equal to them (regenerate it with
 //! `VX_BLESS=1 cargo test -p veltrix --lib http::openapi`).
 
+pub mod path;
 mod rules;
 pub mod schemas;
 
@@ -26,8 +27,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// Where the document is served.
-pub const PATH: &str = "/v1/openapi.json";
+pub use path::PATH;
 
 #[derive(OpenApi)]
 #[openapi(
