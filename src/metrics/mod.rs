@@ -114,7 +114,7 @@ pub const FORMATS: [&str; 8] = [
 ];
 
 /// Route templates whose latency is recorded (the matched route, never the raw path).
-pub const ROUTES: [&str; 14] = [
+pub const ROUTES: [&str; 15] = [
     "/v1/events",
     "/v1/traces",
     "/v1/logs",
@@ -129,6 +129,7 @@ pub const ROUTES: [&str; 14] = [
     "/readyz",
     "/metrics",
     "/v1/status",
+    crate::http::openapi::path::PATH,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
