@@ -132,6 +132,41 @@ const FIRST_CHUNK_ATTEMPTS: u32 = 4;
 /// they keep the pool.
 const CACHED_PAGE_EVENTS: u64 = 64;
 
+/// The query parameters of the events and WebSocket routes, as the OpenAPI document describes
+/// them (both routes list them from here; [`QUERY`] is what the handlers accept).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "a description for the document: the handlers parse [`QUERY`]"
+)]
+struct ReplayParams {
+    /// first seq, inclusive (default and floor: the first retained)
+    from: Option<u64>,
+    /// last seq, inclusive
+    to: Option<u64>,
+    /// events with `ts` ≥ this: integer milliseconds or an RFC 3339 time
+    since: Option<Timestamp>,
+    /// events with `ts` < this: integer milliseconds or an RFC 3339 time
+    until: Option<Timestamp>,
+    /// a comma list of event types
+    #[param(pattern = "^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")]
+    types: Option<String>,
+    /// only events of this entity
+    entity: Option<String>,
+    /// events in the answer (default 1000; live: ends the follow after that many, no default)
+    #[param(minimum = 1, maximum = 100000)]
+    limit: Option<u64>,
+    /// true (or 1): go on live after the stored events (docs/API.md §5.5)
+    follow: Option<bool>,
+    /// `original`: space events by their original `ts`
+    #[param(pattern = "^original$")]
+    pace: Option<String>,
+    /// with pace=original: the speed-up (default 1.0)
+    #[param(minimum = 0.1, maximum = 100)]
+    speed: Option<f64>,
+}
+
 /// The query parameters of the events and WebSocket routes.
 const QUERY: &[&str] = &[
     "from", "to", "since", "until", "types", "entity", "limit", "follow", "pace", "speed",
@@ -163,16 +198,7 @@ fn parse_types(params: &Params) -> Result<Option<Vec<String>>, AppError> {
     tag = "streams",
     params(
         ("stream" = String, Path, description = "the stream's name, one percent-encoded segment"),
-        ("from" = Option<u64>, Query, description = "first seq, inclusive (default and floor: the first retained)"),
-        ("to" = Option<u64>, Query, description = "last seq, inclusive"),
-        ("since" = Option<Timestamp>, Query, description = "events with `ts` ≥ this: integer milliseconds or an RFC 3339 time"),
-        ("until" = Option<Timestamp>, Query, description = "events with `ts` < this: integer milliseconds or an RFC 3339 time"),
-        ("types" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$", description = "a comma list of event types"),
-        ("entity" = Option<String>, Query, description = "only events of this entity"),
-        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100000, description = "events in the answer (default 1000; live: ends the follow after that many, no default)"),
-        ("follow" = Option<bool>, Query, description = "true (or 1): go on live after the stored events (docs/API.md §5.5)"),
-        ("pace" = Option<String>, Query, pattern = "^original$", description = "`original`: space events by their original `ts`"),
-        ("speed" = Option<f64>, Query, minimum = 0.1, maximum = 100, description = "with pace=original: the speed-up (default 1.0)"),
+        ReplayParams,
         ("Last-Event-ID" = Option<u64>, Header, description = "the seq of the last event received: start right after it (wins over `from`)"),
     ),
     responses(
@@ -220,16 +246,7 @@ pub async fn ws(
     tag = "streams",
     params(
         ("stream" = String, Path, description = "the stream's name, one percent-encoded segment"),
-        ("from" = Option<u64>, Query, description = "first seq, inclusive (default and floor: the first retained)"),
-        ("to" = Option<u64>, Query, description = "last seq, inclusive"),
-        ("since" = Option<Timestamp>, Query, description = "events with `ts` ≥ this: integer milliseconds or an RFC 3339 time"),
-        ("until" = Option<Timestamp>, Query, description = "events with `ts` < this: integer milliseconds or an RFC 3339 time"),
-        ("types" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$", description = "a comma list of event types"),
-        ("entity" = Option<String>, Query, description = "only events of this entity"),
-        ("limit" = Option<u64>, Query, minimum = 1, maximum = 100000, description = "events in the answer (default 1000; live: ends the follow after that many, no default)"),
-        ("follow" = Option<bool>, Query, description = "true (or 1): go on live after the stored events (docs/API.md §5.5)"),
-        ("pace" = Option<String>, Query, pattern = "^original$", description = "`original`: space events by their original `ts`"),
-        ("speed" = Option<f64>, Query, minimum = 0.1, maximum = 100, description = "with pace=original: the speed-up (default 1.0)"),
+        ReplayParams,
         ("Last-Event-ID" = Option<u64>, Header, description = "the seq of the last event received: start right after it (wins over `from`)"),
     ),
     responses(

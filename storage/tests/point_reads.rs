@@ -41,17 +41,10 @@ fn payload(n: usize) -> String {
     format!("\"{}\"", "x".repeat(n))
 }
 
-/// Write one request of `runs`; the model gets its events at the seqs the answer gives.
-fn write(store: &Store, runs: &[RunSpec], next: &mut i64, model: &mut Model) {
-    let mut owned: Vec<(&'static str, i64, String)> = Vec::new();
-    for r in runs {
-        let data = payload(r.data);
-        for _ in 0..r.count {
-            *next += 1;
-            owned.push((STREAMS[r.stream], *next, data.clone()));
-        }
-    }
-    let views: Vec<EventView<'_>> = owned
+/// The events of (stream, seq-like value, data) triples, as the tests write them: a counter of
+/// that value, at that `ts`.
+fn views_of<'a>(owned: &'a [(&'a str, i64, String)]) -> Vec<EventView<'a>> {
+    owned
         .iter()
         .map(|(s, v, d)| EventView {
             stream: s,
@@ -63,7 +56,20 @@ fn write(store: &Store, runs: &[RunSpec], next: &mut i64, model: &mut Model) {
             id: None,
             data: Some(d),
         })
-        .collect();
+        .collect()
+}
+
+/// Write one request of `runs`; the model gets its events at the seqs the answer gives.
+fn write(store: &Store, runs: &[RunSpec], next: &mut i64, model: &mut Model) {
+    let mut owned: Vec<(&'static str, i64, String)> = Vec::new();
+    for r in runs {
+        let data = payload(r.data);
+        for _ in 0..r.count {
+            *next += 1;
+            owned.push((STREAMS[r.stream], *next, data.clone()));
+        }
+    }
+    let views = views_of(&owned);
     block(store.write(req(&views))).unwrap();
     for (s, v, _) in owned {
         let list = model.entry(s).or_default();
@@ -481,19 +487,7 @@ fn a_power_cut_while_an_index_file_is_written_loses_no_acknowledged_event() {
                         owned.push((STREAMS[r.stream], n, payload(r.data)));
                     }
                 }
-                let views: Vec<EventView<'_>> = owned
-                    .iter()
-                    .map(|(s, v, d)| EventView {
-                        stream: s,
-                        entity: None,
-                        ty: "t",
-                        ts: *v,
-                        kind: Kind::Counter,
-                        value: Some(Num::Int(*v)),
-                        id: None,
-                        data: Some(d),
-                    })
-                    .collect();
+                let views = views_of(&owned);
                 let ok = block(store.write(req(&views))).is_ok();
                 for (s, v, _) in owned {
                     let list = pending.entry(s).or_default();

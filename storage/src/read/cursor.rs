@@ -81,11 +81,17 @@ struct Node {
     entry: Entry,
     file: Arc<dyn VFile>,
     header: IdxHeader,
-    /// Spans read from the node: all of them (`whole`, decoded from the index page cache),
-    /// or a chunk starting at its `chunk_at`-th.
+    /// Spans read from the node: all of them (decoded, from the index cache), or a chunk
+    /// starting at its `chunk_at`-th.
     chunk: Arc<[Span]>,
     chunk_at: u32,
-    whole: bool,
+}
+
+impl Node {
+    /// Whether the chunk is every span of the node: no search can find another.
+    fn has_all(&self) -> bool {
+        self.chunk_at == 0 && self.chunk.len() == self.entry.spans_n as usize
+    }
 }
 
 /// A span to read, where it is, and where to start: at `sample`, or at its start. `sampled`:
@@ -502,7 +508,6 @@ impl Cursor {
                 entry,
                 file,
                 header,
-                whole: all.is_some(),
                 chunk: all.unwrap_or_else(|| Arc::new([])),
                 chunk_at: 0,
             });
@@ -511,7 +516,7 @@ impl Cursor {
             return Ok(None);
         };
         let seq = self.next_seq;
-        let in_chunk = node.whole
+        let in_chunk = node.has_all()
             || node
                 .chunk
                 .first()
