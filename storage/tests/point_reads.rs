@@ -476,6 +476,7 @@ fn a_power_cut_while_an_index_file_is_written_loses_no_acknowledged_event() {
                 write(&store, r, &mut next, &mut acked);
             }
             // The roll's request, with the power going `ops` disk operations into it.
+            let segments_before = store.log_stats().segments;
             fs.freeze_after(ops);
             let mut pending = acked.clone();
             let mut n = next;
@@ -497,6 +498,15 @@ fn a_power_cut_while_an_index_file_is_written_loses_no_acknowledged_event() {
             };
             if views_ok {
                 acked = pending.clone();
+            }
+            // The seal runs on the writer after the request is answered: wait until the cut
+            // came or the seal finished, so that the cut lands `ops` operations in whatever
+            // the machine's timing (freezing now could cut the seal short at any point).
+            for _ in 0..500 {
+                if fs.is_frozen() || store.log_stats().segments > segments_before {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
             }
             let mut rng = Rng(seed * 1000 + ops);
             fs.freeze();
