@@ -255,10 +255,8 @@ fn the_dependency_layer_covers_the_workspace() {
     );
 }
 
-/// The repository files a dep-info file lists (`target: dep dep …`, spaces escaped).
-fn dep_info_files(text: &str, root: &Path) -> Vec<PathBuf> {
-    let line = text.lines().find(|l| l.contains(": ")).expect("a rule");
-    let (_, deps) = line.split_once(": ").unwrap();
+/// The paths of a dep-info rule's right side (`target: dep dep …`, spaces escaped).
+fn rule_deps(deps: &str) -> Vec<String> {
     let mut files = vec![String::new()];
     let mut chars = deps.chars();
     while let Some(c) = chars.next() {
@@ -268,22 +266,75 @@ fn dep_info_files(text: &str, root: &Path) -> Vec<PathBuf> {
             c => files.last_mut().unwrap().push(c),
         }
     }
+    files.retain(|f| !f.is_empty());
     files
-        .iter()
-        .filter(|f| !f.is_empty())
-        .filter_map(|f| Path::new(f).strip_prefix(root).ok().map(Path::to_path_buf))
-        .collect()
+}
+
+/// Whether a dep-info rule's target is part of the binary's build: a compiled workspace
+/// library (`.rlib`; a `.rmeta` alone is a `cargo check`/clippy pass, which also covers test
+/// targets) or the binary itself (`deps/veltrix-<hash>`, which cargo hard-links to
+/// `CARGO_BIN_EXE_veltrix`).
+fn builds_the_binary(target: &Path, bin_ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match target.extension() {
+        Some(ext) => ext == "rlib",
+        None => std::fs::metadata(target).is_ok_and(|m| m.ino() == bin_ino),
+    }
+}
+
+/// Every repository file the binary is built from, relative to the repository: the inputs
+/// rustc's dep-info (`deps/*.d`) lists for the binary's crate and for every library compiled
+/// here. `cargo build` also writes them combined beside the binary (`veltrix.d`), but
+/// `cargo test`, which builds the binary only for the integration tests, does not. A library
+/// left by an earlier build of the same checkout can only add files, never hide one.
+fn build_inputs(root: &Path) -> BTreeSet<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let bin = Path::new(env!("CARGO_BIN_EXE_veltrix"));
+    let bin_ino = std::fs::metadata(bin).unwrap().ino();
+    let deps = bin.parent().unwrap().join("deps");
+    // The binary lies in `<target dir>/<profile>/`.
+    let target_dir = bin.parent().and_then(Path::parent).unwrap();
+    let mut files = BTreeSet::new();
+    for entry in std::fs::read_dir(&deps).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "d") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (target, deps) in text.lines().filter_map(|l| l.split_once(": ")) {
+            if !builds_the_binary(Path::new(target), bin_ino) {
+                continue;
+            }
+            // rustc runs in the workspace's root: a member's files are relative to it. Files
+            // under the target directory are build output (a dependency's `OUT_DIR`), which the
+            // image's build makes itself.
+            files.extend(rule_deps(deps).iter().filter_map(|f| {
+                let f = Path::new(f);
+                match f.is_absolute() {
+                    true => f.strip_prefix(root).ok().map(Path::to_path_buf),
+                    false => Some(f.to_path_buf()),
+                }
+                .filter(|f| !root.join(f).starts_with(target_dir))
+            }));
+        }
+    }
+    files
 }
 
 #[test]
 fn the_build_context_holds_every_file_the_binary_is_built_from() {
-    let dep_info = format!("{}.d", env!("CARGO_BIN_EXE_veltrix"));
-    let text = std::fs::read_to_string(&dep_info).unwrap();
-    let files = dep_info_files(&text, Path::new(ROOT));
-    assert!(
-        files.iter().any(|f| f == Path::new("src/main.rs")),
-        "{dep_info} lists this build's sources"
-    );
+    let files = build_inputs(Path::new(ROOT));
+    // The binary's crate, a member library, and a file only an `include_str!` reads.
+    for expected in [
+        "src/main.rs",
+        "storage/src/lib.rs",
+        "src/http/ui/index.html",
+    ] {
+        assert!(
+            files.contains(Path::new(expected)),
+            "the dep-info of this build lists {expected}: {files:?}"
+        );
+    }
     let ignore = Ignore::read();
     let out: Vec<&PathBuf> = files
         .iter()
