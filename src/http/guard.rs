@@ -1,6 +1,14 @@
-//! Middleware every request passes, outermost first: a tracing span, the readiness gate
-//! (503 `not_ready` while starting or draining), then — for matched routes — latency and
-//! bearer-token auth (docs/API.md §8).
+//! The two middlewares every request passes (docs/API.md §8):
+//! - [`request`], around the router: OTLP's error shape on the OTLP routes, a tracing span,
+//!   the readiness gate (503 `not_ready` while starting or draining);
+//! - [`route`], around each matched route: latency by route template, bearer-token auth, and
+//!   in cluster mode the forwarding of reads to a shard's owner
+//!   ([`super::cluster::forward::reads`]).
+//!
+//! Each is one `from_fn` whose steps are plain async functions awaited in turn: a request
+//! then pays one boxed future per middleware, not one per step (with a layer per step, the
+//! layers' boxing and copying of the futures nested inside them was a tenth of a 1-event
+//! read's CPU, docs/BENCHMARKS.md).
 
 use super::AppError;
 use super::queue_fill::QUEUE_FILL;
@@ -38,10 +46,22 @@ pub(crate) fn reports_queue_fill(path: &str) -> bool {
     matches!(path, "/v1/events" | super::otlp::TRACES | super::otlp::LOGS)
 }
 
+/// The middleware around the router, outermost first: OTLP's error shape on the OTLP routes
+/// ([`super::otlp::error_shape`]: it sees every answer, a fallback's or the readiness gate's
+/// too), the request's span ([`trace`]), the readiness gate ([`readiness`]).
+pub async fn request(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let otlp = super::otlp::error_wire(&req);
+    let resp = trace(&state, req, next).await;
+    match otlp {
+        Some(protobuf) => super::otlp::error_shape(resp, protobuf).await,
+        None => resp,
+    }
+}
+
 /// One span per request; the handlers' events (and errors) are logged inside it, and an
 /// ingest request's `batch` span is its child. The `otel.*` fields are read by the OTLP
 /// export (kind, and error status for 5xx answers); `status` by both.
-pub async fn trace(req: Request, next: Next) -> Response {
+async fn trace(state: &AppState, req: Request, next: Next) -> Response {
     let span = tracing::info_span!(
         "request",
         otel.kind = "server",
@@ -52,7 +72,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
     );
     async move {
         let started = Instant::now();
-        let resp = next.run(req).await;
+        let resp = readiness(state, req, next).await;
         let status = resp.status();
         let current = tracing::Span::current();
         current.record("status", i64::from(status.as_u16()));
@@ -72,7 +92,7 @@ pub async fn trace(req: Request, next: Next) -> Response {
 
 /// 503 `not_ready` outside the `Ready` phase, and `X-Vx-Queue-Fill: 0.00` on ingest answers
 /// that never reached admission (docs/API.md §3: every ingest response carries it).
-pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) -> Response {
+async fn readiness(state: &AppState, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let is_ingest = reports_queue_fill(path);
     let mut resp = if always_open(path) {
@@ -96,15 +116,20 @@ pub async fn readiness(State(state): State<AppState>, req: Request, next: Next) 
     resp
 }
 
-/// Request latency by route template, up to the response head.
-pub async fn latency(
+/// The middleware around each matched route (it sees the route template), outermost first:
+/// latency by route template up to the response head (auth included), [`auth`], and the
+/// forwarding of reads in cluster mode, once they are authorized here.
+pub async fn route(
     State(state): State<AppState>,
     path: Option<MatchedPath>,
     req: Request,
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let resp = next.run(req).await;
+    let resp = match auth(&state, path.as_ref(), &req) {
+        Ok(()) => super::cluster::forward::reads(&state, req, next).await,
+        Err(refused) => refused,
+    };
     if let Some(h) = path.and_then(|p| state.metrics().route(p.as_str()).cloned()) {
         h.observe(started.elapsed());
     }
@@ -128,40 +153,31 @@ pub(crate) fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     }
 }
 
-/// Token auth when tokens are configured: 401 without a valid token, 403 when the token lacks
-/// the route's scope. `admin` grants every scope. The token comes as a bearer token or as the
-/// password of Basic credentials ([`crate::auth::http_token`]); the status page's routes
-/// challenge with `Basic` (a browser then prompts), the API with `Bearer`.
-pub async fn auth(
-    State(state): State<AppState>,
-    path: Option<MatchedPath>,
-    req: Request,
-    next: Next,
-) -> Response {
+/// Token auth when tokens are configured; `Err` is the answer refusing the request: 401
+/// without a valid token, 403 when the token lacks the route's scope. `admin` grants every
+/// scope. The token comes as a bearer token or as the password of Basic credentials
+/// ([`crate::auth::http_token`]); the status page's routes challenge with `Basic` (a browser
+/// then prompts), the API with `Bearer`.
+fn auth(state: &AppState, path: Option<&MatchedPath>, req: &Request) -> Result<(), Response> {
     let tokens = state.tokens();
-    let scope = path
-        .as_ref()
-        .and_then(|p| required_scope(req.method(), p.as_str()));
+    let scope = path.and_then(|p| required_scope(req.method(), p.as_str()));
     let (true, Some(scope)) = (!tokens.is_empty(), scope) else {
-        return next.run(req).await;
+        return Ok(());
     };
     let presented = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(crate::auth::http_token);
-    let page = path
-        .as_ref()
-        .is_some_and(|p| super::status::PAGE_ROUTES.contains(&p.as_str()));
-    match crate::auth::authorize(tokens, presented.as_deref(), scope) {
-        Ok(()) => next.run(req).await,
+    let page = path.is_some_and(|p| super::status::PAGE_ROUTES.contains(&p.as_str()));
+    crate::auth::authorize(tokens, presented.as_deref(), scope).map_err(|f| match f {
         // 401 says which scheme to use.
-        Err(f) if f.code == vx_proto::ErrorCode::Unauthorized && page => {
+        f if f.code == vx_proto::ErrorCode::Unauthorized && page => {
             AppError::unauthorized_basic(f.message).into_response()
         }
-        Err(f) if f.code == vx_proto::ErrorCode::Unauthorized => {
+        f if f.code == vx_proto::ErrorCode::Unauthorized => {
             AppError::unauthorized(f.message).into_response()
         }
-        Err(f) => AppError::from(f).into_response(),
-    }
+        f => AppError::from(f).into_response(),
+    })
 }

@@ -15,7 +15,8 @@
 //! - [`openapi`]: the route table every route is served from, and the OpenAPI document it
 //!   generates (`GET /v1/openapi.json`).
 //! - [`status`]: the status page (`/`, `/ui/{asset}`, embedded) and `GET /v1/status`.
-//! - [`guard`]: the middleware every request passes: readiness, auth, latency.
+//! - [`guard`]: the middleware every request passes: OTLP's error shape, the request's span,
+//!   readiness; and every matched route: latency, auth, cluster mode's forwarding of reads.
 //! - [`params`]: query-string parsing with errors in the one error shape.
 //! - [`queue_fill`]: the `X-Vx-Queue-Fill` header of every ingest answer.
 
@@ -40,25 +41,17 @@ mod tests;
 pub use crate::error::AppError;
 use crate::state::AppState;
 use axum::Router;
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::from_fn_with_state;
 
 /// The whole HTTP application: the routes of [`openapi::routes`] behind the middleware.
 pub fn app(state: AppState) -> Router {
     let (routes, _) = openapi::routes().split_for_parts();
     routes
-        // Route layers run after matching, so they see the route template; the later one
-        // wraps the earlier, so latency includes auth. Cluster mode forwards reads of a shard
-        // another node owns once they are authorized here.
-        .route_layer(from_fn_with_state(state.clone(), cluster::forward::reads))
-        .route_layer(from_fn_with_state(state.clone(), guard::auth))
-        .route_layer(from_fn_with_state(state.clone(), guard::latency))
+        // A route layer runs after matching, so it sees the route template.
+        .route_layer(from_fn_with_state(state.clone(), guard::route))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(state.clone(), guard::readiness))
-        .layer(from_fn(guard::trace))
-        // Outermost but for tracing: OTLP clients get every error, whoever made it, in
-        // OTLP's shape.
-        .layer(from_fn(otlp::error_shape))
+        .layer(from_fn_with_state(state.clone(), guard::request))
         .with_state(state)
 }
 

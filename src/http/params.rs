@@ -3,7 +3,6 @@
 //! error shape naming the parameter.
 
 use super::AppError;
-use axum::extract::Query;
 use axum::http::Uri;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -13,8 +12,12 @@ pub struct Params(Vec<(String, String)>);
 impl Params {
     /// Parse the query of `uri`, accepting only the `known` parameter names, each at most once.
     pub fn parse(uri: &Uri, known: &[&str]) -> Result<Params, AppError> {
-        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri)
-            .map_err(|e| AppError::bad_request(format!("bad query string: {e}")))?;
+        // Decoding itself never fails: bytes that are not UTF-8 become U+FFFD, as in axum's
+        // `Query`.
+        let pairs: Vec<(String, String)> =
+            form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+                .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                .collect();
         for (i, (name, _)) in pairs.iter().enumerate() {
             if !known.contains(&name.as_str()) {
                 return Err(AppError::bad_request(format!(

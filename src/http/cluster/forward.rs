@@ -1,4 +1,5 @@
-//! Reads on any node: the middleware in front of the routes of one stream
+//! Reads on any node: the step of the route middleware ([`crate::http::guard::route`]) in
+//! front of the routes of one stream
 //! (`/v1/streams/{stream}`, its events and its WebSocket) and of one entity
 //! (`/v1/features/{entity}`). It finds the shard; if this node owns it, the request is
 //! served here (after waiting, bounded, for `X-Vx-Min-Position` or for a shard still
@@ -14,7 +15,7 @@ use crate::cluster::{Cluster, FORWARDED, MIN_POSITION, NODE};
 use crate::http::AppError;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header::{CONNECTION, HOST, TRANSFER_ENCODING};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
@@ -47,7 +48,7 @@ pub(crate) fn forwards(method: &Method, path: &str) -> bool {
     method == Method::GET && target(path, 1).is_some()
 }
 
-pub async fn reads(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn reads(state: &AppState, req: Request, next: Next) -> Response {
     let (Some(cluster), Some(router)) = (state.cluster(), state.router()) else {
         return next.run(req).await;
     };

@@ -25,7 +25,6 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use vx_sys::now_ms;
 
@@ -240,12 +239,11 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
     with_fill(resp, accepted.queue_fill)
 }
 
-/// Outermost layer: any error answer on an OTLP route, whoever made it (the handler, auth,
-/// readiness, a fallback), gets OTLP's `Status` shape in the request's encoding
-/// ([`status`]). Status and headers stay as they are.
-pub async fn error_shape(req: Request, next: Next) -> Response {
+/// Whether a request's errors get OTLP's `Status` shape ([`error_shape`]): `Some` on an OTLP
+/// route, with whether its body is protobuf.
+pub(crate) fn error_wire(req: &Request) -> Option<bool> {
     if !is_otlp(req.uri().path()) {
-        return next.run(req).await;
+        return None;
     }
     let protobuf = req
         .headers()
@@ -253,7 +251,14 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|ct| Wire::for_content_type(Some(ct)))
         == Some(Wire::Protobuf);
-    let resp = next.run(req).await;
+    Some(protobuf)
+}
+
+/// Any error answer on an OTLP route, whoever made it (the handler, auth, readiness, a
+/// fallback), gets OTLP's `Status` shape in the request's encoding ([`status`]); the request
+/// middleware ([`crate::http::guard::request`]) applies it outermost. Status and headers
+/// stay as they are.
+pub(crate) async fn error_shape(resp: Response, protobuf: bool) -> Response {
     let status = resp.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return resp;

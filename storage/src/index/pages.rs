@@ -17,9 +17,12 @@
 //! ([`IndexPages::entry`]: a chain walk reads one per node it visits) and a node's spans decoded
 //! ([`IndexPages::spans`], for nodes of at most [`DECODED_SPANS`] spans): finding the span of a
 //! seq is then a binary search in memory, where through pages it was a dozen lookups and
-//! parses (about 10% of a point read's CPU).
+//! parses (about 10% of a point read's CPU). A span's samples are kept decoded the same way
+//! ([`IndexPages::samples`], spans of at most [`DECODED_SAMPLES`] samples): the best sample
+//! for a seq was otherwise a binary search of one-sample reads, each a page lookup, a copy and
+//! an allocation.
 
-use crate::index::idxfile::{self, Entry, IdxHeader, Span};
+use crate::index::idxfile::{self, Entry, IdxHeader, Sample, Span};
 use crate::vfs::VFile;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
@@ -39,6 +42,10 @@ const PAGE_OVERHEAD: u64 = 64;
 /// through the pages.
 pub const DECODED_SPANS: u32 = 2048;
 
+/// A span's samples are kept decoded up to this many (24 bytes each in memory); a span has
+/// one per few KiB of its events, so only spans of many MiB have more.
+pub const DECODED_SAMPLES: u32 = 2048;
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {
     /// Page `no` of segment `seg`'s index file.
@@ -48,6 +55,8 @@ enum Key {
     /// The entry of segment `seg` of the stream whose name hashes to `name` (xxh3-64; the
     /// name is compared on a hit).
     Entry { seg: u64, name: u64 },
+    /// The samples of the span of segment `seg` whose samples start at index `at`.
+    Samples { seg: u64, at: u32 },
 }
 
 #[derive(Clone)]
@@ -55,12 +64,16 @@ enum Val {
     Page(Arc<[u8]>),
     Spans(Arc<[Span]>),
     Entry(Arc<Entry>),
+    Samples(Arc<[Sample]>),
 }
 
 impl Key {
     fn seg(&self) -> u64 {
         match *self {
-            Key::Page { seg, .. } | Key::Spans { seg, .. } | Key::Entry { seg, .. } => seg,
+            Key::Page { seg, .. }
+            | Key::Spans { seg, .. }
+            | Key::Entry { seg, .. }
+            | Key::Samples { seg, .. } => seg,
         }
     }
 }
@@ -74,6 +87,7 @@ impl Weighter<Key, Val> for Bytes {
             Val::Page(p) => p.len(),
             Val::Spans(s) => std::mem::size_of_val::<[Span]>(s),
             Val::Entry(e) => std::mem::size_of::<Entry>() + e.name.len(),
+            Val::Samples(s) => std::mem::size_of_val::<[Sample]>(s),
         };
         bytes as u64 + PAGE_OVERHEAD
     }
@@ -165,6 +179,40 @@ impl IndexPages {
         self.misses.fetch_add(1, Ordering::Relaxed);
         let all: Arc<[Span]> = idxfile::read_spans(file, h, e, 0, e.spans_n)?.into();
         cache.insert(key, Val::Spans(Arc::clone(&all)));
+        Ok(Some(all))
+    }
+
+    /// Every sample of `span` in segment `seg`'s index file `file` (read through this cache),
+    /// decoded and kept; `None` for a span of more than [`DECODED_SAMPLES`] samples, or
+    /// without a cache. A span without samples (or an index file from before them) has none.
+    pub fn samples(
+        &self,
+        seg: u64,
+        file: &dyn VFile,
+        h: &IdxHeader,
+        span: &Span,
+    ) -> io::Result<Option<Arc<[Sample]>>> {
+        let Some(cache) = self.cache.as_ref() else {
+            return Ok(None);
+        };
+        // Without samples there is nothing to keep (and `samples_at` names no samples).
+        if span.samples_n == 0 || h.version < idxfile::VERSION_SAMPLES {
+            return Ok(Some(Arc::new([])));
+        }
+        if span.samples_n > DECODED_SAMPLES {
+            return Ok(None);
+        }
+        let key = Key::Samples {
+            seg,
+            at: span.samples_at,
+        };
+        if let Some(Val::Samples(s)) = cache.get(&key) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(s));
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let all: Arc<[Sample]> = idxfile::read_samples(file, h, span, 0, span.samples_n)?.into();
+        cache.insert(key, Val::Samples(Arc::clone(&all)));
         Ok(Some(all))
     }
 

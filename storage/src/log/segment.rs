@@ -328,6 +328,25 @@ impl Segments {
         self.pages.spans(seg, file, h, e)
     }
 
+    /// The sample of sealed `span` a walk to `seq` starts from ([`idxfile::best_sample`]),
+    /// found in its samples decoded in the index page cache when the cache keeps them.
+    pub fn best_sample(
+        &self,
+        seg: u64,
+        file: &dyn VFile,
+        h: &IdxHeader,
+        span: &idxfile::Span,
+        seq: u64,
+    ) -> io::Result<Option<idxfile::Sample>> {
+        if seq <= span.first_seq {
+            return Ok(None);
+        }
+        match self.pages.samples(seg, file, h, span)? {
+            Some(all) => Ok(crate::index::samples::best(&all, seq)),
+            None => idxfile::best_sample(file, h, span, seq),
+        }
+    }
+
     /// What the index page cache holds and did.
     pub fn index_pages(&self) -> PageStats {
         self.pages.stats()

@@ -544,11 +544,10 @@ impl Cursor {
         let i = node.chunk.partition_point(|s| s.last_seq() < seq);
         match node.chunk.get(i) {
             Some(&span) => {
-                let sample = if seq > span.first_seq {
-                    idxfile::best_sample(&*node.file, &node.header, &span, seq)?
-                } else {
-                    None
-                };
+                let sample =
+                    shared
+                        .segments
+                        .best_sample(node.seg, &*node.file, &node.header, &span, seq)?;
                 Ok(Some(Found {
                     seg: node.seg,
                     span,

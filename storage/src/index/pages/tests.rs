@@ -264,3 +264,104 @@ fn an_entry_is_looked_up_once() {
     assert_eq!(find("missing"), None);
     assert_eq!(lookups.get(), 3);
 }
+
+/// One stream's spans in an index file: one with `n` samples for each `n` of `samples_n`,
+/// every span 100 events of 20 bytes, a sample every 10 events.
+fn sampled_spans(samples_n: &[u32]) -> (Arc<Mem>, IdxHeader, Vec<Span>) {
+    use crate::index::idxfile::{F_EVENTS, IdxBuilder, SegSummary};
+    let mut spans = Vec::new();
+    let mut samples = Vec::new();
+    let mut first_seq = 1u64;
+    let mut off = 0u32;
+    for &n in samples_n {
+        let count = (n + 1) * 10;
+        spans.push(Span {
+            first_seq,
+            min_ts: 1,
+            max_ts: 2,
+            count,
+            off,
+            len: count * 20 + 50,
+            rec_end: count * 20 + 50,
+            samples_at: u32::try_from(samples.len()).unwrap(),
+            samples_n: n,
+        });
+        samples.extend((1..=n).map(|i| Sample {
+            seq: first_seq + u64::from(i) * 10,
+            off: off + 50 + i * 200,
+            left: count - i * 10,
+            after: off + count * 20 + 50,
+        }));
+        first_seq += u64::from(count);
+        off += count * 20 + 50;
+    }
+    let e = Entry {
+        name: "s".into(),
+        flags: F_EVENTS,
+        first_seq: 1,
+        last_seq: first_seq - 1,
+        count: first_seq - 1,
+        spans_n: u32::try_from(spans.len()).unwrap(),
+        depth: 1,
+        ..Entry::default()
+    };
+    let mut b = IdxBuilder::new();
+    b.add(&e, &spans, &samples).unwrap();
+    let bytes = b
+        .finish(&SegSummary {
+            segment: 1,
+            next_lsn: 2,
+            log_len: u64::from(off),
+            min_append_ms: 0,
+            max_append_ms: 0,
+            ids: 0,
+        })
+        .unwrap();
+    let mem = Arc::new(Mem {
+        bytes,
+        reads: AtomicU64::new(0),
+        refuse: AtomicBool::new(false),
+    });
+    let h = idxfile::read_header(&*mem).unwrap();
+    let e = idxfile::lookup(&*mem, &h, "s").unwrap().unwrap();
+    let spans = idxfile::read_spans(&*mem, &h, &e, 0, e.spans_n).unwrap();
+    (mem, h, spans)
+}
+
+/// A span's samples come back decoded, equal to the file's, and the second time from memory;
+/// a span without samples has none and keeps nothing (its `samples_at` names no samples of
+/// its own), and one of more than `DECODED_SAMPLES` samples is not kept.
+#[test]
+fn a_spans_samples_are_kept_decoded() {
+    let (mem, h, spans) = sampled_spans(&[5, 0, DECODED_SAMPLES + 1, 3]);
+    let pages = Arc::new(IndexPages::new(1 << 20));
+    let f = cached(&pages, 1, &mem);
+    for i in [0, 3] {
+        let span = &spans[i];
+        let want = idxfile::read_samples(&*mem, &h, span, 0, span.samples_n).unwrap();
+        assert_eq!(want.len(), span.samples_n as usize);
+        let got = pages.samples(1, &*f, &h, span).unwrap().unwrap();
+        assert_eq!(&got[..], &want[..]);
+        let reads = mem.reads();
+        let again = pages.samples(1, &*f, &h, span).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&got, &again));
+        assert_eq!(mem.reads(), reads, "the second time reads nothing");
+    }
+    let kept = pages.stats().bytes;
+    assert!(
+        pages
+            .samples(1, &*f, &h, &spans[1])
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(pages.samples(1, &*f, &h, &spans[2]).unwrap().is_none());
+    assert_eq!(pages.stats().bytes, kept, "neither is kept");
+    // The first span's samples are still its own, not the empty span's.
+    let first = pages.samples(1, &*f, &h, &spans[0]).unwrap().unwrap();
+    assert_eq!(first.len(), 5);
+    pages.forget(1);
+    assert_eq!(pages.stats().bytes, 0);
+    let none = Arc::new(IndexPages::new(0));
+    assert!(none.samples(1, &*f, &h, &spans[0]).unwrap().is_none());
+}
