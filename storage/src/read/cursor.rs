@@ -11,7 +11,8 @@
 //! best *sample* (the greatest sampled seq ≤ N: a run header of the stream, or an event inside
 //! a run, see [`crate::index::samples`]), from memory for the active segment or from the index
 //! file (version 3) for a sealed one; for a short read (≤ 32 events) with a smaller first read
-//! ([`SAMPLE_READ`]): a read of one event reads a few KiB wherever it is in the span. A walk
+//! ([`short_read`]: the events it needs at the span's mean size, at most [`SAMPLE_READ`]): a
+//! read of one event reads at most a few KiB wherever it is in the span. A walk
 //! from the span's start (a replay that reaches the span in order, or any later span of a
 //! page) is as it always was.
 //!
@@ -46,6 +47,23 @@ const FIRST_READ: usize = 16 << 10;
 const SAMPLE_READ: usize = 8 << 10;
 /// A read of at most this many events is short (see [`SAMPLE_READ`]).
 const SHORT_READ: u64 = 32;
+
+/// The first read of a short walk from the event `from` (a sample, or a span's first event)
+/// to `to` and the `remaining` events the read returns from there (at most [`SHORT_READ`]):
+/// those events at the span's mean size (its bytes over its events, so other streams'
+/// records inside it count too), a quarter more, and room for a run header; at most
+/// [`SAMPLE_READ`]. A walk of events larger than the estimate reads on (doubling), so only
+/// the bytes copied and zeroed for nothing change: a one-event read of small events copies a
+/// few hundred bytes to a few KiB instead of [`SAMPLE_READ`].
+fn short_read(span: &Span, from: u64, to: u64, remaining: u64) -> usize {
+    const SLACK: u64 = 512;
+    let events = to
+        .saturating_sub(from)
+        .saturating_add(remaining.min(SHORT_READ));
+    let mean = u64::from(span.len).div_ceil(u64::from(span.count.max(1)));
+    let bytes = events.saturating_mul(mean).saturating_mul(5) / 4 + SLACK;
+    usize::try_from(bytes).map_or(SAMPLE_READ, |b| b.min(SAMPLE_READ))
+}
 /// Spans of a sealed node read at a time; a short read reads [`SHORT_SPAN_CHUNK`]: its index
 /// pages are cached (`crate::index::pages`), so reading more spans than it needs is not a
 /// `pread` saved but spans parsed for nothing.
@@ -630,12 +648,12 @@ impl Cursor {
                 if let Some(s) = sample.filter(|s| span.holds_sample(s) && s.seq <= self.next_seq) {
                     walk.start_at(&s);
                     if short {
-                        walk.chunk = SAMPLE_READ;
+                        walk.chunk = short_read(&span, s.seq, self.next_seq, self.remaining);
                     }
                 } else if sampled && short && self.next_seq > span.first_seq {
                     // Before the span's first sample: as close to its start as a sample
                     // would be.
-                    walk.chunk = SAMPLE_READ;
+                    walk.chunk = short_read(&span, span.first_seq, self.next_seq, self.remaining);
                 }
                 self.walk = Some(walk);
             }
