@@ -14,6 +14,12 @@
 //!   the `stringValue` of its name, which is what the event's `data` shows for it anyway
 //!   (`map::av_json`).
 //!
+//! And stricter than the derive where it is laxer: serde's derive reads a message from a JSON
+//! array too (its fields by position), which no JSON mapping allows. A body that is not an
+//! object, a message field (`resource`, `scope`, `status`, `body`, `value`, `arrayValue`,
+//! `kvlistValue`) that is an array, or an array inside a repeated field (whose items are
+//! messages or strings) is refused ([`check_shape`]).
+//!
 //! The body is parsed into a `serde_json::Value` tree for this (its memory is part of the
 //! bound in [`super::cost::json`]), fixed in place, then deserialized into the messages.
 
@@ -30,11 +36,44 @@ const INT32_FIELDS: [&str; 7] = [
     "droppedLinksCount",
 ];
 
+/// The fields of the trace and logs messages whose value is one message (an object).
+const MESSAGE_FIELDS: [&str; 7] = [
+    "resource",
+    "scope",
+    "status",
+    "body",
+    "value",
+    "arrayValue",
+    "kvlistValue",
+];
+
 /// Deserialize an OTLP/JSON message, accepting what the protobuf JSON mapping accepts.
 pub fn from_slice<M: serde::de::DeserializeOwned>(body: &[u8]) -> serde_json::Result<M> {
     let mut v: Value = serde_json::from_slice(body)?;
+    check_shape(&v, None).map_err(serde::de::Error::custom)?;
     normalize(&mut v, None);
     serde_json::from_value(v)
+}
+
+/// Refuse a JSON array where the mapping has a message: the whole body, a message field, an
+/// item of a repeated field. `key` is the member name `v` was found under (`None`: the body).
+/// Recursion follows the document's nesting, which serde_json's parser already bounds (128).
+pub fn check_shape(v: &Value, key: Option<&str>) -> Result<(), String> {
+    match (v, key) {
+        (Value::Object(map), _) => map
+            .iter()
+            .try_for_each(|(k, member)| check_shape(member, Some(k))),
+        (Value::Array(_), None) => Err("the body is an array, not an object".to_string()),
+        (Value::Array(_), Some(k)) if MESSAGE_FIELDS.contains(&k) => {
+            Err(format!("`{k}` is an array, not an object"))
+        }
+        (Value::Array(items), Some(k)) => items.iter().try_for_each(|item| match item {
+            Value::Array(_) => Err(format!("an item of `{k}` is an array")),
+            item => check_shape(item, Some(k)),
+        }),
+        (_, None) => Err("the body is not an object".to_string()),
+        _ => Ok(()),
+    }
 }
 
 /// Fix `v` in place; `key` is the member name `v` was found under (for an array: the array's).

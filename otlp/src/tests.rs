@@ -554,3 +554,44 @@ fn otlp_json_defaults_nulls_and_numbers_as_strings() {
         assert_eq!(e.class, vx_proto::ErrorClass::Malformed, "{bad}");
     }
 }
+
+/// serde's derive reads a message from an array (its fields by position); the JSON mapping
+/// has only objects for messages, so an array where a message goes is 400 `malformed`, and
+/// says where: the body, a message field, an item of a repeated field. Each body here would
+/// decode without the check.
+#[test]
+fn otlp_json_refuses_arrays_where_messages_go() {
+    let record = r#"{"body":{"stringValue":"x"}}"#;
+    let logs = |resource: &str, records: &str| {
+        format!(
+            r#"{{"resourceLogs":[{{"resource":{resource},"scopeLogs":[{{"logRecords":{records}}}]}}]}}"#
+        )
+    };
+    let good = logs("{}", &format!("[{record}]"));
+    let m = decode_and_map(Signal::Logs, Wire::Json, good.as_bytes(), &mapping()).unwrap();
+    assert_eq!(events(&m).len(), 1);
+    for (body, says) in [
+        (format!(r#"[[{{"scopeLogs":[]}}]]"#), "the body is an array"),
+        (
+            logs("[[]]", &format!("[{record}]")),
+            "`resource` is an array",
+        ),
+        (
+            logs("{}", &format!("[[{record}]]")),
+            "an item of `logRecords` is an array",
+        ),
+        (
+            logs("{}", r#"[{"body":{"kvlistValue":[[]]}}]"#),
+            "`kvlistValue` is an array",
+        ),
+        ("5".to_string(), "the body is not an object"),
+    ] {
+        let e =
+            decode_and_map(Signal::Logs, Wire::Json, body.as_bytes(), &mapping()).expect_err(&body);
+        assert_eq!(e.class, vx_proto::ErrorClass::Malformed, "{body}");
+        assert!(e.message.contains(says), "{body}: {}", e.message);
+    }
+    // Strings in a repeated field of strings are fine.
+    let traces = r#"{"resourceSpans":[{"resource":{"entityRefs":[{"type":"service","idKeys":["service.name"]}]},"scopeSpans":[]}]}"#;
+    decode_and_map(Signal::Traces, Wire::Json, traces.as_bytes(), &mapping()).unwrap();
+}
