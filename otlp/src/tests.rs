@@ -571,7 +571,10 @@ fn otlp_json_refuses_arrays_where_messages_go() {
     let m = decode_and_map(Signal::Logs, Wire::Json, good.as_bytes(), &mapping()).unwrap();
     assert_eq!(events(&m).len(), 1);
     for (body, says) in [
-        (format!(r#"[[{{"scopeLogs":[]}}]]"#), "the body is an array"),
+        (
+            r#"[[{"scopeLogs":[]}]]"#.to_string(),
+            "the body is an array",
+        ),
         (
             logs("[[]]", &format!("[{record}]")),
             "`resource` is an array",

@@ -127,8 +127,8 @@ pub async fn route(
 ) -> Response {
     let started = Instant::now();
     let resp = match auth(&state, path.as_ref(), &req) {
-        Ok(()) => super::cluster::forward::reads(&state, req, next).await,
-        Err(refused) => refused,
+        None => super::cluster::forward::reads(&state, req, next).await,
+        Some(refused) => refused,
     };
     if let Some(h) = path.and_then(|p| state.metrics().route(p.as_str()).cloned()) {
         h.observe(started.elapsed());
@@ -153,16 +153,16 @@ pub(crate) fn required_scope(method: &Method, route: &str) -> Option<Scope> {
     }
 }
 
-/// Token auth when tokens are configured; `Err` is the answer refusing the request: 401
+/// Token auth when tokens are configured; `Some` is the answer refusing the request: 401
 /// without a valid token, 403 when the token lacks the route's scope. `admin` grants every
 /// scope. The token comes as a bearer token or as the password of Basic credentials
 /// ([`crate::auth::http_token`]); the status page's routes challenge with `Basic` (a browser
 /// then prompts), the API with `Bearer`.
-fn auth(state: &AppState, path: Option<&MatchedPath>, req: &Request) -> Result<(), Response> {
+fn auth(state: &AppState, path: Option<&MatchedPath>, req: &Request) -> Option<Response> {
     let tokens = state.tokens();
     let scope = path.and_then(|p| required_scope(req.method(), p.as_str()));
     let (true, Some(scope)) = (!tokens.is_empty(), scope) else {
-        return Ok(());
+        return None;
     };
     let presented = req
         .headers()
@@ -170,7 +170,8 @@ fn auth(state: &AppState, path: Option<&MatchedPath>, req: &Request) -> Result<(
         .and_then(|v| v.to_str().ok())
         .and_then(crate::auth::http_token);
     let page = path.is_some_and(|p| super::status::PAGE_ROUTES.contains(&p.as_str()));
-    crate::auth::authorize(tokens, presented.as_deref(), scope).map_err(|f| match f {
+    let refused = crate::auth::authorize(tokens, presented.as_deref(), scope).err()?;
+    Some(match refused {
         // 401 says which scheme to use.
         f if f.code == vx_proto::ErrorCode::Unauthorized && page => {
             AppError::unauthorized_basic(f.message).into_response()
