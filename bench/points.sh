@@ -10,7 +10,8 @@
 # ids `<seq>-0`, see docs/LOADTEST.md), 100,000 keys for Redis's GET. Then, REPS times, each
 # measure in turn (the load generator shares the two cores):
 #   point_http     a 1-event page over HTTP (`GET …/events?from=N&limit=1`), 50 connections, closed loop
-#   point_open     the same at RATE reads/s offered, open loop (replay-point.toml): p50/p99
+#   point_open     the same at RATE reads/s offered, open loop (replay-point.toml): p50/p99,
+#                  and the share the server itself answered within 1 ms (its histogram)
 #   redis_get      Redis GET of a 128-byte value, 50 connections, closed loop
 #   xrange_vx      `XRANGE s N-0 N-0` over Veltrix's RESP listener, 50 connections, closed loop
 #   xrange_redis   the same on Redis's streams holding the same events
@@ -95,10 +96,31 @@ lt() {
   record "${key}_p99" "$(jqr ".operations.$op.latency_ms.p99" "$j")"
 }
 
+# The server's own view of the events route (vx_http_request_duration_seconds, up to the
+# response head): the share of its requests under 1 ms and the count, read before and after a
+# run, so the open loop's client-side tail can be told from the server's.
+srv_hist() {
+  curl -s "http://127.0.0.1:$PORT/metrics" | awk '
+    /^vx_http_request_duration_seconds_bucket\{le="0.001",route="\/v1\/streams\/\{stream\}\/events"\}/ {u=$2}
+    /^vx_http_request_duration_seconds_count\{route="\/v1\/streams\/\{stream\}\/events"\}/ {c=$2}
+    END {print u+0, c+0}'
+}
+# lt_srv KEY …: lt, and the share of the run's reads (warm-up included) the server answered
+# within 1 ms, as KEY_srv_1ms (percent).
+lt_srv() {
+  local key=$1
+  [[ $key =~ $ONLY ]] || return 0
+  local u0 c0 u1 c1
+  read -r u0 c0 < <(srv_hist)
+  lt "$@"
+  read -r u1 c1 < <(srv_hist)
+  record "${key}_srv_1ms" "$(awk -v u=$((u1 - u0)) -v c=$((c1 - c0)) 'BEGIN {printf "%.3f", c ? 100 * u / c : 0}')"
+}
+
 POINT=(--set page_events=1 --set connections=50)
 for rep in $(seq 1 "$REPS"); do
   lt point_http page replay-pages.toml --set "$HTTP" "${POINT[@]}"
-  lt point_open page replay-point.toml --set "$HTTP" --set "rate=$RATE"
+  lt_srv point_open page replay-point.toml --set "$HTTP" --set "rate=$RATE"
   lt redis_get get kv-70-25-5.toml --set "$REDIS" --set read_pct=100 --set write_pct=0 \
     --set delete_pct=0 --set key_space=100000
   lt xrange_vx page replay-pages.toml --set "$VX_RESP" "${POINT[@]}"
@@ -136,6 +158,7 @@ row "256-event pages, 4 conns" pages events
 row "whole 100k-event streams, 4 conns" scans events
 [[ -n $OLD_BIN ]] && row "whole 100k-event streams, 4 conns, OLD" old_scans events
 echo
+[[ point_open =~ $ONLY ]] && echo "open loop: the server answered $(med point_open_srv_1ms)% of the reads within 1 ms (median of runs; its own histogram, to the response head)"
 echo "point read ÷ Redis GET: $(ratio "$(med point_http_ops)" "$(med redis_get_ops)")"
 echo "XRANGE Veltrix ÷ Redis: $(ratio "$(med xrange_vx_ops)" "$(med xrange_redis_ops)")"
 echo "XADD Veltrix ÷ Redis: $(ratio "$(med xadd_vx_ops)" "$(med xadd_redis_ops)")"
