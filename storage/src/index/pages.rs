@@ -78,6 +78,50 @@ impl Key {
     }
 }
 
+/// What the cache keeps as a list: a page's bytes, a node's spans decoded, a span's samples
+/// decoded.
+trait Decoded: Sized {
+    fn wrap(all: Arc<[Self]>) -> Val;
+    /// `None` for a value of another kind (keys of each kind name only values of that kind).
+    fn unwrap(v: Val) -> Option<Arc<[Self]>>;
+}
+
+impl Decoded for u8 {
+    fn wrap(page: Arc<[u8]>) -> Val {
+        Val::Page(page)
+    }
+    fn unwrap(v: Val) -> Option<Arc<[u8]>> {
+        match v {
+            Val::Page(page) => Some(page),
+            _ => None,
+        }
+    }
+}
+
+impl Decoded for Span {
+    fn wrap(all: Arc<[Span]>) -> Val {
+        Val::Spans(all)
+    }
+    fn unwrap(v: Val) -> Option<Arc<[Span]>> {
+        match v {
+            Val::Spans(all) => Some(all),
+            _ => None,
+        }
+    }
+}
+
+impl Decoded for Sample {
+    fn wrap(all: Arc<[Sample]>) -> Val {
+        Val::Samples(all)
+    }
+    fn unwrap(v: Val) -> Option<Arc<[Sample]>> {
+        match v {
+            Val::Samples(all) => Some(all),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Bytes;
 
@@ -172,14 +216,8 @@ impl IndexPages {
             seg,
             at: e.spans_at,
         };
-        if let Some(Val::Spans(s)) = cache.get(&key) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(s));
-        }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        let all: Arc<[Span]> = idxfile::read_spans(file, h, e, 0, e.spans_n)?.into();
-        cache.insert(key, Val::Spans(Arc::clone(&all)));
-        Ok(Some(all))
+        self.decoded(cache, key, || idxfile::read_spans(file, h, e, 0, e.spans_n))
+            .map(Some)
     }
 
     /// Every sample of `span` in segment `seg`'s index file `file` (read through this cache),
@@ -206,14 +244,27 @@ impl IndexPages {
             seg,
             at: span.samples_at,
         };
-        if let Some(Val::Samples(s)) = cache.get(&key) {
+        self.decoded(cache, key, || {
+            idxfile::read_samples(file, h, span, 0, span.samples_n)
+        })
+        .map(Some)
+    }
+
+    /// The list under `key`, from the cache (a hit), or read with `read` and kept (a miss).
+    fn decoded<T: Decoded>(
+        &self,
+        cache: &Cache<Key, Val, Bytes>,
+        key: Key,
+        read: impl FnOnce() -> io::Result<Vec<T>>,
+    ) -> io::Result<Arc<[T]>> {
+        if let Some(all) = cache.get(&key).and_then(T::unwrap) {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(s));
+            return Ok(all);
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let all: Arc<[Sample]> = idxfile::read_samples(file, h, span, 0, span.samples_n)?.into();
-        cache.insert(key, Val::Samples(Arc::clone(&all)));
-        Ok(Some(all))
+        let all: Arc<[T]> = read()?.into();
+        cache.insert(key, T::wrap(Arc::clone(&all)));
+        Ok(all)
     }
 
     /// Stream `name`'s entry in segment `seg`'s index file, from the cache, or found with
@@ -249,20 +300,19 @@ impl IndexPages {
 
     /// Page `no` of `f`, from the cache or read whole (`page_len` bytes) and kept.
     fn page(&self, f: &CachedIdx, no: u64, page_len: usize) -> io::Result<Arc<[u8]>> {
-        let key = Key::Page { seg: f.seg, no };
-        let cache = self.cache.as_ref();
-        if let Some(Val::Page(page)) = cache.and_then(|c| c.get(&key)) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(page);
+        let read = || {
+            let mut buf = vec![0u8; page_len];
+            f.file.read_exact_at(&mut buf, no * PAGE)?;
+            Ok(buf)
+        };
+        match self.cache.as_ref() {
+            Some(cache) => self.decoded(cache, Key::Page { seg: f.seg, no }, read),
+            // Not built without a cache ([`IndexPages::file`]); read as a miss would be.
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                read().map(Arc::from)
+            }
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        let mut buf = vec![0u8; page_len];
-        f.file.read_exact_at(&mut buf, no * PAGE)?;
-        let page: Arc<[u8]> = buf.into();
-        if let Some(c) = cache {
-            c.insert(key, Val::Page(Arc::clone(&page)));
-        }
-        Ok(page)
     }
 }
 

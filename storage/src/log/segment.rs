@@ -338,7 +338,8 @@ impl Segments {
         span: &idxfile::Span,
         seq: u64,
     ) -> io::Result<Option<idxfile::Sample>> {
-        if seq <= span.first_seq {
+        // A span without samples has no sample to start from: nothing to look up.
+        if seq <= span.first_seq || span.samples_n == 0 || h.version < idxfile::VERSION_SAMPLES {
             return Ok(None);
         }
         match self.pages.samples(seg, file, h, span)? {

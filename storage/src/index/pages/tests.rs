@@ -170,10 +170,31 @@ fn a_cached_index_file_is_read_only() {
     assert_eq!(f.len().unwrap(), 100);
 }
 
+/// The index file `b` builds, of segment 1 with a log of `log_len` bytes, in memory.
+fn index_file(b: idxfile::IdxBuilder, log_len: u64) -> (Arc<Mem>, IdxHeader) {
+    let bytes = b
+        .finish(&idxfile::SegSummary {
+            segment: 1,
+            next_lsn: 2,
+            log_len,
+            min_append_ms: 0,
+            max_append_ms: 0,
+            ids: 0,
+        })
+        .unwrap();
+    let mem = Arc::new(Mem {
+        bytes,
+        reads: AtomicU64::new(0),
+        refuse: AtomicBool::new(false),
+    });
+    let h = idxfile::read_header(&*mem).unwrap();
+    (mem, h)
+}
+
 /// An index file holding two entries: `small` with 3 spans and `big` with one span more than
 /// [`DECODED_SPANS`].
 fn two_entries() -> (Arc<Mem>, IdxHeader, Entry, Entry) {
-    use crate::index::idxfile::{F_EVENTS, IdxBuilder, SegSummary};
+    use crate::index::idxfile::{F_EVENTS, IdxBuilder};
     let span = |i: u32| Span {
         first_seq: u64::from(i) * 10 + 1,
         min_ts: 1,
@@ -200,22 +221,7 @@ fn two_entries() -> (Arc<Mem>, IdxHeader, Entry, Entry) {
         };
         b.add(&e, &spans, &[]).unwrap();
     }
-    let bytes = b
-        .finish(&SegSummary {
-            segment: 1,
-            next_lsn: 2,
-            log_len: 1 << 20,
-            min_append_ms: 0,
-            max_append_ms: 0,
-            ids: 0,
-        })
-        .unwrap();
-    let mem = Arc::new(Mem {
-        bytes,
-        reads: AtomicU64::new(0),
-        refuse: AtomicBool::new(false),
-    });
-    let h = idxfile::read_header(&*mem).unwrap();
+    let (mem, h) = index_file(b, 1 << 20);
     let small = idxfile::lookup(&*mem, &h, "small").unwrap().unwrap();
     let big = idxfile::lookup(&*mem, &h, "big").unwrap().unwrap();
     (mem, h, small, big)
@@ -268,7 +274,7 @@ fn an_entry_is_looked_up_once() {
 /// One stream's spans in an index file: one with `n` samples for each `n` of `samples_n`,
 /// every span 100 events of 20 bytes, a sample every 10 events.
 fn sampled_spans(samples_n: &[u32]) -> (Arc<Mem>, IdxHeader, Vec<Span>) {
-    use crate::index::idxfile::{F_EVENTS, IdxBuilder, SegSummary};
+    use crate::index::idxfile::{F_EVENTS, IdxBuilder};
     let mut spans = Vec::new();
     let mut samples = Vec::new();
     let mut first_seq = 1u64;
@@ -307,22 +313,7 @@ fn sampled_spans(samples_n: &[u32]) -> (Arc<Mem>, IdxHeader, Vec<Span>) {
     };
     let mut b = IdxBuilder::new();
     b.add(&e, &spans, &samples).unwrap();
-    let bytes = b
-        .finish(&SegSummary {
-            segment: 1,
-            next_lsn: 2,
-            log_len: u64::from(off),
-            min_append_ms: 0,
-            max_append_ms: 0,
-            ids: 0,
-        })
-        .unwrap();
-    let mem = Arc::new(Mem {
-        bytes,
-        reads: AtomicU64::new(0),
-        refuse: AtomicBool::new(false),
-    });
-    let h = idxfile::read_header(&*mem).unwrap();
+    let (mem, h) = index_file(b, u64::from(off));
     let e = idxfile::lookup(&*mem, &h, "s").unwrap().unwrap();
     let spans = idxfile::read_spans(&*mem, &h, &e, 0, e.spans_n).unwrap();
     (mem, h, spans)
