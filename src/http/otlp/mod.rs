@@ -43,89 +43,72 @@ const EXPECTED_LAST_SEQ: &str = "x-vx-expected-last-seq";
 /// Largest error body [`error_shape`] re-shapes (Veltrix's own error bodies are far smaller).
 const MAX_ERROR_BODY: usize = 64 << 10;
 
-/// OTLP traces in
-///
-/// Each span becomes one event (docs/API.md §7.5), with the admission, atomicity and
-/// durability of `/v1/events`. Errors take OTLP's shape (§10.4).
-#[utoipa::path(
-    post,
-    path = "/v1/traces",
-    operation_id = "export_traces",
-    tag = "ingest",
-    params(
-        ("Content-Encoding" = Option<ContentEncoding>, Header,
-            description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
-        ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
-            description = "as on `/v1/events` (docs/API.md §3.5)"),
-    ),
-    request_body(
-        description = "An OTLP/HTTP export request, protobuf or JSON",
-        content(
-            (Binary = "application/x-protobuf"),
-            (Object = "application/json"),
-        ),
-    ),
-    responses(
-        (status = 200, description = "Stored; `partialSuccess` counts the items that could not be events. Protobuf or JSON, as sent",
-            content(
-                (Binary = "application/x-protobuf"),
-                (Object = "application/json"),
-            )),
-        (status = 400, description = "`malformed` (the body does not decode) or `bad_request` (a bad header, or `X-Vx-Expected-Last-Seq`)"),
-        (status = 408, description = "`timeout`: the body stalled"),
-        (status = 413, description = "`too_large`: the body, or its events, over `ingest.max_body_bytes` or the in-flight budget"),
-        (status = 415, description = "`unsupported_media_type`"),
-        (status = 429, description = "`backpressure`", headers(
-            ("Retry-After" = u64, description = "whole seconds, at least 1"),
-            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
-        (status = 507, description = "`storage_full`"),
-    ),
-)]
-pub async fn traces(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    export(&state, Signal::Traces, &headers, body).await
+/// An OTLP/HTTP export route: `$name`, `POST $path`, for `$signal`, documented (its OpenAPI
+/// operation included) with `$summary` and `$what` (the description's first line: utoipa
+/// reads doc literals only, not `concat!`). Both routes are one handler ([`export`]) and one
+/// description; only these differ.
+macro_rules! export_route {
+    ($name:ident, $path:literal, $operation:literal, $signal:expr, $summary:literal, $what:literal) => {
+        #[doc = $summary]
+        #[doc = ""]
+        #[doc = $what]
+        #[doc = "durability of `/v1/events`. Errors take OTLP's shape (§10.4)."]
+        #[utoipa::path(
+            post,
+            path = $path,
+            operation_id = $operation,
+            tag = "ingest",
+            params(
+                ("Content-Encoding" = Option<ContentEncoding>, Header,
+                    description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
+                ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
+                    description = "as on `/v1/events` (docs/API.md §3.5)"),
+            ),
+            request_body(
+                description = "An OTLP/HTTP export request, protobuf or JSON",
+                content(
+                    (Binary = "application/x-protobuf"),
+                    (Object = "application/json"),
+                ),
+            ),
+            responses(
+                (status = 200, description = "Stored; `partialSuccess` counts the items that could not be events. Protobuf or JSON, as sent",
+                    content(
+                        (Binary = "application/x-protobuf"),
+                        (Object = "application/json"),
+                    )),
+                (status = 400, description = "`malformed` (the body does not decode) or `bad_request` (a bad header, or `X-Vx-Expected-Last-Seq`)"),
+                (status = 408, description = "`timeout`: the body stalled"),
+                (status = 413, description = "`too_large`: the body, or its events, over `ingest.max_body_bytes` or the in-flight budget"),
+                (status = 415, description = "`unsupported_media_type`"),
+                (status = 429, description = "`backpressure`", headers(
+                    ("Retry-After" = u64, description = "whole seconds, at least 1"),
+                    ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
+                (status = 507, description = "`storage_full`"),
+            ),
+        )]
+        pub async fn $name(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+            export(&state, $signal, &headers, body).await
+        }
+    };
 }
 
-/// OTLP logs in
-///
-/// Each log record becomes one event (docs/API.md §7.5), with the admission, atomicity and
-/// durability of `/v1/events`. Errors take OTLP's shape (§10.4).
-#[utoipa::path(
-    post,
-    path = "/v1/logs",
-    operation_id = "export_logs",
-    tag = "ingest",
-    params(
-        ("Content-Encoding" = Option<ContentEncoding>, Header,
-            description = "`gzip` (also `x-gzip`), `zstd` or `identity`; other codings are 415"),
-        ("X-Vx-Durability" = Option<DurabilityAsked>, Header,
-            description = "as on `/v1/events` (docs/API.md §3.5)"),
-    ),
-    request_body(
-        description = "An OTLP/HTTP export request, protobuf or JSON",
-        content(
-            (Binary = "application/x-protobuf"),
-            (Object = "application/json"),
-        ),
-    ),
-    responses(
-        (status = 200, description = "Stored; `partialSuccess` counts the items that could not be events. Protobuf or JSON, as sent",
-            content(
-                (Binary = "application/x-protobuf"),
-                (Object = "application/json"),
-            )),
-        (status = 400, description = "`malformed` (the body does not decode) or `bad_request` (a bad header, or `X-Vx-Expected-Last-Seq`)"),
-        (status = 408, description = "`timeout`: the body stalled"),
-        (status = 413, description = "`too_large`: the body, or its events, over `ingest.max_body_bytes` or the in-flight budget"),
-        (status = 415, description = "`unsupported_media_type`"),
-        (status = 429, description = "`backpressure`", headers(
-            ("Retry-After" = u64, description = "whole seconds, at least 1"),
-            ("X-Vx-Retry-After-Ms" = u64, description = "the same delay in milliseconds"))),
-        (status = 507, description = "`storage_full`"),
-    ),
-)]
-pub async fn logs(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    export(&state, Signal::Logs, &headers, body).await
-}
+export_route!(
+    traces,
+    "/v1/traces",
+    "export_traces",
+    Signal::Traces,
+    "OTLP traces in",
+    "Each span becomes one event (docs/API.md §7.5), with the admission, atomicity and"
+);
+export_route!(
+    logs,
+    "/v1/logs",
+    "export_logs",
+    Signal::Logs,
+    "OTLP logs in",
+    "Each log record becomes one event (docs/API.md §7.5), with the admission, atomicity and"
+);
 
 async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Body) -> Response {
     let metrics = state.metrics();
