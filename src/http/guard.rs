@@ -160,10 +160,10 @@ pub(crate) fn required_scope(method: &Method, route: &str) -> Option<Scope> {
 /// then prompts), the API with `Bearer`.
 fn auth(state: &AppState, path: Option<&MatchedPath>, req: &Request) -> Option<Response> {
     let tokens = state.tokens();
-    let scope = path.and_then(|p| required_scope(req.method(), p.as_str()));
-    let (true, Some(scope)) = (!tokens.is_empty(), scope) else {
+    if tokens.is_empty() {
         return None;
-    };
+    }
+    let scope = path.and_then(|p| required_scope(req.method(), p.as_str()))?;
     let presented = req
         .headers()
         .get(AUTHORIZATION)
