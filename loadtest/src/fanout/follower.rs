@@ -2,11 +2,12 @@
 //! read its stream until the run is done with it, and on a break open it again after the last
 //! seq received, with `Last-Event-ID`.
 
-use super::http1::{OpenError, Sock, follow_request, open};
+use super::http1::{OpenError, follow_request, open};
 use super::receive::{Body, FollowerOutcome, Sink, error, parse_received, read_now};
 use super::seqcheck::SeqCheck;
 use crate::acks::AckTable;
 use crate::endpoint::Endpoint;
+use crate::http::wire::Sock;
 use crate::recorder::LaneRecorder;
 use parking_lot::Mutex;
 use std::sync::Arc;

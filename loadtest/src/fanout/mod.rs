@@ -7,9 +7,8 @@
 //! The load generator shares the cores with the server it measures, and thousands of followers
 //! each receive every event, so the follower side is built to cost little per event and per
 //! follower:
-//! - One tokio task per follower on its own connection, speaking just enough HTTP/1.1 (a
-//!   request, the response head, a chunked body) to follow ([`http1`], which argues why not
-//!   hyper); no per-follower hyper connection task and channel.
+//! - One tokio task per follower on its own connection, speaking vx-loadtest's own small
+//!   HTTP/1.1 client ([`crate::http`], which argues why not hyper) to follow ([`http1`]).
 //! - No buffer per follower: a follower awaits readiness and then, in a synchronous function,
 //!   reads into its worker thread's buffer ([`READ_BUF`]), so its memory at rest is its parser
 //!   and checker state (a few hundred bytes) and the socket.
@@ -29,7 +28,6 @@
 //! - [`http1`], [`chunked`]: the follower's minimal HTTP/1.1 client and body framing.
 //! - [`stream`]: before the run, the stream's last seq and the open-file limit.
 
-mod chunked;
 mod follower;
 mod http1;
 mod receive;

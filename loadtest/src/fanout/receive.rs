@@ -1,4 +1,4 @@
-//! What a follower does with the bytes it receives: decode the body ([`super::chunked`]),
+//! What a follower does with the bytes it receives: decode the body ([`crate::http::chunked`]),
 //! parse its SSE (`vx_proto::sse`, keeping only the data of named events), check each seq
 //! ([`SeqCheck`]) and time each delivery against the [`AckTable`], recording latencies in
 //! batches into the follower's shared recorder.
@@ -6,10 +6,10 @@
 //! A follower holds no read buffer: it reads, synchronously, into its worker thread's
 //! [`Scratch`], so that thousands of idle followers cost their parser and checker state only.
 
-use super::chunked::{BodyDecoder, ChunkError};
-use super::http1::Sock;
 use super::seqcheck::SeqCheck;
 use crate::acks::{AckState, AckTable};
+use crate::http::chunked::{BodyDecoder, ChunkError};
+use crate::http::wire::Sock;
 use crate::recorder::{LaneRecorder, Op, Outcome};
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};

@@ -42,7 +42,7 @@ pub async fn last_seq_or_create(
         }
     };
     let reply = call("GET", &path, &[], Bytes::new(), "GET").await?;
-    match reply.status.as_u16() {
+    match reply.status {
         200 => {
             return reply
                 .body
@@ -79,7 +79,7 @@ pub async fn last_seq_or_create(
             "the first event's POST",
         )
         .await?;
-        match reply.status.as_u16() {
+        match reply.status {
             200 => {
                 return reply
                     .body

@@ -1,8 +1,8 @@
 //! The followers against scripted servers, and the SSE of a chunked body read in any pieces.
 
-use super::chunked::{BodyDecoder, BodyKind};
 use super::follower::{FollowCtx, Phase, follower};
 use super::*;
+use crate::http::chunked::{BodyDecoder, BodyKind};
 use crate::recorder::Op;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

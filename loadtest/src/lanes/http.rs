@@ -73,7 +73,7 @@ async fn http_op(
                 .map(|reply| {
                     // The ack instant: the answer is in (before parsing it).
                     let at = Instant::now();
-                    match reply.status.as_u16() {
+                    match reply.status {
                         200 => match reply
                             .body
                             .as_deref()
@@ -100,7 +100,7 @@ async fn http_op(
             let r = conn
                 .call("POST", "/v1/events", &headers, Bytes::from(body), false)
                 .await
-                .map(|reply| match reply.status.as_u16() {
+                .map(|reply| match reply.status {
                     200 => Outcome::Ok { events, bytes },
                     429 => Outcome::Refused {
                         retry_after: reply.retry_after(),
@@ -156,7 +156,7 @@ async fn http_op(
 /// deletes meets all the time. A 404 of any other code (or to a PUT or a query, which never
 /// answer it) is an error. 429 is backpressure, 507 (the feature budget is full) an error.
 pub fn feature_outcome(op: &KvOp, reply: &Reply, events: u64, bytes: u64) -> Outcome {
-    match reply.status.as_u16() {
+    match reply.status {
         200 => Outcome::Ok { events, bytes },
         404 if matches!(op, KvOp::Get(_) | KvOp::Del(_)) && is_not_found(reply) => {
             Outcome::Ok { events, bytes }
@@ -197,7 +197,7 @@ async fn page(
             false,
         )
         .await?;
-    Ok(match reply.status.as_u16() {
+    Ok(match reply.status {
         200 => {
             let next = reply
                 .header_u64("x-vx-next-seq")
@@ -251,21 +251,9 @@ async fn scan(conn: &mut HttpConn, s: &StreamInfo) -> Result<Outcome, HttpError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::StatusCode;
-    use hyper::header::{HeaderMap, HeaderValue};
 
     fn reply(status: u16, body: &str, headers: &[(&'static str, &'static str)]) -> Reply {
-        let mut map = HeaderMap::new();
-        for (k, v) in headers {
-            map.insert(*k, HeaderValue::from_static(v));
-        }
-        Reply {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::IM_A_TEAPOT),
-            headers: map,
-            bytes: body.len() as u64,
-            lines: 0,
-            body: Some(Bytes::from(body.to_string())),
-        }
+        Reply::for_test(status, headers, body)
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(super) async fn prepare_replay(
                     )
                     .await
                     .map_err(|e| prep(e.to_string()))?;
-                match reply.status.as_u16() {
+                match reply.status {
                     200 => {
                         need -= u64::from(n);
                         written += u64::from(n);
@@ -63,7 +63,7 @@ pub(super) async fn prepare_replay(
             .call("GET", &path, &[], Bytes::new(), true)
             .await
             .map_err(|e| prep(e.to_string()))?;
-        if !reply.status.is_success() {
+        if !reply.is_success() {
             return Err(prep(format!("listing streams: {}", reply.failure())));
         }
         let v: serde_json::Value = reply
@@ -118,7 +118,7 @@ async fn stream_events(conn: &mut HttpConn, name: &str) -> Result<u64, RunError>
             true,
         )
         .await?;
-    match reply.status.as_u16() {
+    match reply.status {
         404 => Ok(0),
         200 => reply
             .body
@@ -241,7 +241,7 @@ pub(super) async fn prepare_features(
         ))
     })?
     .map_err(|e| prep(format!("{ep}: POST /v1/features/query: {e}")))?;
-    if reply.status.as_u16() == 404 {
+    if reply.status == 404 {
         return Err(prep(format!(
             "{ep} has no feature API (POST /v1/features/query answered {}); the features scenario needs a server with docs/API.md §6's routes",
             reply.failure()
@@ -327,7 +327,7 @@ async fn put_entities(
                 entity: g.entity(k),
                 secs: timeout.as_secs_f64(),
             })??;
-            match reply.status.as_u16() {
+            match reply.status {
                 200 => break,
                 429 => tokio::time::sleep(retry_pause(reply.retry_after())).await,
                 _ => {

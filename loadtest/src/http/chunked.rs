@@ -1,7 +1,7 @@
 //! A response body's framing, decoded incrementally: `Transfer-Encoding: chunked` (size lines,
-//! extensions, trailers), `Content-Length`, or until close. The follower's HTTP/1.1 client
-//! ([`super::http1`]) feeds it whatever pieces the socket returns; the body's bytes come out
-//! as slices of the input, never copied.
+//! extensions, trailers), `Content-Length`, or until close. Both HTTP/1.1 clients (the load
+//! lanes' [`super::HttpConn`] and the fan-out followers') feed it whatever pieces the socket
+//! returns; the body's bytes come out as slices of the input, never copied.
 
 /// Why a chunked body cannot be decoded on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
