@@ -48,7 +48,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use vx_proto::resp::{Parsed, Reply, parse_command};
 use vx_storage::features::PREFETCH_READS;
@@ -65,7 +65,9 @@ enum Slot {
 }
 
 struct Conn {
-    wr: WriteHalf<Box<dyn Io>>,
+    /// The socket, not split: reads and writes never overlap (a blocked `XREAD` flushes
+    /// before it reads on), and a split stream takes a lock around every read and write.
+    io: Box<dyn Io>,
     out: Vec<u8>,
     inflight: VecDeque<Slot>,
     /// The entities the writes in flight touch.
@@ -95,7 +97,7 @@ impl Conn {
             return true;
         }
         let ok = matches!(
-            tokio::time::timeout(self.write_timeout, self.wr.write_all(&self.out)).await,
+            tokio::time::timeout(self.write_timeout, self.io.write_all(&self.out)).await,
             Ok(Ok(()))
         );
         self.out.clear();
@@ -156,7 +158,6 @@ fn reads_an_entity(name: &[u8]) -> bool {
 async fn stream_reply(
     read: StreamRead,
     conn: &mut Conn,
-    rd: &mut ReadHalf<Box<dyn Io>>,
     buf: &mut BytesMut,
     stop: &CancellationToken,
     resp3: bool,
@@ -168,7 +169,7 @@ async fn stream_reply(
             if !conn.flush().await {
                 return None;
             }
-            blocked(fut, rd, buf, stop, resp3).await
+            blocked(fut, &mut conn.io, buf, stop, resp3).await
         }
     }
 }
@@ -180,7 +181,7 @@ async fn stream_reply(
 /// a null array.
 async fn blocked(
     mut fut: WriteFuture,
-    rd: &mut ReadHalf<Box<dyn Io>>,
+    rd: &mut Box<dyn Io>,
     buf: &mut BytesMut,
     stop: &CancellationToken,
     resp3: bool,
@@ -202,9 +203,8 @@ async fn blocked(
 }
 
 pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToken) {
-    let (mut rd, wr) = tokio::io::split(io);
     let mut conn = Conn {
-        wr,
+        io,
         out: Vec::with_capacity(4096),
         inflight: VecDeque::new(),
         entities: Vec::new(),
@@ -214,6 +214,13 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
     let mut buf = BytesMut::with_capacity(16 << 10);
     // Commands parsed ahead, each relative to the start of `buf` when its turn comes.
     let mut ahead: VecDeque<(Vec<Range<usize>>, usize)> = VecDeque::new();
+    // One timer and one shutdown wait for the connection's life, moved on before each wait
+    // for input: made anew per wait, each registered and deregistered under a lock every
+    // command.
+    let input_timer = tokio::time::sleep(ctx.idle_timeout);
+    tokio::pin!(input_timer);
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
     loop {
         parse_ahead(&ctx, &buf, &mut ahead);
         // Answer every whole command buffered.
@@ -240,8 +247,8 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                     }
                     .error("ERR", &format!("Protocol error: {e}"));
                     let _ = conn.flush().await;
-                    let _ = conn.wr.shutdown().await;
-                    crate::frames::linger(&mut rd).await;
+                    let _ = conn.io.shutdown().await;
+                    crate::frames::linger(&mut conn.io).await;
                     return;
                 }
             };
@@ -285,8 +292,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                 }
                 if let Some(read) = session.stream_read(&ctx, &args) {
                     let resp3 = session.resp3;
-                    let Some(reply) =
-                        stream_reply(read, &mut conn, &mut rd, &mut buf, &stop, resp3).await
+                    let Some(reply) = stream_reply(read, &mut conn, &mut buf, &stop, resp3).await
                     else {
                         // The client went away.
                         session.end_batch(&ctx);
@@ -306,7 +312,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                 } else if let Flow::Close = session.execute(&ctx, &args, &mut conn.out) {
                     session.end_batch(&ctx);
                     let _ = conn.flush().await;
-                    let _ = conn.wr.shutdown().await;
+                    let _ = conn.io.shutdown().await;
                     return;
                 }
             }
@@ -330,19 +336,24 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
             (ctx.body_timeout, "ingest.body_timeout")
         };
         buf.reserve(need.saturating_sub(buf.len()).clamp(16 << 10, MAX_COMMAND));
+        input_timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + limit);
         let read = tokio::select! {
-            () = stop.cancelled() => None,
-            r = tokio::time::timeout(limit, rd.read_buf(&mut buf)) => Some(r),
+            biased;
+            () = stopped.as_mut() => None,
+            r = conn.io.read_buf(&mut buf) => Some(Ok(r)),
+            () = input_timer.as_mut() => Some(Err(())),
         };
         match read {
             // Shutdown: everything read is answered (above); close.
             None => {
-                let _ = conn.wr.shutdown().await;
+                let _ = conn.io.shutdown().await;
                 return;
             }
-            Some(Ok(Ok(0)) | Ok(Err(_))) => return,
+            Some(Ok(Ok(0) | Err(_))) => return,
             Some(Ok(Ok(_))) => {}
-            Some(Err(_)) => {
+            Some(Err(())) => {
                 Reply {
                     out: &mut conn.out,
                     resp3: session.resp3,
@@ -355,7 +366,7 @@ pub(crate) async fn serve(io: Box<dyn Io>, ctx: Arc<Ctx>, stop: CancellationToke
                     ),
                 );
                 let _ = conn.flush().await;
-                let _ = conn.wr.shutdown().await;
+                let _ = conn.io.shutdown().await;
                 return;
             }
         }
