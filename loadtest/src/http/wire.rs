@@ -5,6 +5,7 @@
 
 use super::chunked::BodyKind;
 use crate::endpoint::Endpoint;
+use std::ops::Range;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -20,10 +21,12 @@ pub enum HeadError {
     TooLong,
     #[error("the server closed the connection before answering")]
     Closed,
-    #[error("a response head that is not UTF-8")]
-    NotUtf8,
     #[error("not an HTTP/1.x answer: {0:?}")]
     NotHttp(String),
+    #[error("a malformed response head: {0}")]
+    Malformed(httparse::Error),
+    #[error("a response head without its end")]
+    Partial,
 }
 
 /// A connection over TCP (`TCP_NODELAY`) or a Unix socket.
@@ -99,6 +102,9 @@ pub async fn read_head(sock: &mut Sock, buf: &mut Vec<u8>) -> Result<usize, Head
     }
 }
 
+/// Most header lines a response head may have.
+const MAX_HEADERS: usize = 64;
+
 /// A parsed response head.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Head {
@@ -107,65 +113,84 @@ pub struct Head {
     /// The server closes the connection after this answer (`Connection: close`, HTTP/1.0
     /// without keep-alive, or a body that ends at the close).
     pub close: bool,
-    /// The head's text, for [`Head::header`].
-    text: String,
+    /// The head's bytes and where each header's name and value are in them, for
+    /// [`Head::header`].
+    bytes: Vec<u8>,
+    fields: Vec<(Range<usize>, Range<usize>)>,
 }
 
 impl Head {
-    /// The value of the first header named `name` (ASCII case-insensitive), trimmed.
+    /// The value of the first header named `name` (ASCII case-insensitive), if it is UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.text.split("\r\n").skip(1).find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-        })
+        let (_, value) = self.fields.iter().find(|(n, _)| {
+            self.bytes
+                .get(n.clone())
+                .is_some_and(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+        })?;
+        std::str::from_utf8(self.bytes.get(value.clone())?).ok()
     }
 }
 
-/// Parse a response head (its blank line may be included). A 1xx, 204 or 304 answer has no
-/// body whatever its headers say (RFC 9112 §6.3).
+/// Parse a response head (httparse; its blank line may be included). A 1xx, 204 or 304
+/// answer has no body whatever its headers say (RFC 9112 §6.3).
 pub fn parse_head(head: &[u8]) -> Result<Head, HeadError> {
-    let text = std::str::from_utf8(head).map_err(|_| HeadError::NotUtf8)?;
-    let status_line = text.split("\r\n").next().unwrap_or_default();
-    let (version, status) = status_line
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| {
-            let mut parts = rest.split(' ');
-            Some((parts.next()?, parts.next()?.parse::<u16>().ok()?))
-        })
-        .ok_or_else(|| HeadError::NotHttp(status_line.to_string()))?;
-    let mut head = Head {
-        status,
-        body: BodyKind::UntilClose,
-        close: version == "0",
-        text: text.to_string(),
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let first_line = || {
+        let end = memchr::memchr(b'\r', head).unwrap_or(head.len()).min(200);
+        HeadError::NotHttp(String::from_utf8_lossy(&head[..end]).into_owned())
     };
-    let (mut chunked, mut length) = (false, None);
-    for line in text.split("\r\n").skip(1) {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
+    match resp.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(HeadError::Partial),
+        Err(httparse::Error::Version | httparse::Error::Status) => return Err(first_line()),
+        Err(e) => return Err(HeadError::Malformed(e)),
+    }
+    let (Some(status), Some(version)) = (resp.code, resp.version) else {
+        return Err(first_line());
+    };
+    // Where a slice of `head` starts in it.
+    let at = |s: &[u8]| (s.as_ptr() as usize).saturating_sub(head.as_ptr() as usize);
+    let (mut chunked, mut length, mut close) = (false, None, version == 0);
+    let mut fields = Vec::with_capacity(resp.headers.len());
+    for h in resp.headers.iter() {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        fields.push((
+            at(name)..at(name) + name.len(),
+            at(value)..at(value) + value.len(),
+        ));
+        let has = |token: &[u8]| {
+            value
+                .split(|&b| b == b',')
+                .any(|v| v.trim_ascii().eq_ignore_ascii_case(token))
         };
-        let (name, value) = (name.trim(), value.trim());
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        } else if name.eq_ignore_ascii_case("content-length") {
-            length = value.parse::<u64>().ok();
-        } else if name.eq_ignore_ascii_case("connection") {
-            let value = value.to_ascii_lowercase();
-            if value.contains("close") {
-                head.close = true;
-            } else if value.contains("keep-alive") {
-                head.close = false;
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            chunked = has(b"chunked");
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            length = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok());
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if has(b"close") {
+                close = true;
+            } else if has(b"keep-alive") {
+                close = false;
             }
         }
     }
-    head.body = match (chunked, length) {
+    let body = match (chunked, length) {
         _ if matches!(status, 100..=199 | 204 | 304) => BodyKind::Length(0),
         (true, _) => BodyKind::Chunked,
         (false, Some(n)) => BodyKind::Length(n),
         (false, None) => BodyKind::UntilClose,
     };
-    head.close |= head.body == BodyKind::UntilClose;
-    Ok(head)
+    Ok(Head {
+        status,
+        body,
+        close: close || body == BodyKind::UntilClose,
+        bytes: head.to_vec(),
+        fields,
+    })
 }
 
 #[cfg(test)]
@@ -213,8 +238,12 @@ mod tests {
             Err(HeadError::NotHttp(_))
         ));
         assert!(matches!(
-            parse_head(b"HTTP/1.1 200 \xff\r\n\r\n"),
-            Err(HeadError::NotUtf8)
+            parse_head(b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n"),
+            Err(HeadError::Malformed(_))
         ));
+        // A value that is not UTF-8 is there, but not as text.
+        let h = parse_head(b"HTTP/1.1 200 OK\r\nx-a: \xff\r\nx-b: 2\r\n\r\n").ok();
+        assert_eq!(h.as_ref().and_then(|h| h.header("x-a")), None);
+        assert_eq!(h.as_ref().and_then(|h| h.header("X-B")), Some("2"));
     }
 }
