@@ -86,41 +86,24 @@ trait Decoded: Sized {
     fn unwrap(v: Val) -> Option<Arc<[Self]>>;
 }
 
-impl Decoded for u8 {
-    fn wrap(page: Arc<[u8]>) -> Val {
-        Val::Page(page)
-    }
-    fn unwrap(v: Val) -> Option<Arc<[u8]>> {
-        match v {
-            Val::Page(page) => Some(page),
-            _ => None,
+/// Each kind of list is one variant of [`Val`].
+macro_rules! decoded {
+    ($($t:ty => $variant:ident),+ $(,)?) => {$(
+        impl Decoded for $t {
+            fn wrap(all: Arc<[$t]>) -> Val {
+                Val::$variant(all)
+            }
+            fn unwrap(v: Val) -> Option<Arc<[$t]>> {
+                match v {
+                    Val::$variant(all) => Some(all),
+                    _ => None,
+                }
+            }
         }
-    }
+    )+};
 }
 
-impl Decoded for Span {
-    fn wrap(all: Arc<[Span]>) -> Val {
-        Val::Spans(all)
-    }
-    fn unwrap(v: Val) -> Option<Arc<[Span]>> {
-        match v {
-            Val::Spans(all) => Some(all),
-            _ => None,
-        }
-    }
-}
-
-impl Decoded for Sample {
-    fn wrap(all: Arc<[Sample]>) -> Val {
-        Val::Samples(all)
-    }
-    fn unwrap(v: Val) -> Option<Arc<[Sample]>> {
-        match v {
-            Val::Samples(all) => Some(all),
-            _ => None,
-        }
-    }
-}
+decoded!(u8 => Page, Span => Spans, Sample => Samples);
 
 #[derive(Clone)]
 struct Bytes;
