@@ -29,7 +29,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
@@ -272,23 +272,24 @@ pub async fn ws(
 pub async fn events(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
+    // The request itself, not `Uri` and `HeaderMap`: those extractors clone the head's parts.
+    req: Request,
 ) -> Result<Response, AppError> {
     let Path(stream) = path.map_err(|e| AppError::bad_request(e.body_text()))?;
-    let params = Params::parse(&uri, QUERY)?;
-    let output = negotiate(&headers)?;
+    let (uri, headers) = (req.uri(), req.headers());
+    let params = Params::parse(uri, QUERY)?;
+    let output = negotiate(headers)?;
     let types = parse_types(&params)?;
     let live = ["follow", "pace", "speed"]
         .iter()
         .any(|p| params.get(p).is_some());
     if live || output == Output::Sse {
-        let q = LiveQuery::parse(&params, &headers, false, types, LIMIT_DEFAULT, LIMIT_MAX)?;
+        let q = LiveQuery::parse(&params, headers, false, types, LIMIT_DEFAULT, LIMIT_MAX)?;
         return follow::respond(&state, &stream, q, output);
     }
     let limit = params.limit(LIMIT_DEFAULT, LIMIT_MAX)?;
     let query = ReadQuery {
-        from: follow::start(&params, &headers)?.0,
+        from: follow::start(&params, headers)?.0,
         to: params.u64("to")?,
         since: params.ts("since")?,
         until: params.ts("until")?,
@@ -330,7 +331,8 @@ pub async fn events(
         let stepped = if cached {
             first_cached(replay)
         } else {
-            step(replay).await
+            // Boxed: the blocking pool's hop would otherwise enlarge every read's future.
+            Box::pin(step(replay)).await
         };
         match stepped {
             Ok((replay, first)) => break (replay, first, meta),

@@ -48,13 +48,27 @@ pub(crate) fn forwards(method: &Method, path: &str) -> bool {
     method == Method::GET && target(path, 1).is_some()
 }
 
+/// The middleware step: a single node, and any request but a GET, goes straight on.
 pub async fn reads(state: &AppState, req: Request, next: Next) -> Response {
-    let (Some(cluster), Some(router)) = (state.cluster(), state.router()) else {
-        return next.run(req).await;
-    };
-    if req.method() != Method::GET {
-        return next.run(req).await;
+    match (state.cluster(), state.router()) {
+        // Boxed: a forward's HTTP exchange makes this path's future large, and unboxed its
+        // space would be part of every read's future on a single node too, copied whole each
+        // time it is boxed further out (a measurable memcpy on a 1-event read).
+        (Some(cluster), Some(router)) if req.method() == Method::GET => {
+            Box::pin(clustered(cluster, router, req, next)).await
+        }
+        _ => next.run(req).await,
     }
+}
+
+/// A GET in cluster mode: served here, forwarded to the shard's owner, or refused while the
+/// shard moves.
+async fn clustered(
+    cluster: &Cluster,
+    router: &vx_router::Router,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some((topic, shard)) = target(req.uri().path(), router.store().shards()) else {
         return next.run(req).await;
     };
