@@ -3,15 +3,17 @@
 # the read path):
 #
 #   bench/read-cpu.sh A_BIN B_BIN            # REPS=5 MODE=http (or resp: `XRANGE s N-0 N-0`)
+#   PAGE=256 CONNECTIONS=4 bench/read-cpu.sh A_BIN B_BIN    # pages of 256 events instead
 #
 # One data dir is filled once (vx-loadtest's preparation of replay-pages.toml: 16 streams of
 # 100,000 128-byte events) and copied for each build; both servers (`--fsync always`) run for
-# the whole sitting. After one warm-up run each, REPS times: a closed-loop 1-event read, 50
-# connections, MEASURE_S seconds, on A, then on B. Each run's line gives the reads answered per
-# second and the server's CPU per read (user+system from /proc/<pid>/stat over the run, divided
-# by the reads answered) and its user part; the medians come last. A difference smaller than
-# the spread between the runs of one build is not one (docs/BENCHMARKS.md). Runs go to
-# docs/bench/read-cpu-runs.txt. Ports PORT (A) and PORT+10 (B), RESP on the next port of each.
+# the whole sitting. After one warm-up run each, REPS times: a closed-loop run of reads from
+# random positions (PAGE events each, CONNECTIONS connections, MEASURE_S seconds) on A, then
+# on B. Each run's line gives the reads answered per second, the server's CPU per read
+# (user+system from /proc/<pid>/stat over the run, divided by the reads answered) and its user
+# part; the medians come last. A difference smaller than the spread between the runs of one
+# build is not one (docs/BENCHMARKS.md). Runs go to docs/bench/read-cpu-runs.txt. Ports PORT
+# (A) and PORT+10 (B), RESP on the next port of each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -24,6 +26,8 @@ REPS=${REPS:-5}
 MODE=${MODE:-http}
 MEASURE_S=${MEASURE_S:-5}
 PORT=${PORT:-17500}
+PAGE=${PAGE:-1}
+CONNECTIONS=${CONNECTIONS:-50}
 [[ $MODE == http || $MODE == resp ]] || { echo "MODE is http or resp" >&2; exit 2; }
 
 cargo build --release -q -p vx-loadtest
@@ -44,8 +48,8 @@ serve() {
 read_run() {
   local ep="http://127.0.0.1:$1"
   [[ $MODE == resp ]] && ep="resp://127.0.0.1:$(($1 + 1))"
-  "$LT" run "$W/replay-pages.toml" -q --set "endpoints=\"$ep\"" --set page_events=1 \
-    --set connections=50 --set warmup_s=0 --set "measure_s=$MEASURE_S" \
+  "$LT" run "$W/replay-pages.toml" -q --set "endpoints=\"$ep\"" --set "page_events=$PAGE" \
+    --set "connections=$CONNECTIONS" --set warmup_s=0 --set "measure_s=$MEASURE_S" \
     --json "$WORK/run.json" >/dev/null
 }
 
@@ -70,7 +74,7 @@ measure() {
   local per user
   per=$(awk -v t=$((t1 - t0)) -v o="$ops" -v s="$MEASURE_S" -v hz="$hz" 'BEGIN{printf "%.1f", t*1e6/hz/(o*s)}')
   user=$(awk -v t=$((u1 - u0)) -v o="$ops" -v s="$MEASURE_S" -v hz="$hz" 'BEGIN{printf "%.1f", t*1e6/hz/(o*s)}')
-  record "${1}_us" "$per" "reads/s=$ops user_us=$user mode=$MODE load1_before=$(cut -d' ' -f1 /proc/loadavg)"
+  record "${1}_us" "$per" "reads/s=$ops user_us=$user mode=$MODE page=$PAGE load1_before=$(cut -d' ' -f1 /proc/loadavg)"
 }
 
 measure warm_a "$PID_A" "$PORT"
@@ -79,4 +83,4 @@ for _ in $(seq 1 "$REPS"); do
   measure a "$PID_A" "$PORT"
   measure b "$PID_B" $((PORT + 10))
 done
-echo "server CPU per $MODE read, medians of $REPS: A $(med a_us) µs, B $(med b_us) µs"
+echo "server CPU per $MODE read of $PAGE event(s), medians of $REPS: A $(med a_us) µs, B $(med b_us) µs"
