@@ -12,7 +12,8 @@
 # on B. Each run's line gives the reads answered per second, the server's CPU per read
 # (user+system from /proc/<pid>/stat over the run, divided by the reads answered) and its user
 # part; the medians come last. A difference smaller than the spread between the runs of one
-# build is not one (docs/BENCHMARKS.md). Runs go to docs/bench/read-cpu-runs.txt. Ports PORT
+# build is not one (docs/BENCHMARKS.md). FILL=each fills a data dir with each build instead
+# (the same workload and seed), for a change to what the log or its index holds. Runs go to docs/bench/read-cpu-runs.txt. Ports PORT
 # (A) and PORT+10 (B), RESP on the next port of each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,12 +54,20 @@ read_run() {
     --json "$WORK/run.json" >/dev/null
 }
 
-# Fill once, on A.
-serve "$A_BIN" "$WORK/fill" "$PORT"
-read_run "$PORT"
-stop_pid "$SERVED"
-cp -r "$WORK/fill" "$WORK/a"
-cp -r "$WORK/fill" "$WORK/b"
+# fill BIN DIR: the data of one sitting, written by BIN.
+fill() {
+  serve "$1" "$2" "$PORT"
+  read_run "$PORT"
+  stop_pid "$SERVED"
+}
+if [[ ${FILL:-once} == each ]]; then
+  fill "$A_BIN" "$WORK/a"
+  fill "$B_BIN" "$WORK/b"
+else
+  fill "$A_BIN" "$WORK/fill"
+  cp -r "$WORK/fill" "$WORK/a"
+  cp -r "$WORK/fill" "$WORK/b"
+fi
 serve "$A_BIN" "$WORK/a" "$PORT"; PID_A=$SERVED
 serve "$B_BIN" "$WORK/b" $((PORT + 10)); PID_B=$SERVED
 trap 'stop_pid "$PID_A"; stop_pid "$PID_B"; cleanup' EXIT
