@@ -45,7 +45,7 @@ serve() {
   PID=$SERVED PORT=$3 wait_ready
 }
 
-# read_run PORT: one closed-loop run of 1-event reads; the report in $WORK/run.json.
+# read_run PORT: one closed-loop run of PAGE-event reads; the report in $WORK/run.json.
 read_run() {
   local ep="http://127.0.0.1:$1"
   [[ $MODE == resp ]] && ep="resp://127.0.0.1:$(($1 + 1))"

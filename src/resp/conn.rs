@@ -181,7 +181,7 @@ async fn stream_reply(
 /// a null array.
 async fn blocked(
     mut fut: WriteFuture,
-    rd: &mut Box<dyn Io>,
+    io: &mut Box<dyn Io>,
     buf: &mut BytesMut,
     stop: &CancellationToken,
     resp3: bool,
@@ -194,7 +194,7 @@ async fn blocked(
                 Reply { out: &mut out, resp3 }.null_array();
                 return Some(out);
             }
-            r = rd.read_buf(buf), if buf.len() < MAX_COMMAND => match r {
+            r = io.read_buf(buf), if buf.len() < MAX_COMMAND => match r {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
